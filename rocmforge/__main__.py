@@ -1,0 +1,5 @@
+"""Allow ``python -m rocmforge``."""
+
+from rocmforge.cli import main_entry
+
+main_entry()
