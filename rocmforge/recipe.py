@@ -6,10 +6,13 @@ Loading the TOML text, following ``extends`` and finding line numbers lives in
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
+
+from rocmforge.errors import Problem, RecipeError
 
 SCHEMA_VERSION = 1
 
@@ -82,3 +85,402 @@ class Recipe:
     check: CheckSpec = field(default_factory=CheckSpec)
     resolved: Mapping[str, Any] = field(default_factory=dict)
     extends_chain: tuple[Path, ...] = ()
+
+    @classmethod
+    def from_dict(
+        cls, data: Mapping[str, Any], *, file: Path, lines: Mapping[str, int] | None = None
+    ) -> Recipe:
+        """Validate merged recipe data and build a :class:`Recipe`.
+
+        ``data`` is the plain TOML data with ``extends`` already merged and path-valued keys
+        already absolute (relative ones are taken relative to ``file.parent``). ``lines`` maps
+        dotted key paths to 1-based lines; a key without an entry gets its enclosing table's.
+        Raises :class:`~rocmforge.errors.RecipeError` listing every problem found.
+        ``extends_chain`` is ``(file,)``; the loader fills in the real chain.
+        """
+        return _from_dict(cls, data, file=file, lines=lines)
+
+
+# --- validation -------------------------------------------------------------------------------
+
+DEFAULT_TIMEOUT = 4 * 3600.0
+
+#: Variables the sandbox sets itself; a recipe may neither set nor pass them through.
+RESERVED_ENV = frozenset(
+    {
+        "PATH", "HOME", "TMPDIR", "TMP", "TEMP", "OUT", "SOURCE_DATE_EPOCH", "TZ", "LC_ALL",
+        "LANG", "PYTHONHASHSEED", "PWD", "VIRTUAL_ENV", "PYTHONPATH",
+    }
+)  # fmt: skip
+
+_KEYS: dict[str, tuple[str, ...]] = {
+    "": ("schema", "extends", "package", "source", "toolchain", "requirements", "env", "build",
+         "check"),
+    "package": ("name", "version"),
+    "source": ("path", "git", "rev", "submodules", "patches"),
+    "toolchain": ("kind", "python", "cc", "cxx"),
+    "requirements": ("build",),
+    "build": ("steps", "passthrough", "timeout"),
+    "check": ("import",),
+}  # fmt: skip
+
+_PROJECT_NAME = re.compile(r"^([A-Z0-9]|[A-Z0-9][A-Z0-9._-]*[A-Z0-9])$", re.IGNORECASE)
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+_COMMIT = re.compile(r"^[0-9a-fA-F]{40}$")
+_PIN = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*([^\s=;,\[\]]+)\s*$")
+_LEADING_NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
+_PY_VERSION = re.compile(r"^3\.\d+$")
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)([dhms])")
+_UNIT_SECONDS = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0}
+
+
+def parse_duration(text: str) -> float:
+    """Parse ``"90s"``, ``"30m"``, ``"8h"``, ``"1h30m"`` or ``"30d"`` into seconds.
+
+    Units must appear largest first and at most once; a bare number without a unit is refused.
+    Raises :class:`ValueError` with a readable message.
+    """
+    s = text.strip()
+    pos, total, seen = 0, 0.0, ""
+    while pos < len(s):
+        m = _DURATION_PART.match(s, pos)
+        if m is None or (seen and "dhms".index(m.group(2)) <= "dhms".index(seen[-1])):
+            break
+        total += float(m.group(1)) * _UNIT_SECONDS[m.group(2)]
+        seen += m.group(2)
+        pos = m.end()
+    if not s or pos != len(s):
+        raise ValueError(f"invalid duration {text!r}; write e.g. '90s', '30m', '8h', '1h30m'")
+    return total
+
+
+def join_key(prefix: str, key: str | int) -> str:
+    """Return the dotted path of ``key`` under ``prefix`` (``build.steps``, ``build.steps[0]``)."""
+    if isinstance(key, int):
+        return f"{prefix}[{key}]"
+    return f"{prefix}.{key}" if prefix else key
+
+
+def parent_keys(key: str) -> list[str]:
+    """Return ``key`` and its ancestors, nearest first: ``a.b[2]`` -> ``a.b[2]``, ``a.b``, ``a``."""
+    out = []
+    while key:
+        out.append(key)
+        cut = max(key.rfind("."), key.rfind("["))
+        key = key[:cut] if cut > 0 else ""
+    return out
+
+
+def locate_line(key: str, lines: Mapping[str, int] | None) -> int | None:
+    """Return the line of ``key`` in ``lines``, falling back to its nearest enclosing table."""
+    if lines:
+        for k in parent_keys(key):
+            if k in lines:
+                return lines[k]
+    return None
+
+
+def _describe(value: object) -> str:
+    if isinstance(value, bool):
+        return f"a boolean ({str(value).lower()})"
+    if isinstance(value, int):
+        return f"an integer ({value})"
+    if isinstance(value, float):
+        return f"a float ({value})"
+    if isinstance(value, str):
+        return f"a string ({value!r})"
+    if isinstance(value, Mapping):
+        return "a table"
+    if isinstance(value, list | tuple):
+        return "an array"
+    return f"a {type(value).__name__}"
+
+
+def _plain(value: Any) -> Any:
+    """Deep-copy into plain dicts and lists (JSON-serializable once validated)."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+class _Checker:
+    """Collects every problem found while reading one merged recipe."""
+
+    def __init__(self, file: Path, lines: Mapping[str, int] | None) -> None:
+        self.file = file
+        self.lines = lines
+        self.problems: list[Problem] = []
+
+    def add(self, key: str, message: str) -> None:
+        line = locate_line(key, self.lines)
+        self.problems.append(Problem(file=self.file, key=key, message=message, line=line))
+
+    def table(self, data: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+        """Return table ``name`` (empty if absent or wrong), checking its keys if known."""
+        value = data.get(name, {})
+        if not isinstance(value, Mapping):
+            self.add(name, f"must be a table, not {_describe(value)}")
+            return {}
+        if name in _KEYS:
+            self.known_keys(value, name)
+        return value
+
+    def known_keys(self, table: Mapping[str, Any], prefix: str) -> None:
+        allowed = _KEYS[prefix]
+        for key in table:
+            if key not in allowed:
+                import difflib
+
+                close = difflib.get_close_matches(str(key), allowed, n=1)
+                hint = (
+                    f"did you mean {close[0]!r}?"
+                    if close
+                    else "expected one of: " + ", ".join(allowed)
+                )
+                self.add(join_key(prefix, key), f"unknown key {key!r} ({hint})")
+
+    def string(
+        self, table: Mapping[str, Any], prefix: str, name: str, *, required: bool = False
+    ) -> str | None:
+        if name not in table:
+            if required:
+                self.add(join_key(prefix, name), "required key is missing")
+            return None
+        value = table[name]
+        if not isinstance(value, str):
+            self.add(join_key(prefix, name), f"must be a string, not {_describe(value)}")
+            return None
+        if not value.strip():
+            self.add(join_key(prefix, name), "must not be empty")
+            return None
+        return value
+
+    def boolean(self, table: Mapping[str, Any], prefix: str, name: str) -> bool:
+        value = table.get(name, False)
+        if not isinstance(value, bool):
+            self.add(join_key(prefix, name), f"must be true or false, not {_describe(value)}")
+            return False
+        return value
+
+    def strings(self, table: Mapping[str, Any], prefix: str, name: str) -> list[tuple[str, str]]:
+        """Return ``(key path, item)`` for each string of array ``name``; report the others."""
+        key = join_key(prefix, name)
+        value = table.get(name, [])
+        if not isinstance(value, list | tuple):
+            self.add(key, f"must be an array of strings, not {_describe(value)}")
+            return []
+        out = []
+        for i, item in enumerate(value):
+            if not isinstance(item, str):
+                self.add(join_key(key, i), f"must be a string, not {_describe(item)}")
+            elif not item.strip():
+                self.add(join_key(key, i), "must not be empty")
+            else:
+                out.append((join_key(key, i), item))
+        return out
+
+
+def _package(c: _Checker, data: Mapping[str, Any]) -> PackageSpec:
+    if "package" not in data:
+        c.add("package", 'missing table [package]; it needs name = "..." and version = "..."')
+    t = c.table(data, "package")
+    name = c.string(t, "package", "name", required="package" in data)
+    version = c.string(t, "package", "version", required="package" in data)
+    if name is not None and not _PROJECT_NAME.match(name):
+        c.add("package.name", f"{name!r} is not a valid project name (PEP 508)")
+    if version is not None and not _valid_version(version):
+        c.add("package.version", f"{version!r} is not a valid version (PEP 440)")
+    return PackageSpec(name=name or "", version=version or "")
+
+
+def _valid_version(text: str) -> bool:
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        Version(text)
+    except InvalidVersion:
+        return False
+    return True
+
+
+def _source(c: _Checker, data: Mapping[str, Any], base: Path) -> SourceSpec:
+    if "source" not in data:
+        c.add("source", 'missing table [source]; write path = "..." or git = "..." and rev = "..."')
+        return SourceSpec(kind="path")
+    t = c.table(data, "source")
+    path = c.string(t, "source", "path")
+    git = c.string(t, "source", "git")
+    patches = tuple(base / p for _, p in c.strings(t, "source", "patches"))
+    if "path" in t and "git" in t:
+        c.add("source", "give exactly one of 'path' or 'git', not both")
+    elif "path" not in t and "git" not in t:
+        c.add("source", "give exactly one of 'path' (a directory) or 'git' (a URL or local path)")
+    if "git" not in t:
+        for name in ("rev", "submodules"):
+            if name in t:
+                c.add(join_key("source", name), "only applies to a git source")
+        return SourceSpec(kind="path", path=base / path if path else None, patches=patches)
+    rev = c.string(t, "source", "rev", required=True)
+    if rev is not None and not _COMMIT.match(rev):
+        c.add(
+            "source.rev",
+            "must be a full 40-character commit; a tag or branch needs `rocmforge lock` "
+            "(not yet available)",
+        )
+    return SourceSpec(
+        kind="git",
+        git=git,
+        rev=rev.lower() if rev else None,
+        submodules=c.boolean(t, "source", "submodules"),
+        patches=patches,
+    )
+
+
+def _toolchain(c: _Checker, data: Mapping[str, Any]) -> ToolchainSpec:
+    t = c.table(data, "toolchain")
+    kind = c.string(t, "toolchain", "kind")
+    if kind == "rocm":
+        c.add("toolchain.kind", "'rocm' is not supported yet; schema 1 supports only 'system'")
+    elif kind is not None and kind != "system":
+        c.add("toolchain.kind", f"unknown kind {kind!r}; expected 'system'")
+    python = c.string(t, "toolchain", "python") or "3.11"
+    if not (_PY_VERSION.match(python) or Path(python).is_absolute()):
+        c.add("toolchain.python", f"{python!r} is not a version like '3.11' or an absolute path")
+    return ToolchainSpec(
+        python=python,
+        cc=c.string(t, "toolchain", "cc") or "cc",
+        cxx=c.string(t, "toolchain", "cxx") or "c++",
+    )
+
+
+def _requirements(c: _Checker, data: Mapping[str, Any]) -> RequirementsSpec:
+    t = c.table(data, "requirements")
+    pins: list[str] = []
+    seen: dict[str, str] = {}
+    for key, item in c.strings(t, "requirements", "build"):
+        m = _PIN.match(item)
+        if m is None or not _valid_version(m.group(2)):
+            lead = _LEADING_NAME.match(item)
+            name = lead.group(1) if lead else "name"
+            what = "extras" if "[" in item else "markers" if ";" in item else ""
+            why = f"has {what}, which a build pin cannot have" if what else "is not pinned"
+            c.add(key, f"{item!r} {why}; write '{name}==X.Y.Z'")
+            continue
+        name, version = m.groups()
+        canonical = re.sub(r"[-_.]+", "-", name).lower()
+        if canonical in seen:
+            c.add(key, f"duplicate requirement {name!r} (also at {seen[canonical]})")
+        seen[canonical] = key
+        pins.append(f"{name}=={version}")
+    return RequirementsSpec(build=tuple(pins))
+
+
+def _env(c: _Checker, data: Mapping[str, Any]) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for name, value in c.table(data, "env").items():
+        key = join_key("env", name)
+        if not _ENV_NAME.match(name):
+            c.add(key, f"{name!r} is not a valid variable name (letters, digits, _)")
+        elif name in RESERVED_ENV:
+            c.add(key, f"{name} is set by the sandbox itself and cannot be set by a recipe")
+        elif isinstance(value, bool | int | float):
+            shown = str(value).lower() if isinstance(value, bool) else str(value)
+            c.add(key, f'must be a string; quote it: {name} = "{shown}"')
+        elif not isinstance(value, str):
+            c.add(key, f"must be a string, not {_describe(value)}")
+        else:
+            env[name] = value
+    return env
+
+
+def _build(c: _Checker, data: Mapping[str, Any], env: Mapping[str, Any]) -> BuildSpec:
+    t = c.table(data, "build")
+    steps = tuple(step for _, step in c.strings(t, "build", "steps"))
+    passthrough: list[str] = []
+    for key, name in c.strings(t, "build", "passthrough"):
+        if not _ENV_NAME.match(name):
+            c.add(key, f"{name!r} is not a valid variable name (letters, digits, _)")
+        elif name in RESERVED_ENV:
+            c.add(key, f"{name} is set by the sandbox itself and cannot be passed through")
+        elif name in env:
+            c.add(key, f"{name} is also set in [env]; a variable is hashed or passed, not both")
+        elif name in passthrough:
+            c.add(key, f"duplicate name {name}")
+        else:
+            passthrough.append(name)
+    return BuildSpec(steps=steps, passthrough=tuple(passthrough), timeout=_timeout(c, t))
+
+
+def _timeout(c: _Checker, t: Mapping[str, Any]) -> float:
+    value = t.get("timeout", DEFAULT_TIMEOUT)
+    hint = "a duration like '90s', '30m', '8h' or '1h30m', or a positive number of seconds"
+    seconds = 0.0
+    if isinstance(value, str):
+        try:
+            seconds = parse_duration(value)
+        except ValueError:
+            c.add("build.timeout", f"{value!r} is not {hint}")
+            return DEFAULT_TIMEOUT
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        seconds = float(value)
+    else:
+        c.add("build.timeout", f"must be {hint}, not {_describe(value)}")
+        return DEFAULT_TIMEOUT
+    if seconds <= 0:
+        c.add("build.timeout", "must be positive")
+        return DEFAULT_TIMEOUT
+    return seconds
+
+
+def _check(c: _Checker, data: Mapping[str, Any]) -> CheckSpec:
+    t = c.table(data, "check")
+    value = t.get("import")
+    items = [("check.import", value)] if isinstance(value, str) else c.strings(t, "check", "import")
+    for key, module in items:
+        if not _MODULE.match(module):
+            c.add(key, f"{module!r} is not a dotted module name")
+    return CheckSpec(imports=tuple(module for _, module in items))
+
+
+def _from_dict(
+    cls: type[Recipe], data: Mapping[str, Any], *, file: Path, lines: Mapping[str, int] | None
+) -> Recipe:
+    c = _Checker(file, lines)
+    schema = data.get("schema")
+    if "schema" not in data:
+        c.add("schema", f"required key is missing; write schema = {SCHEMA_VERSION} at the top")
+    elif isinstance(schema, bool) or not isinstance(schema, int):
+        c.add("schema", f"must be the integer {SCHEMA_VERSION}, not {_describe(schema)}")
+    elif schema != SCHEMA_VERSION:
+        c.add("schema", f"unsupported schema {schema}; this rocmforge reads {SCHEMA_VERSION}")
+        raise RecipeError(c.problems)
+    c.known_keys(data, "")
+    if "extends" in data and not isinstance(data["extends"], str):
+        c.add("extends", f"must be a string (a path to a recipe), not {_describe(data['extends'])}")
+    base = file.parent
+    package = _package(c, data)
+    source = _source(c, data, base)
+    toolchain = _toolchain(c, data)
+    requirements = _requirements(c, data)
+    env = _env(c, data)
+    raw_env = data.get("env")
+    build = _build(c, data, raw_env if isinstance(raw_env, Mapping) else {})
+    check = _check(c, data)
+    if c.problems:
+        raise RecipeError(c.problems)
+    return cls(
+        schema=SCHEMA_VERSION,
+        file=file,
+        package=package,
+        source=source,
+        toolchain=toolchain,
+        requirements=requirements,
+        env=env,
+        build=build,
+        check=check,
+        resolved=_plain(data),
+        extends_chain=(file,),
+    )
