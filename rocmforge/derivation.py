@@ -1,0 +1,61 @@
+"""The derivation: one canonical document of everything that can change the wheel's bytes.
+
+Its blake3 digest (first 32 hex characters, 128 bits) is the input hash that keys the store.
+What is out, on purpose: the recipe's comments, layout, key order, file name and location; source
+URLs and local paths; passthrough env; parallelism; timeouts; check steps.
+"""
+
+from __future__ import annotations
+
+import platform
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rocmforge.hashing import blake3_hex, canonical_json
+from rocmforge.recipe import Recipe
+from rocmforge.requirements import ResolvedRequirement
+from rocmforge.sources import SourceIdentity
+
+BUILDER = "rocmforge-build/1"
+HASH_LEN = 32
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Derivation:
+    """A resolved derivation and its input hash."""
+
+    name: str
+    version: str
+    data: Mapping[str, Any]
+    hash: str
+
+    def canonical(self) -> bytes:
+        """Return the canonical JSON bytes that were hashed."""
+        return canonical_json(self.data)
+
+
+def make_derivation(
+    recipe: Recipe,
+    *,
+    source: SourceIdentity,
+    toolchain: Mapping[str, Any],
+    requirements: Sequence[ResolvedRequirement],
+) -> Derivation:
+    """Assemble the derivation document for ``recipe`` from its resolved inputs and hash it."""
+    data: dict[str, Any] = {
+        "builder": BUILDER,
+        "system": f"{platform.machine()}-linux",
+        "package": {"name": recipe.package.name, "version": recipe.package.version},
+        "source": source.to_json(),
+        "toolchain": dict(toolchain),
+        "requirements": [r.to_json() for r in requirements],
+        "env": dict(recipe.env),
+        "build": {"steps": list(recipe.build.steps)} if recipe.build.steps else {"pep517": True},
+    }
+    return Derivation(
+        name=recipe.package.name,
+        version=recipe.package.version,
+        data=data,
+        hash=blake3_hex(canonical_json(data))[:HASH_LEN],
+    )

@@ -1,0 +1,89 @@
+"""A tiny JSON cache whose entries are valid only while a set of files keeps its stat signature.
+
+Used to skip expensive probes (toolchain, requirement wheels) on the cache-hit path: a hit costs a
+few ``os.stat`` calls and no subprocess.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+
+def stat_signature(path: str | Path) -> list[int] | None:
+    """Return ``[size, mtime_ns, ino]`` of ``path`` (following symlinks), or None if missing."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return [st.st_size, st.st_mtime_ns, st.st_ino]
+
+
+def signatures(paths: Iterable[str | Path]) -> dict[str, list[int] | None]:
+    """Return the stat signature of every path."""
+    return {str(p): stat_signature(p) for p in paths}
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    """Read a JSON object from ``path``; a missing or corrupt file reads as empty."""
+    try:
+        with open(path, "rb") as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def write_json_atomic(path: Path, data: Mapping[str, Any]) -> None:
+    """Write ``data`` as JSON to ``path`` atomically (temp file in the same dir, fsync, rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(data, f, sort_keys=True, indent=1)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+class StatCache:
+    """A JSON file mapping keys to values, each guarded by the stat signatures of some files."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._data: dict[str, Any] | None = None
+
+    def _load(self) -> dict[str, Any]:
+        if self._data is None:
+            self._data = read_json(self.path)
+        return self._data
+
+    def get(self, key: str) -> Any | None:
+        """Return the value stored under ``key`` if every guarding file is unchanged."""
+        item = self._load().get(key)
+        if not isinstance(item, dict):
+            return None
+        guards = item.get("guards")
+        if not isinstance(guards, dict):
+            return None
+        for p, sig in guards.items():
+            if stat_signature(p) != sig:
+                return None
+        return item.get("value")
+
+    def put(self, key: str, value: Any, guards: Iterable[str | Path]) -> None:
+        """Store ``value`` under ``key``, valid while ``guards`` keep their stat signatures."""
+        data = dict(read_json(self.path))  # re-read: another process may have added keys
+        data[key] = {"guards": signatures(guards), "value": value}
+        write_json_atomic(self.path, data)
+        self._data = data

@@ -1,0 +1,188 @@
+"""Toolchain probing: find the compilers and interpreter, fingerprint them, cache by stat.
+
+A fingerprint holds what can change the output bytes: probed versions, the Python ABI and the
+blake3 digests of the executables that really run (the ``cc`` driver *and* ``cc1``, since the
+driver alone says little). Paths are runtime data, not fingerprint: the same compiler installed at
+another prefix yields the same hash. Probes run only when a guarding file's stat signature changed,
+so a cache hit costs a few ``stat`` calls. Other kinds (``rocm``) add their own probe beside
+:func:`probe_system`.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rocmforge.errors import ToolchainError
+from rocmforge.hashing import file_blake3
+from rocmforge.recipe import ToolchainSpec
+from rocmforge.statcache import StatCache
+
+PROBE_VERSION = 1
+
+_PY_PROBE = (
+    "import sys, sysconfig, platform;"
+    "print(sys.executable); print(sys.base_prefix);"
+    "print(platform.python_version()); print(sys.implementation.name);"
+    "print(sysconfig.get_config_var('SOABI') or '');"
+    "print(sysconfig.get_platform());"
+    "print(f'{sys.version_info[0]}.{sys.version_info[1]}')"
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Toolchain:
+    """A probed toolchain: the hashed ``fingerprint`` plus what the build needs to run it."""
+
+    fingerprint: Mapping[str, Any]
+    python: Path
+    python_prefix: Path
+    python_version: str
+    env: Mapping[str, str] = field(default_factory=dict)
+    path_dirs: tuple[str, ...] = ()
+    mounts: tuple[Path, ...] = ()
+
+
+def _run(argv: list[str]) -> str:
+    try:
+        proc = subprocess.run(
+            argv, capture_output=True, text=True, timeout=60, check=False, env=_probe_env()
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ToolchainError(f"toolchain probe `{' '.join(argv)}` failed: {exc}") from exc
+    if proc.returncode != 0:
+        detail = (proc.stderr or proc.stdout).strip().splitlines()
+        raise ToolchainError(
+            f"toolchain probe `{' '.join(argv)}` exited {proc.returncode}"
+            + (f": {detail[-1]}" if detail else "")
+        )
+    return proc.stdout
+
+
+def _probe_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "PYENV_VERSION", "PYENV_ROOT")}
+    env["LC_ALL"] = "C"
+    return env
+
+
+def _which(name: str, key: str) -> Path:
+    found = shutil.which(name)
+    if found is None:
+        raise ToolchainError(f"toolchain.{key}: `{name}` not found on PATH")
+    return Path(found)
+
+
+def _python_command(spec: ToolchainSpec) -> Path:
+    if os.path.isabs(spec.python):
+        p = Path(spec.python)
+        if not os.access(p, os.X_OK):
+            raise ToolchainError(f"toolchain.python: {p} is not an executable")
+        return p
+    return _which(f"python{spec.python}", "python")
+
+
+def _compiler(name: str, key: str) -> dict[str, Any]:
+    exe = _which(name, key).resolve()
+    version = _run([str(exe), "--version"]).splitlines()[0].strip()
+    info: dict[str, Any] = {"path": str(exe), "version": version, "blake3": file_blake3(exe)}
+    # The driver execs the real compiler proper (cc1 / cc1plus for gcc); digest that too.
+    proper = "cc1plus" if key == "cxx" else "cc1"
+    out = _run([str(exe), f"-print-prog-name={proper}"]).strip()
+    if os.path.isabs(out) and os.path.exists(out):
+        info[proper] = {"path": str(Path(out).resolve()), "blake3": file_blake3(Path(out).resolve())}
+    return info
+
+
+def probe_system(spec: ToolchainSpec) -> dict[str, Any]:
+    """Run the probes for a ``kind = "system"`` toolchain; returns raw probe data (with paths)."""
+    pycmd = _python_command(spec)
+    lines = _run([str(pycmd), "-c", _PY_PROBE]).splitlines()
+    if len(lines) < 7:
+        raise ToolchainError(f"toolchain.python: unexpected probe output from {pycmd}")
+    exe, prefix, version, impl, soabi, plat, short = lines[:7]
+    if not os.path.isabs(spec.python) and short != spec.python:
+        raise ToolchainError(
+            f"toolchain.python: declared {spec.python!r} but {pycmd} is Python {version}"
+        )
+    real_exe = Path(exe).resolve()
+    return {
+        "kind": "system",
+        "machine": platform.machine(),
+        "python": {
+            "path": str(real_exe),
+            "prefix": prefix,
+            "version": version,
+            "short": short,
+            "implementation": impl,
+            "soabi": soabi,
+            "platform": plat,
+            "blake3": file_blake3(real_exe),
+        },
+        "cc": _compiler(spec.cc, "cc"),
+        "cxx": _compiler(spec.cxx, "cxx"),
+    }
+
+
+def _strip_paths(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _strip_paths(v) for k, v in value.items() if k not in ("path", "prefix")}
+    return value
+
+
+def _guards(probe: Mapping[str, Any]) -> list[str]:
+    paths: list[str] = []
+
+    def walk(v: Any) -> None:
+        if isinstance(v, dict):
+            for k, sub in v.items():
+                if k == "path":
+                    paths.append(str(sub))
+                else:
+                    walk(sub)
+
+    walk(probe)
+    return paths
+
+
+def _toolchain_from_probe(probe: Mapping[str, Any]) -> Toolchain:
+    py = probe["python"]
+    prefix = Path(py["prefix"])
+    mounts: tuple[Path, ...] = ()
+    if not str(prefix).startswith("/usr"):
+        mounts = (prefix,)
+    dirs: list[str] = []
+    for key in ("cc", "cxx"):
+        d = str(Path(probe[key]["path"]).parent)
+        if d not in dirs:
+            dirs.append(d)
+    py_dir = str(Path(py["path"]).parent)
+    if py_dir not in dirs:
+        dirs.append(py_dir)
+    return Toolchain(
+        fingerprint=_strip_paths(probe),
+        python=Path(py["path"]),
+        python_prefix=prefix,
+        python_version=py["short"],
+        env={"CC": probe["cc"]["path"], "CXX": probe["cxx"]["path"]},
+        path_dirs=tuple(dirs),
+        mounts=mounts,
+    )
+
+
+def resolve_toolchain(spec: ToolchainSpec, *, cache_dir: Path) -> Toolchain:
+    """Return the toolchain for ``spec``, probing only when the executables changed on disk."""
+    cache = StatCache(cache_dir / "toolchain.json")
+    which = [shutil.which(spec.cc) or spec.cc, shutil.which(spec.cxx) or spec.cxx]
+    py = spec.python if os.path.isabs(spec.python) else shutil.which(f"python{spec.python}")
+    key = "|".join([str(PROBE_VERSION), spec.kind, spec.python, str(py), *map(str, which)])
+    probe = cache.get(key)
+    if probe is None:
+        probe = probe_system(spec)
+        cache.put(key, probe, [*_guards(probe), *(p for p in [py, *which] if p)])
+    return _toolchain_from_probe(probe)
