@@ -1,0 +1,391 @@
+"""Wheel utilities: parse names, make venvs, install offline, normalize to reproducible bytes.
+
+Installing uses pypa/installer with scheme paths computed from the venv's layout, so it never runs
+the venv's interpreter and never touches the network (there is no pip involved at all).
+Normalizing rewrites a wheel so that two builds of the same inputs give the same bytes: sorted
+entries, fixed timestamps, fixed permissions and a fixed compression level. The contents of each
+file are left alone, so RECORD stays valid; RECORD is verified while the wheel is rewritten.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import hashlib
+import os
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePath
+from typing import IO
+
+import installer
+from installer.destinations import SchemeDictionaryDestination
+from installer.exceptions import InstallerError
+from installer.sources import WheelFile
+from packaging.utils import parse_wheel_filename
+
+from rocmforge.errors import CheckError, RocmforgeError, ToolchainError
+from rocmforge.hashing import file_digests
+
+__all__ = [
+    "WheelName",
+    "create_venv",
+    "install_wheels",
+    "normalize_wheel",
+    "parse_wheel_name",
+    "venv_site_packages",
+    "wheel_digests",
+]
+
+#: Oldest timestamp a zip entry can carry (the DOS epoch), as seconds since the Unix epoch.
+ZIP_MIN_EPOCH = 315532800  # 1980-01-01T00:00:00Z
+#: Newest timestamp a zip entry can carry.
+ZIP_MAX_EPOCH = 4354819198  # 2107-12-31T23:59:58Z
+#: Deflate level used for every entry; part of what makes the bytes reproducible.
+COMPRESS_LEVEL = 6
+#: Value written to ``.dist-info/INSTALLER`` by :func:`install_wheels`.
+INSTALLER_NAME = b"rocmforge\n"
+
+_CHUNK = 1 << 20
+_WEAK_HASHES = frozenset({"md5", "sha1"})
+_UNSIGNED_RECORD_FILES = ("RECORD", "RECORD.jws", "RECORD.p7s")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WheelName:
+    """The parts of a wheel file name.
+
+    ``distribution`` is the canonical (PEP 503) project name, ``version`` the normalized version,
+    ``build`` the optional build tag as written, ``tags`` the ``python-abi-platform`` triple as
+    written (compressed tag sets such as ``py2.py3`` are kept as they are).
+    """
+
+    distribution: str
+    version: str
+    build: str | None
+    tags: str
+
+
+def parse_wheel_name(filename: str) -> WheelName:
+    """Parse a wheel file name (a bare name or a path); raise CheckError if it is not one."""
+    name = PurePath(filename).name
+    try:
+        dist, version, build, _ = parse_wheel_filename(name)
+    except ValueError as exc:
+        raise CheckError(f"not a wheel file name: {filename!r} ({exc})") from exc
+    parts = name[: -len(".whl")].split("-")
+    return WheelName(
+        distribution=str(dist),
+        version=str(version),
+        build=parts[2] if build else None,
+        tags="-".join(parts[-3:]),
+    )
+
+
+def create_venv(python: Path, venv: Path) -> None:
+    """Create a venv with ``python -m venv --without-pip venv``; raise ToolchainError on failure."""
+    try:
+        subprocess.run(
+            [os.fspath(python), "-m", "venv", "--without-pip", os.fspath(venv)],
+            check=True,
+            capture_output=True,
+            text=True,
+            stdin=subprocess.DEVNULL,
+        )
+    except FileNotFoundError as exc:
+        raise ToolchainError(f"{python}: interpreter not found, cannot create venv {venv}") from exc
+    except OSError as exc:
+        raise ToolchainError(f"{python}: cannot run to create venv {venv}: {exc}") from exc
+    except subprocess.CalledProcessError as exc:
+        detail = (exc.stderr or exc.stdout or "").strip().splitlines()[-5:]
+        raise ToolchainError(
+            f"{python} -m venv {venv} failed with exit status {exc.returncode}: "
+            + " | ".join(detail)
+        ) from exc
+
+
+def _venv_python_version(venv: Path) -> str:
+    """Return ``X.Y`` of the interpreter a venv was made from, read from its ``pyvenv.cfg``."""
+    cfg = venv / "pyvenv.cfg"
+    try:
+        text = cfg.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ToolchainError(f"{cfg}: not a venv ({exc.strerror or exc})") from exc
+    values: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            values[key.strip().lower()] = value.strip()
+    for key in ("version", "version_info"):
+        parts = values.get(key, "").split(".")
+        if len(parts) >= 2 and parts[0].isdigit() and parts[1].isdigit():
+            return f"{parts[0]}.{parts[1]}"
+    raise ToolchainError(f"{cfg}: no usable 'version' key")
+
+
+def venv_site_packages(venv: Path) -> Path:
+    """Return the venv's ``lib/pythonX.Y/site-packages`` (computed, without running Python)."""
+    return venv / "lib" / f"python{_venv_python_version(venv)}" / "site-packages"
+
+
+def _scheme_dict(venv: Path, distribution: str) -> dict[str, str]:
+    """Return installer's scheme paths for ``distribution`` in a POSIX venv."""
+    xy = _venv_python_version(venv)
+    site = os.fspath(venv / "lib" / f"python{xy}" / "site-packages")
+    return {
+        "purelib": site,
+        "platlib": site,
+        "scripts": os.fspath(venv / "bin"),
+        "data": os.fspath(venv),
+        "headers": os.fspath(venv / "include" / "site" / f"python{xy}" / distribution),
+    }
+
+
+def install_wheels(
+    wheels: Sequence[Path],
+    venv: Path,
+    *,
+    interpreter: str,
+    error: type[RocmforgeError] = CheckError,
+) -> None:
+    """Install each wheel into ``venv`` with pypa/installer, offline, after verifying its RECORD.
+
+    ``interpreter`` goes into the shebang of generated scripts; it may differ from the host path of
+    the venv's python (the venv can be mounted elsewhere inside a sandbox). Failures raise
+    ``error`` (CheckError by default; pass RequirementError when installing build requirements)
+    naming the wheel.
+    """
+    for wheel in wheels:
+        name = parse_wheel_name(wheel.name)
+        destination = SchemeDictionaryDestination(
+            scheme_dict=_scheme_dict(venv, name.distribution),
+            interpreter=interpreter,
+            script_kind="posix",
+            hash_algorithm="sha256",
+        )
+        try:
+            with WheelFile.open(wheel) as source:
+                source.validate_record(validate_contents=True)
+                installer.install(source, destination, {"INSTALLER": INSTALLER_NAME})
+        except (InstallerError, ValueError) as exc:
+            raise error(f"{wheel}: cannot install into {venv}: {exc}") from exc
+        except (OSError, zipfile.BadZipFile) as exc:
+            raise error(f"{wheel}: cannot install into {venv}: {exc}") from exc
+
+
+def _zip_date_time(epoch: int) -> tuple[int, int, int, int, int, int]:
+    """Return the zip ``date_time`` for ``epoch``, clamped to what zip can store, in UTC."""
+    clamped = min(max(epoch, ZIP_MIN_EPOCH), ZIP_MAX_EPOCH)
+    clamped -= clamped % 2  # zip stores seconds with two-second resolution
+    t = time.gmtime(clamped)
+    return (t.tm_year, t.tm_mon, t.tm_mday, t.tm_hour, t.tm_min, t.tm_sec)
+
+
+def _dist_info_dir(names: Sequence[str], wheel: Path) -> str:
+    """Return the single top-level ``*.dist-info`` directory name of a wheel."""
+    found = sorted({n.split("/", 1)[0] for n in names if n.split("/", 1)[0].endswith(".dist-info")})
+    if len(found) != 1:
+        raise CheckError(f"{wheel}: expected exactly one .dist-info directory, found {found}")
+    return found[0]
+
+
+def _entry_order(name: str, dist_info: str) -> tuple[int, str]:
+    """Sort key: payload first, then ``.dist-info`` files, then RECORD (and its signatures)."""
+    if name == f"{dist_info}/RECORD":
+        return (3, name)
+    if name in (f"{dist_info}/RECORD.jws", f"{dist_info}/RECORD.p7s"):
+        return (2, name)
+    if name.startswith(f"{dist_info}/"):
+        return (1, name)
+    return (0, name)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _RecordRow:
+    """One RECORD line: the hash algorithm and urlsafe-base64 digest, and the size, if given."""
+
+    algorithm: str | None
+    digest: str | None
+    size: int | None
+
+
+def _parse_record(text: str, wheel: Path, record_path: str) -> dict[str, _RecordRow]:
+    """Parse RECORD into ``{path: row}``; raise CheckError on malformed or duplicate rows."""
+    rows: dict[str, _RecordRow] = {}
+    problems: list[str] = []
+    for lineno, row in enumerate(csv.reader(text.splitlines()), start=1):
+        if not row:
+            continue
+        if len(row) != 3:
+            problems.append(f"line {lineno}: expected 3 fields, got {len(row)}")
+            continue
+        path, hash_field, size_field = row
+        algorithm = digest = None
+        if hash_field:
+            algorithm, sep, digest = hash_field.partition("=")
+            if not sep or algorithm not in hashlib.algorithms_guaranteed:
+                problems.append(f"line {lineno}: {path}: bad hash field {hash_field!r}")
+                continue
+            if algorithm in _WEAK_HASHES:
+                problems.append(f"line {lineno}: {path}: weak hash {algorithm} not allowed")
+                continue
+        size = None
+        if size_field:
+            if not size_field.isdigit():
+                problems.append(f"line {lineno}: {path}: bad size {size_field!r}")
+                continue
+            size = int(size_field)
+        if path in rows:
+            problems.append(f"line {lineno}: {path}: listed twice")
+            continue
+        rows[path] = _RecordRow(algorithm=algorithm, digest=digest, size=size)
+    if problems:
+        raise CheckError(f"{wheel}: malformed {record_path}: " + "; ".join(problems))
+    return rows
+
+
+def _urlsafe_b64(digest: bytes) -> str:
+    """Encode a digest the way RECORD does: urlsafe base64 without padding."""
+    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
+
+
+def _copy_member(src: IO[bytes], dst: IO[bytes], algorithm: str | None) -> tuple[str | None, int]:
+    """Copy one member, hashing while streaming; return (urlsafe digest or None, size)."""
+    h = hashlib.new(algorithm) if algorithm else None
+    size = 0
+    while chunk := src.read(_CHUNK):
+        if h is not None:
+            h.update(chunk)
+        dst.write(chunk)
+        size += len(chunk)
+    return (_urlsafe_b64(h.digest()) if h is not None else None), size
+
+
+def _fsync_dir(directory: Path) -> None:
+    """Flush a directory entry change (a rename) to disk."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def normalize_wheel(path: Path, *, epoch: int) -> None:
+    """Rewrite the wheel at ``path`` in place so that its bytes are reproducible.
+
+    Entries are sorted (``.dist-info`` files after the payload, RECORD last), every timestamp is
+    ``max(epoch, 1980-01-01)`` in UTC, permissions are 0644 or 0755 (executable bit kept), entries
+    are deflated at a fixed level with no extra fields and no comments. File contents are not
+    changed. RECORD is verified on the way (every file listed, digest and size matching); on any
+    mismatch CheckError is raised and the original wheel is left untouched. The byte identity holds
+    for a given Python ``zipfile`` and zlib.
+    """
+    date_time = _zip_date_time(epoch)
+    directory = path.parent
+    fd, tmp_name = tempfile.mkstemp(dir=directory, prefix=f".{path.name}.", suffix=".tmp")
+    tmp = Path(tmp_name)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            _rewrite(path, out, date_time)
+            out.flush()
+            os.fsync(out.fileno())
+        os.chmod(tmp, stat.S_IMODE(os.stat(path).st_mode))
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    _fsync_dir(directory)
+
+
+def _rewrite(path: Path, out: IO[bytes], date_time: tuple[int, int, int, int, int, int]) -> None:
+    """Write the normalized form of the wheel at ``path`` to ``out``, verifying RECORD."""
+    try:
+        with zipfile.ZipFile(path) as src:
+            _rewrite_zip(path, src, out, date_time)
+    except zipfile.BadZipFile as exc:
+        raise CheckError(f"{path}: not a valid zip archive: {exc}") from exc
+    except OSError as exc:
+        raise CheckError(f"{path}: cannot rewrite wheel: {exc}") from exc
+
+
+def _rewrite_zip(
+    path: Path,
+    src: zipfile.ZipFile,
+    out: IO[bytes],
+    date_time: tuple[int, int, int, int, int, int],
+) -> None:
+    """Copy every member of ``src`` into a new zip on ``out`` in normalized form."""
+    infos = src.infolist()
+    names = [i.filename for i in infos]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise CheckError(f"{path}: duplicate zip entries: {duplicates}")
+    dist_info = _dist_info_dir(names, path)
+    record_path = f"{dist_info}/RECORD"
+    if record_path not in names:
+        raise CheckError(f"{path}: {record_path} is missing")
+    record = _parse_record(src.read(record_path).decode("utf-8"), path, record_path)
+    unsigned = {f"{dist_info}/{n}" for n in _UNSIGNED_RECORD_FILES}
+    problems: list[str] = []
+    seen: set[str] = set()
+    with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as dst:
+        for info in sorted(infos, key=lambda i: _entry_order(i.filename, dist_info)):
+            new = zipfile.ZipInfo(info.filename, date_time=date_time)
+            new.create_system = 3
+            new.compress_type = zipfile.ZIP_DEFLATED
+            _set_compress_level(new, COMPRESS_LEVEL)
+            new.comment = b""
+            new.extra = b""
+            if info.is_dir():
+                new.external_attr = (0o40755 << 16) | 0x10
+                dst.writestr(new, b"", compress_type=zipfile.ZIP_STORED)
+                continue
+            mode = info.external_attr >> 16
+            executable = bool(mode and stat.S_ISREG(mode) and mode & 0o111)
+            new.external_attr = (0o100755 if executable else 0o100644) << 16
+            new.file_size = info.file_size  # lets zipfile decide zip64 from the real size
+            row = record.get(info.filename)
+            seen.add(info.filename)
+            with (
+                src.open(info) as stream,
+                dst.open(new, "w") as sink,
+            ):
+                digest, size = _copy_member(stream, sink, row.algorithm if row else None)
+            if info.filename in unsigned:
+                continue
+            if row is None:
+                problems.append(f"{info.filename} is not listed in RECORD")
+            elif row.digest is None:
+                problems.append(f"{info.filename} has no hash in RECORD")
+            elif digest != row.digest:
+                problems.append(f"{info.filename}: {row.algorithm} does not match RECORD")
+            elif row.size is not None and row.size != size:
+                problems.append(f"{info.filename}: size {size} does not match RECORD {row.size}")
+        missing = sorted(p for p in record if p not in seen and not p.endswith("/"))
+        problems.extend(f"{p} is listed in RECORD but not in the archive" for p in missing)
+        if problems:
+            raise CheckError(f"{path}: RECORD does not match the archive: " + "; ".join(problems))
+        dst.comment = b""
+
+
+def _set_compress_level(info: zipfile.ZipInfo, level: int) -> None:
+    """Fix the deflate level of one entry (``ZipFile.open(info, "w")`` ignores the archive's)."""
+    if sys.version_info >= (3, 13):
+        info.compress_level = level
+    else:
+        info._compresslevel = level  # type: ignore[attr-defined]
+
+
+def wheel_digests(path: Path) -> dict[str, str]:
+    """Return ``{"sha256": ..., "blake3": ...}`` of a wheel file, reading it once."""
+    try:
+        b3, sha = file_digests(path)
+    except OSError as exc:
+        raise CheckError(f"{path}: cannot read wheel: {exc}") from exc
+    return {"sha256": sha, "blake3": b3}
