@@ -1,14 +1,29 @@
 """Sandboxed process runner: bubblewrap, unshare, or a clean environment only.
 
-(Interface fixed; implementation in progress.)
+Every runner gives the command exactly the environment it is handed, umask 022, a new session
+whose whole process group is killed on timeout or interrupt, and streams stdout+stderr into a
+log. ``bwrap`` also isolates network, pids and the filesystem (system read-only, only the mounts
+visible); ``unshare`` isolates network and pids only; ``none`` isolates nothing but the
+environment.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import contextlib
+import glob
+import os
+import select
+import shlex
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import BinaryIO, Protocol
+
+from rocmforge.errors import SandboxError
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -33,6 +48,7 @@ class Runner(Protocol):
     """Runs a command isolated from the host; ``level`` is recorded in provenance."""
 
     level: str
+    warning: str | None
 
     def sandbox_path(self, mount: Mount) -> str:
         """Return where ``mount`` is seen inside the sandbox (``inside`` or the host path)."""
@@ -47,6 +63,417 @@ class Runner(Protocol):
         mounts: Sequence[Mount],
         timeout: float | None,
         log: BinaryIO,
+        on_line: Callable[[str], None] | None = None,
     ) -> RunResult:
-        """Run ``argv`` with exactly ``env``, stdout+stderr appended to ``log``."""
+        """Run ``argv`` with exactly ``env``, stdout+stderr appended to ``log``.
+
+        ``on_line`` is called with each complete output line as it arrives. On timeout the whole
+        process tree is killed and ``timed_out`` is set; on KeyboardInterrupt it is killed too.
+        """
         ...
+
+
+LEVELS = ("bwrap", "unshare", "none")
+
+NONE_WARNING = "sandbox level 'none': clean environment only; no network or filesystem isolation"
+
+# /etc entries compilers, the dynamic loader and Python read; bound read-only when they exist.
+_ETC_PATHS = (
+    "/etc/alternatives",
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+    "/etc/passwd",
+    "/etc/group",
+    "/etc/nsswitch.conf",
+    "/etc/localtime",
+    "/etc/os-release",
+    "/etc/ssl",
+)
+# Top-level directories that merged-usr systems make symlinks into /usr.
+_USR_ALIASES = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+
+_CHUNK = 65536
+_MAX_PENDING_LINE = 65536
+_PROBE_TIMEOUT = 15.0
+_DRAIN_SECONDS = 2.0
+_UMASK = 0o022
+
+
+class BwrapRunner:
+    """Bubblewrap: private mount, pid, net, ipc and uts namespaces; only the mounts are visible."""
+
+    level: str = "bwrap"
+    warning: str | None = None
+
+    def __init__(self, executable: str, *, kill_grace: float = 3.0) -> None:
+        self.executable = executable
+        self.kill_grace = kill_grace
+
+    def sandbox_path(self, mount: Mount) -> str:
+        """Return ``mount.inside``: bwrap binds every mount there."""
+        return mount.inside
+
+    def command(
+        self, argv: Sequence[str], *, cwd: str, env: Mapping[str, str], mounts: Sequence[Mount]
+    ) -> list[str]:
+        """Return the full ``bwrap`` command line that runs ``argv`` in the sandbox."""
+        cmd = [
+            self.executable,
+            "--unshare-all",
+            "--die-with-parent",
+            "--new-session",
+            "--cap-drop",
+            "ALL",
+            "--clearenv",
+        ]
+        for key, value in env.items():
+            cmd += ["--setenv", key, value]
+        cmd += ["--ro-bind", "/usr", "/usr"]
+        for alias in _USR_ALIASES:
+            if os.path.islink(alias):
+                cmd += ["--symlink", os.readlink(alias), alias]
+            elif os.path.isdir(alias):
+                cmd += ["--ro-bind", alias, alias]
+        for path in _etc_paths():
+            cmd += ["--ro-bind", path, path]
+        cmd += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+        # Parents before children, so a nested mount is not hidden by its parent's bind.
+        for mount in sorted(mounts, key=lambda m: len(PurePosixPath(m.inside).parts)):
+            cmd += ["--bind" if mount.writable else "--ro-bind", str(mount.host), mount.inside]
+        cmd += ["--chdir", cwd, "--"]
+        if "PWD" not in env:
+            # bwrap always exports PWD after --chdir; take it out again so env stays exact.
+            cmd += ["/usr/bin/env", "-u", "PWD", "--"]
+        cmd += argv
+        return cmd
+
+    def unavailable_reason(self) -> str | None:
+        """Return why this runner cannot work here (a trial ``true`` fails), or None if usable."""
+        return _probe(self.command(["true"], cwd="/", env={}, mounts=()))
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: str,
+        env: Mapping[str, str],
+        mounts: Sequence[Mount],
+        timeout: float | None,
+        log: BinaryIO,
+        on_line: Callable[[str], None] | None = None,
+    ) -> RunResult:
+        """Run ``argv`` inside bubblewrap with exactly ``env``; see :class:`Runner`."""
+        _check_mounts(mounts, relocated=True)
+        cmd = self.command(argv, cwd=cwd, env=env, mounts=mounts)
+        return _run_streaming(
+            cmd, env={}, cwd="/", timeout=timeout, log=log, on_line=on_line, grace=self.kill_grace
+        )
+
+
+class UnshareRunner:
+    """util-linux ``unshare``: private network and pid namespaces, host filesystem as is."""
+
+    level: str = "unshare"
+    warning: str | None = None
+
+    def __init__(
+        self,
+        executable: str,
+        *,
+        as_root: bool | None = None,
+        mount_proc: bool = True,
+        kill_grace: float = 3.0,
+    ) -> None:
+        self.executable = executable
+        self.as_root = os.geteuid() == 0 if as_root is None else as_root
+        self.mount_proc = mount_proc
+        self.kill_grace = kill_grace
+
+    def sandbox_path(self, mount: Mount) -> str:
+        """Return the host path: this runner does not relocate the filesystem."""
+        return str(mount.host)
+
+    def command(self, argv: Sequence[str]) -> list[str]:
+        """Return the full ``unshare`` command line that runs ``argv``."""
+        cmd = [self.executable]
+        if not self.as_root:
+            cmd += ["--user", "--map-root-user"]
+        cmd += ["--net", "--pid", "--fork", "--kill-child"]
+        if self.mount_proc:
+            cmd.append("--mount-proc")
+        cmd += ["--", *argv]
+        return cmd
+
+    def unavailable_reason(self) -> str | None:
+        """Return why a trial ``unshare ... true`` fails, or None if this runner is usable."""
+        return _probe(self.command(["true"]))
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: str,
+        env: Mapping[str, str],
+        mounts: Sequence[Mount],
+        timeout: float | None,
+        log: BinaryIO,
+        on_line: Callable[[str], None] | None = None,
+    ) -> RunResult:
+        """Run ``argv`` without network in a new pid namespace; see :class:`Runner`."""
+        _check_mounts(mounts, relocated=False)
+        return _run_streaming(
+            self.command(argv),
+            env=env,
+            cwd=cwd,
+            timeout=timeout,
+            log=log,
+            on_line=on_line,
+            grace=self.kill_grace,
+        )
+
+
+class NoneRunner:
+    """No isolation: a plain subprocess with a clean environment (prints :data:`warning`)."""
+
+    level: str = "none"
+    warning: str | None = NONE_WARNING
+
+    def __init__(self, *, kill_grace: float = 3.0) -> None:
+        self.kill_grace = kill_grace
+
+    def sandbox_path(self, mount: Mount) -> str:
+        """Return the host path: nothing is relocated."""
+        return str(mount.host)
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: str,
+        env: Mapping[str, str],
+        mounts: Sequence[Mount],
+        timeout: float | None,
+        log: BinaryIO,
+        on_line: Callable[[str], None] | None = None,
+    ) -> RunResult:
+        """Run ``argv`` as a plain subprocess with exactly ``env``; see :class:`Runner`."""
+        _check_mounts(mounts, relocated=False)
+        return _run_streaming(
+            argv, env=env, cwd=cwd, timeout=timeout, log=log, on_line=on_line, grace=self.kill_grace
+        )
+
+
+def detect_runner(level: str | None = None) -> Runner:
+    """Return the runner for ``level``; None or ``"auto"`` picks the strongest usable one.
+
+    Order for auto: bwrap, then unshare, then none. Raises :class:`SandboxError` for an unknown
+    level, or for an explicit level this machine cannot provide (with the reason).
+    """
+    if level is None or level == "auto":
+        for candidate in ("bwrap", "unshare"):
+            runner, _ = _candidate(candidate)
+            if runner is not None:
+                return runner
+        return NoneRunner()
+    if level not in LEVELS:
+        raise SandboxError(
+            f"unknown sandbox level {level!r}; expected one of: auto, {', '.join(LEVELS)}"
+        )
+    runner, reason = _candidate(level)
+    if runner is None:
+        raise SandboxError(f"sandbox level {level!r} is not available: {reason}")
+    return runner
+
+
+def _candidate(level: str) -> tuple[Runner | None, str]:
+    if level == "none":
+        return NoneRunner(), ""
+    executable = shutil.which(level)
+    if executable is None:
+        return None, f"{level!r} not found on PATH"
+    candidates: list[BwrapRunner | UnshareRunner]
+    if level == "bwrap":
+        candidates = [BwrapRunner(executable)]
+    else:
+        # --mount-proc needs a mount namespace; fall back to the host /proc view without it.
+        candidates = [UnshareRunner(executable), UnshareRunner(executable, mount_proc=False)]
+    reason = ""
+    for runner in candidates:
+        failure = runner.unavailable_reason()
+        if failure is None:
+            return runner, ""
+        reason = reason or failure
+    return None, reason
+
+
+def _probe(cmd: list[str]) -> str | None:
+    try:
+        done = subprocess.run(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            env={},
+            timeout=_PROBE_TIMEOUT,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"trial run {shlex.join(cmd)!r} failed: {exc}"
+    if done.returncode != 0:
+        err = done.stderr.decode("utf-8", "replace").strip() or f"exit status {done.returncode}"
+        return f"trial run {shlex.join(cmd)!r} failed: {err}"
+    return None
+
+
+def _etc_paths() -> list[str]:
+    found = [p for p in _ETC_PATHS if os.path.exists(p)]
+    # Debian's Python reads /etc/python3.X (sitecustomize is a symlink there).
+    found += sorted(glob.glob("/etc/python3*"))
+    return found
+
+
+def _check_mounts(mounts: Sequence[Mount], *, relocated: bool) -> None:
+    for mount in mounts:
+        if not os.path.exists(mount.host):
+            raise SandboxError(f"mount source {mount.host} does not exist")
+        if relocated and not mount.inside.startswith("/"):
+            raise SandboxError(f"mount target {mount.inside!r} for {mount.host} is not absolute")
+
+
+class _Lines:
+    """Splits a byte stream into decoded lines for ``on_line``."""
+
+    def __init__(self, on_line: Callable[[str], None] | None) -> None:
+        self.on_line = on_line
+        self.pending = b""
+
+    def feed(self, chunk: bytes) -> None:
+        if self.on_line is None:
+            return
+        *complete, self.pending = (self.pending + chunk).split(b"\n")
+        for raw in complete:
+            self.on_line(raw.rstrip(b"\r").decode("utf-8", "replace"))
+        if len(self.pending) > _MAX_PENDING_LINE:
+            self.pending = self.pending[-_MAX_PENDING_LINE:]
+
+    def finish(self) -> None:
+        if self.on_line is not None and self.pending:
+            line, self.pending = self.pending, b""
+            self.on_line(line.rstrip(b"\r").decode("utf-8", "replace"))
+
+
+def _run_streaming(
+    cmd: Sequence[str],
+    *,
+    env: Mapping[str, str],
+    cwd: str,
+    timeout: float | None,
+    log: BinaryIO,
+    on_line: Callable[[str], None] | None,
+    grace: float,
+) -> RunResult:
+    """Spawn ``cmd`` in a new session, stream its output to ``log``, kill its group at the end."""
+    start = time.monotonic()
+    deadline = None if timeout is None else start + timeout
+    try:
+        proc = subprocess.Popen(
+            list(cmd),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=dict(env),
+            cwd=cwd,
+            start_new_session=True,
+            umask=_UMASK,
+        )
+    except OSError as exc:
+        raise SandboxError(f"cannot start {shlex.join(cmd)!r} in {cwd}: {exc}") from exc
+    assert proc.stdout is not None
+    pipe = proc.stdout
+    lines = _Lines(on_line)
+    timed_out = False
+    try:
+        timed_out = _pump(proc, pipe.fileno(), deadline, log, lines)
+        if timed_out:
+            _terminate(proc, grace)
+        else:
+            # The command is done; anything it left running in its group goes too.
+            _killpg(proc.pid, signal.SIGKILL)
+        _drain(pipe.fileno(), log, lines)
+        proc.wait()
+        lines.finish()
+        log.flush()
+    except BaseException:
+        if proc.returncode is None:
+            _terminate(proc, grace)
+            proc.wait()
+        raise
+    finally:
+        pipe.close()
+    return RunResult(
+        returncode=proc.returncode,
+        timed_out=timed_out,
+        seconds=time.monotonic() - start,
+    )
+
+
+def _pump(
+    proc: subprocess.Popen[bytes], fd: int, deadline: float | None, log: BinaryIO, lines: _Lines
+) -> bool:
+    """Copy output until the command exits (False) or the deadline passes (True)."""
+    pipe_open = True
+    while True:
+        now = time.monotonic()
+        if deadline is not None and now >= deadline:
+            return True
+        if _exited(proc.pid):
+            return False
+        wait = 0.2 if deadline is None else min(0.2, deadline - now)
+        if not pipe_open:
+            time.sleep(min(wait, 0.02))
+            continue
+        ready, _, _ = select.select([fd], [], [], wait)
+        if ready:
+            chunk = os.read(fd, _CHUNK)
+            if chunk:
+                log.write(chunk)
+                lines.feed(chunk)
+            else:
+                pipe_open = False
+
+
+def _drain(fd: int, log: BinaryIO, lines: _Lines) -> None:
+    """Copy what is left in the pipe; give up after a bound if an escaped process holds it."""
+    stop = time.monotonic() + _DRAIN_SECONDS
+    while (left := stop - time.monotonic()) > 0:
+        ready, _, _ = select.select([fd], [], [], left)
+        if not ready:
+            return
+        chunk = os.read(fd, _CHUNK)
+        if not chunk:
+            return
+        log.write(chunk)
+        lines.feed(chunk)
+
+
+def _exited(pid: int) -> bool:
+    """Whether ``pid`` has exited, without reaping it (so its group id stays reserved)."""
+    try:
+        info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return True
+    return info is not None
+
+
+def _terminate(proc: subprocess.Popen[bytes], grace: float) -> None:
+    """SIGTERM the whole process group, then SIGKILL it after ``grace`` seconds at most."""
+    _killpg(proc.pid, signal.SIGTERM)
+    stop = time.monotonic() + grace
+    while not _exited(proc.pid) and time.monotonic() < stop:
+        time.sleep(0.02)
+    _killpg(proc.pid, signal.SIGKILL)
+
+
+def _killpg(pgid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
