@@ -1,0 +1,341 @@
+"""The SQLite index of the store: lookups by input hash, wheel digest, name and env flag.
+
+The index is a cache of ``entries/`` (the source of truth) and can be rebuilt from it at any
+time. It runs in WAL mode so readers never block the single writer; writers wait up to
+``BUSY_TIMEOUT`` seconds for each other. Every ``sqlite3.Error`` leaves this module as a
+:class:`~rocmforge.errors.StoreError` naming the index file.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from rocmforge.errors import StoreError
+
+if TYPE_CHECKING:
+    from rocmforge.store import Entry
+
+SCHEMA_VERSION = 1
+BUSY_TIMEOUT = 30.0
+_HEX_RE = re.compile(r"[0-9a-f]*")
+
+_SCHEMA = """
+CREATE TABLE entries (
+    hash TEXT PRIMARY KEY NOT NULL,
+    name TEXT NOT NULL,
+    version TEXT NOT NULL,
+    path TEXT NOT NULL,
+    created REAL NOT NULL,
+    last_used REAL NOT NULL,
+    size INTEGER NOT NULL,
+    sandbox TEXT
+);
+CREATE TABLE wheels (
+    hash TEXT NOT NULL,
+    filename TEXT NOT NULL,
+    sha256 TEXT NOT NULL,
+    blake3 TEXT NOT NULL
+);
+CREATE TABLE env (
+    hash TEXT NOT NULL,
+    key TEXT NOT NULL,
+    value TEXT NOT NULL
+);
+CREATE INDEX entries_name ON entries(name);
+CREATE INDEX wheels_hash ON wheels(hash);
+CREATE INDEX wheels_sha256 ON wheels(sha256);
+CREATE INDEX wheels_blake3 ON wheels(blake3);
+CREATE INDEX env_hash ON env(hash);
+CREATE INDEX env_key_value ON env(key, value);
+"""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WheelRow:
+    """One wheel of an indexed entry with its digests."""
+
+    filename: str
+    sha256: str
+    blake3: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class IndexRow:
+    """One indexed store entry."""
+
+    hash: str
+    name: str
+    version: str
+    path: Path
+    created: float
+    last_used: float
+    size: int
+    sandbox: str | None
+    wheels: tuple[WheelRow, ...] = ()
+
+
+class Index:
+    """The index database at ``path`` (created with the current schema if missing)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        try:
+            self._db = sqlite3.connect(path, timeout=BUSY_TIMEOUT, isolation_level=None)
+        except sqlite3.Error as e:
+            raise StoreError(f"{path}: cannot open the store index: {e}") from e
+        try:
+            self._setup()
+        except sqlite3.Error as e:
+            self._db.close()
+            raise StoreError(f"{path}: cannot set up the store index: {e}") from e
+        except BaseException:
+            self._db.close()
+            raise
+
+    def _setup(self) -> None:
+        db = self._db
+        db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT * 1000)}")
+        mode = db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        if str(mode).lower() != "wal":
+            raise StoreError(f"{self.path}: cannot switch the store index to WAL (got {mode})")
+        db.execute("PRAGMA synchronous = NORMAL")
+        version = db.execute("PRAGMA user_version").fetchone()[0]
+        if version == SCHEMA_VERSION:
+            return
+        if version > SCHEMA_VERSION:
+            raise StoreError(
+                f"{self.path}: index schema {version} is newer than this rocmforge "
+                f"understands ({SCHEMA_VERSION}); upgrade rocmforge"
+            )
+        with self._write():
+            # Re-read under the write lock: a concurrent opener may have created it.
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+            if version == 0:
+                for stmt in _SCHEMA.split(";"):
+                    if stmt.strip():
+                        db.execute(stmt)
+                db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """Run the body in one IMMEDIATE transaction, rolled back on any exception."""
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield self._db
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+
+    def _fail(self, what: str, e: sqlite3.Error) -> StoreError:
+        return StoreError(f"{self.path}: store index {what} failed: {e}")
+
+    # -- writing ----------------------------------------------------------------------------------
+
+    def add(self, entry: Entry, derivation: Mapping[str, Any]) -> None:
+        """Insert or replace ``entry``; env rows come from ``derivation["env"]``."""
+        try:
+            with self._write() as db:
+                self._insert(db, entry, derivation, last_used=None)
+        except sqlite3.Error as e:
+            raise self._fail(f"add of {entry.hash}", e) from e
+
+    def _insert(
+        self,
+        db: sqlite3.Connection,
+        entry: Entry,
+        derivation: Mapping[str, Any],
+        *,
+        last_used: float | None,
+    ) -> None:
+        meta = entry.meta
+        created = float(meta.get("created", 0.0))
+        sandbox = meta.get("sandbox")
+        if sandbox is not None and not isinstance(sandbox, str):
+            sandbox = json.dumps(sandbox, sort_keys=True, separators=(",", ":"))
+        env = derivation.get("env", {})
+        if not isinstance(env, Mapping):
+            raise StoreError(f"derivation of {entry.hash}: 'env' is not a table")
+        wheels = meta.get("wheels", [])
+        if not isinstance(wheels, list):
+            raise StoreError(f"meta of {entry.hash}: 'wheels' is not a list")
+        db.execute(
+            """
+            INSERT INTO entries (hash, name, version, path, created, last_used, size, sandbox)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+            ON CONFLICT(hash) DO UPDATE SET
+                name = excluded.name, version = excluded.version, path = excluded.path,
+                created = excluded.created, size = excluded.size, sandbox = excluded.sandbox,
+                last_used = max(entries.last_used, excluded.last_used)
+            """,
+            (
+                entry.hash,
+                entry.name,
+                entry.version,
+                str(entry.path),
+                created,
+                max(created, last_used or 0.0),
+                int(meta.get("size", 0)),
+                sandbox,
+            ),
+        )
+        db.execute("DELETE FROM wheels WHERE hash = ?", (entry.hash,))
+        db.execute("DELETE FROM env WHERE hash = ?", (entry.hash,))
+        try:
+            wheel_rows = [
+                (entry.hash, str(w["file"]), str(w["sha256"]).lower(), str(w["blake3"]).lower())
+                for w in wheels
+            ]
+        except (KeyError, TypeError) as e:
+            raise StoreError(
+                f"meta of {entry.hash}: each of 'wheels' needs file, sha256 and blake3"
+            ) from e
+        db.executemany(
+            "INSERT INTO wheels (hash, filename, sha256, blake3) VALUES (?, ?, ?, ?)", wheel_rows
+        )
+        db.executemany(
+            "INSERT INTO env (hash, key, value) VALUES (?, ?, ?)",
+            [(entry.hash, str(k), str(v)) for k, v in env.items()],
+        )
+
+    def remove(self, hash: str) -> None:
+        """Forget ``hash`` (a no-op if it is not indexed)."""
+        try:
+            with self._write() as db:
+                for table in ("entries", "wheels", "env"):
+                    db.execute(f"DELETE FROM {table} WHERE hash = ?", (hash,))
+        except sqlite3.Error as e:
+            raise self._fail(f"remove of {hash}", e) from e
+
+    def touch(self, hash: str, when: float) -> None:
+        """Record that ``hash`` was used at ``when`` (last_used never moves backwards)."""
+        try:
+            self._db.execute(
+                "UPDATE entries SET last_used = max(last_used, ?) WHERE hash = ?", (when, hash)
+            )
+        except sqlite3.Error as e:
+            raise self._fail(f"touch of {hash}", e) from e
+
+    def rebuild(self, entries: Iterable[tuple[Entry, Mapping[str, Any]]]) -> int:
+        """Replace the whole index by ``entries`` in one transaction; return how many.
+
+        ``last_used`` of entries that were already indexed is kept.
+        """
+        try:
+            with self._write() as db:
+                used = dict(db.execute("SELECT hash, last_used FROM entries").fetchall())
+                for table in ("entries", "wheels", "env"):
+                    db.execute(f"DELETE FROM {table}")
+                n = 0
+                for entry, derivation in entries:
+                    self._insert(db, entry, derivation, last_used=used.get(entry.hash))
+                    n += 1
+        except sqlite3.Error as e:
+            raise self._fail("rebuild", e) from e
+        return n
+
+    # -- reading ----------------------------------------------------------------------------------
+
+    def _rows(self, where: str, params: Sequence[Any]) -> list[IndexRow]:
+        try:
+            rows = self._db.execute(
+                "SELECT hash, name, version, path, created, last_used, size, sandbox "
+                f"FROM entries WHERE {where} ORDER BY created, hash",
+                params,
+            ).fetchall()
+            wheels: dict[str, list[WheelRow]] = {}
+            hashes = [r[0] for r in rows]
+            for i in range(0, len(hashes), 500):
+                chunk = hashes[i : i + 500]
+                marks = ",".join("?" * len(chunk))
+                for h, filename, sha256, b3 in self._db.execute(
+                    f"SELECT hash, filename, sha256, blake3 FROM wheels WHERE hash IN ({marks}) "
+                    "ORDER BY filename",
+                    chunk,
+                ):
+                    wheels.setdefault(h, []).append(
+                        WheelRow(filename=filename, sha256=sha256, blake3=b3)
+                    )
+        except sqlite3.Error as e:
+            raise self._fail("query", e) from e
+        return [
+            IndexRow(
+                hash=h,
+                name=name,
+                version=version,
+                path=Path(path),
+                created=created,
+                last_used=last_used,
+                size=size,
+                sandbox=sandbox,
+                wheels=tuple(wheels.get(h, ())),
+            )
+            for h, name, version, path, created, last_used, size, sandbox in rows
+        ]
+
+    def get(self, hash: str) -> IndexRow | None:
+        """Return the row of ``hash`` or None."""
+        rows = self._rows("hash = ?", (hash,))
+        return rows[0] if rows else None
+
+    def by_prefix(self, prefix: str) -> list[IndexRow]:
+        """Return the rows whose hash starts with ``prefix`` (lowercase hex)."""
+        if not _HEX_RE.fullmatch(prefix):
+            return []
+        return self._rows("hash GLOB ?", (prefix + "*",))
+
+    def by_wheel_digest(self, digest: str) -> list[IndexRow]:
+        """Return the rows with a wheel whose sha256 or blake3 hex digest is ``digest``."""
+        d = digest.lower()
+        return self._rows(
+            "hash IN (SELECT hash FROM wheels WHERE sha256 = ? OR blake3 = ?)", (d, d)
+        )
+
+    def by_name(self, name: str) -> list[IndexRow]:
+        """Return the rows of package ``name``, oldest first."""
+        return self._rows("name = ?", (name,))
+
+    def by_env(self, key: str, value: str) -> list[IndexRow]:
+        """Return the rows whose derivation env had ``key`` set to ``value``."""
+        return self._rows(
+            "hash IN (SELECT hash FROM env WHERE key = ? AND value = ?)", (key, value)
+        )
+
+    def rows(self) -> list[IndexRow]:
+        """Return every row, oldest first."""
+        return self._rows("1", ())
+
+    def journal_mode(self) -> str:
+        """Return the database's journal mode (``"wal"`` when healthy)."""
+        try:
+            return str(self._db.execute("PRAGMA journal_mode").fetchone()[0]).lower()
+        except sqlite3.Error as e:
+            raise self._fail("query", e) from e
+
+    # -- lifetime ---------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the connection (idempotent)."""
+        try:
+            self._db.close()
+        except sqlite3.Error as e:
+            raise self._fail("close", e) from e
+
+    def __enter__(self) -> Index:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

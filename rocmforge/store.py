@@ -1,0 +1,675 @@
+"""The content-addressed store: published entries, in-progress builds, locks and the index.
+
+Layout under the store root::
+
+    entries/<hash>-<name>-<version>/   published, read-only: wheels, derivation.json,
+                                       build.log.zst, meta.json
+    tmp/<hash>.<pid>.<rand>/           builds in progress, each guarded by tmp/<same>.lock
+    locks/<hash>.lock                  per-hash build locks (filelock)
+    failed/                            logs of failed builds
+    sources/  cache/                   owned by other modules
+    index.sqlite                       SQLite index (WAL), rebuildable from entries/
+    gc.lock                            store-wide read/write lock (flock SH for realize, EX for gc)
+
+``entries/`` is the source of truth; the index may lag behind it. :meth:`Store.lookup` is the
+cache-hit hot path: it only stats and reads ``meta.json`` and never imports ``sqlite3`` or
+``filelock`` (both are imported lazily, where they are needed).
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import re
+import stat
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager, suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from rocmforge.errors import StoreError, UsageError
+
+if TYPE_CHECKING:
+    from rocmforge.index import Index
+
+HASH_LEN = 32
+MIN_PREFIX = 4
+_HASH_RE = re.compile(r"[0-9a-f]{32}")
+_HEX_RE = re.compile(r"[0-9a-f]+")
+_NAME_RE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?")
+_VERSION_RE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._+!-]*[A-Za-z0-9])?")
+_TMP_RE = re.compile(r"([0-9a-f]{32})\.(\d+)\.([0-9a-f]+)")
+META = "meta.json"
+DERIVATION = "derivation.json"
+BUILD_LOG = "build.log.zst"
+FILE_MODE = 0o444
+DIR_MODE = 0o555
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Entry:
+    """One published store entry: its identity, directory, wheels and parsed ``meta.json``."""
+
+    hash: str
+    name: str
+    version: str
+    path: Path
+    wheels: tuple[Path, ...]
+    meta: Mapping[str, Any] = field(compare=False)
+
+
+def _check_hash(hash: str) -> None:
+    if not _HASH_RE.fullmatch(hash):
+        raise StoreError(f"not an input hash (32 lowercase hex characters): {hash!r}")
+
+
+def _check_name_version(name: str, version: str) -> None:
+    if not _NAME_RE.fullmatch(name):
+        raise StoreError(f"invalid package name for a store entry: {name!r}")
+    if not _VERSION_RE.fullmatch(version):
+        raise StoreError(f"invalid version for a store entry: {version!r}")
+
+
+def _fsync_path(path: Path | str, *, directory: bool = False) -> None:
+    """Open ``path`` read-only and fsync it (files and directories alike)."""
+    flags = os.O_RDONLY | os.O_CLOEXEC | (os.O_DIRECTORY if directory else 0)
+    fd = os.open(path, flags)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_json_atomic(path: Path, value: Mapping[str, Any]) -> None:
+    """Write ``value`` as JSON to ``path`` via a temp file in the same directory + os.replace."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+    data = (json.dumps(value, indent=2, sort_keys=True) + "\n").encode()
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        with suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def remove_tree(path: Path) -> None:
+    """Remove ``path`` recursively even if it was sealed read-only; a missing path is fine.
+
+    Only directories are made writable (that is what unlinking needs); file modes are left alone
+    so a file hard-linked elsewhere (e.g. into a published entry) keeps its read-only mode.
+    """
+    import shutil
+
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISDIR(st.st_mode):
+        os.unlink(path)
+        return
+    os.chmod(path, 0o700)
+    for dirpath, dirnames, _ in os.walk(path):
+        for d in dirnames:
+            sub = os.path.join(dirpath, d)
+            if not stat.S_ISLNK(os.lstat(sub).st_mode):
+                os.chmod(sub, 0o700)
+    shutil.rmtree(path)
+
+
+def _open_locked_nb(lock_path: Path) -> int | None:
+    """Return an fd holding LOCK_EX on ``lock_path``, or None if it is held or gone.
+
+    Verifies the locked inode is still the one at ``lock_path`` (it may have been unlinked and
+    replaced between open and flock).
+    """
+    try:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    except BaseException:
+        os.close(fd)
+        raise
+    try:
+        same = os.stat(lock_path).st_ino == os.fstat(fd).st_ino
+    except FileNotFoundError:
+        same = False
+    if not same:
+        os.close(fd)
+        return None
+    return fd
+
+
+class BuildDir:
+    """A private directory under ``tmp/`` for one build, guarded by a held flock.
+
+    ``with store.new_build_dir(h) as bd:`` creates and locks ``tmp/<hash>.<pid>.<rand>.lock``,
+    then creates ``bd.path`` (empty). On exit the directory is removed (unless ``bd.keep`` was
+    set, e.g. for ``--keep-failed``) and the lock file is removed, releasing the lock. A process
+    that dies leaves the lock file unheld, which is how :meth:`Store.clean_leftovers` tells a
+    crashed build from a running one. Not re-entrant.
+    """
+
+    __slots__ = ("_fd", "keep", "lock_path", "path")
+
+    def __init__(self, path: Path, lock_path: Path) -> None:
+        self.path = path
+        self.lock_path = lock_path
+        self.keep = False
+        self._fd: int | None = None
+
+    def __enter__(self) -> BuildDir:
+        if self._fd is not None:
+            raise StoreError(f"build directory already in use: {self.path}")
+        try:
+            while True:
+                fd = os.open(
+                    self.lock_path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644
+                )
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX)
+                    try:
+                        same = os.stat(self.lock_path).st_ino == os.fstat(fd).st_ino
+                    except FileNotFoundError:
+                        same = False
+                except BaseException:
+                    os.close(fd)
+                    raise
+                if same:
+                    break
+                # A concurrent clean_leftovers took it for an orphan and unlinked it; retry.
+                os.close(fd)
+            self._fd = fd
+            os.write(fd, f"{os.getpid()}\n".encode())
+            os.mkdir(self.path, 0o755)
+        except OSError as e:
+            self._release(unlink=True)
+            raise StoreError(f"cannot create build directory {self.path}: {e}") from e
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self.keep:
+            self._release(unlink=True)
+            return
+        try:
+            remove_tree(self.path)
+        except OSError as e:
+            # Keep the lock file: once released it marks the directory as a leftover to clean.
+            self._release(unlink=False)
+            if exc_type is None:
+                raise StoreError(f"cannot remove build directory {self.path}: {e}") from e
+            return
+        self._release(unlink=True)
+
+    def _release(self, *, unlink: bool) -> None:
+        if unlink:
+            with suppress(FileNotFoundError):
+                os.unlink(self.lock_path)
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+class Store:
+    """A store rooted at ``root``; create one with :func:`open_store`."""
+
+    __slots__ = (
+        "_index",
+        "cache_dir",
+        "entries_dir",
+        "failed_dir",
+        "gc_lock_path",
+        "index_path",
+        "locks_dir",
+        "root",
+        "sources_dir",
+        "tmp_dir",
+    )
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.entries_dir = root / "entries"
+        self.tmp_dir = root / "tmp"
+        self.locks_dir = root / "locks"
+        self.failed_dir = root / "failed"
+        self.sources_dir = root / "sources"
+        self.cache_dir = root / "cache"
+        self.index_path = root / "index.sqlite"
+        self.gc_lock_path = root / "gc.lock"
+        self._index: Index | None = None
+
+    def __repr__(self) -> str:
+        return f"Store({str(self.root)!r})"
+
+    # -- naming ---------------------------------------------------------------------------------
+
+    def entry_dir(self, hash: str, name: str, version: str) -> Path:
+        """Return ``entries/<hash>-<name>-<version>`` (validating all three parts)."""
+        _check_hash(hash)
+        _check_name_version(name, version)
+        return self.entries_dir / f"{hash}-{name}-{version}"
+
+    def failed_log_path(self, hash: str, name: str, version: str) -> Path:
+        """Return where the log of a failed build of ``hash`` is kept."""
+        _check_hash(hash)
+        _check_name_version(name, version)
+        return self.failed_dir / f"{hash}-{name}-{version}.log.zst"
+
+    # -- reading ----------------------------------------------------------------------------------
+
+    def lookup(self, hash: str, name: str, version: str) -> Entry | None:
+        """Return the published entry for ``hash`` or None; reads only the filesystem.
+
+        A directory without a readable ``meta.json`` or with missing wheels raises
+        :class:`StoreError` (publishing never leaves one, so it is damage, not a miss).
+        """
+        path = self.entry_dir(hash, name, version)
+        try:
+            with open(path / META, "rb") as f:
+                raw = f.read()
+        except FileNotFoundError:
+            if not os.path.lexists(path):
+                return None
+            raise StoreError(f"damaged store entry (no {META}): {path}") from None
+        except OSError as e:
+            raise StoreError(f"cannot read {path / META}: {e}") from e
+        entry = self._entry_from_meta(path, raw)
+        if (entry.hash, entry.name, entry.version) != (hash, name, version):
+            raise StoreError(
+                f"{path / META}: records {entry.hash}-{entry.name}-{entry.version}, not {path.name}"
+            )
+        for wheel in entry.wheels:
+            if not os.path.isfile(wheel):
+                raise StoreError(f"damaged store entry (wheel missing): {wheel}")
+        return entry
+
+    def _entry_from_meta(self, path: Path, raw: bytes) -> Entry:
+        try:
+            meta = json.loads(raw)
+        except ValueError as e:
+            raise StoreError(f"{path / META}: invalid JSON: {e}") from e
+        if not isinstance(meta, dict):
+            raise StoreError(f"{path / META}: not a JSON object")
+        hash_, name, version = meta.get("hash"), meta.get("name"), meta.get("version")
+        if not (isinstance(hash_, str) and isinstance(name, str) and isinstance(version, str)):
+            raise StoreError(f"{path / META}: missing hash, name or version")
+        wheels_meta = meta.get("wheels")
+        if not isinstance(wheels_meta, list):
+            raise StoreError(f"{path / META}: 'wheels' is not a list")
+        wheels: list[Path] = []
+        for i, w in enumerate(wheels_meta):
+            file = w.get("file") if isinstance(w, dict) else None
+            if not isinstance(file, str) or "/" in file or file in ("", ".", ".."):
+                raise StoreError(f"{path / META}: wheels[{i}].file is not a file name")
+            wheels.append(path / file)
+        return Entry(
+            hash=hash_, name=name, version=version, path=path, wheels=tuple(wheels), meta=meta
+        )
+
+    def _load_dir(self, path: Path) -> Entry:
+        """Load the entry in directory ``path`` (any name), checking name against meta."""
+        try:
+            raw = (path / META).read_bytes()
+        except OSError as e:
+            raise StoreError(f"damaged store entry (cannot read {META}): {path}: {e}") from e
+        entry = self._entry_from_meta(path, raw)
+        if path.name != f"{entry.hash}-{entry.name}-{entry.version}":
+            raise StoreError(
+                f"{path / META}: records {entry.hash}-{entry.name}-{entry.version}, not {path.name}"
+            )
+        return entry
+
+    def _entry_names(self) -> list[str]:
+        try:
+            names = os.listdir(self.entries_dir)
+        except OSError as e:
+            raise StoreError(f"cannot list {self.entries_dir}: {e}") from e
+        return sorted(
+            n
+            for n in names
+            if len(n) > HASH_LEN + 1
+            and n[HASH_LEN] == "-"
+            and _HASH_RE.fullmatch(n[:HASH_LEN])
+            and os.path.isdir(self.entries_dir / n)
+        )
+
+    def entries(self) -> Iterator[Entry]:
+        """Yield every published entry, sorted by directory name (``entries/`` is the truth)."""
+        for n in self._entry_names():
+            yield self._load_dir(self.entries_dir / n)
+
+    def resolve(self, target: str) -> Entry:
+        """Find one entry from a hash or unique hash prefix (>= 4 chars), a dir name, or a path.
+
+        A path may name the entry directory or any file inside it (symlinks such as result
+        links are followed). Unknown or ambiguous targets raise :class:`UsageError`.
+        """
+        if target and "/" not in target and target not in (".", ".."):
+            candidate = self.entries_dir / target
+            if os.path.isdir(candidate):
+                return self._load_dir(candidate)
+        names = self._entry_names()
+        if _HEX_RE.fullmatch(target) and len(target) <= HASH_LEN:
+            if len(target) < MIN_PREFIX and not os.path.exists(target):
+                raise UsageError(
+                    f"hash prefix {target!r} is too short (at least {MIN_PREFIX} characters)"
+                )
+            matches = [n for n in names if n.startswith(target)]
+            if len(matches) == 1:
+                return self._load_dir(self.entries_dir / matches[0])
+            if len(matches) > 1:
+                raise UsageError(
+                    f"hash prefix {target!r} is ambiguous; candidates:\n"
+                    + "\n".join(f"  {n}" for n in matches)
+                )
+        if os.path.exists(target):
+            entries_real = os.path.realpath(self.entries_dir)
+            real = os.path.realpath(target)
+            rel = os.path.relpath(real, entries_real)
+            if rel != "." and not rel.startswith(".."):
+                top = rel.split(os.sep, 1)[0]
+                if top in names:
+                    return self._load_dir(self.entries_dir / top)
+            raise UsageError(f"{target} is not inside a store entry of {self.entries_dir}")
+        hint = ""
+        if names:
+            shown = names[:10]
+            more = f"\n  ... and {len(names) - 10} more" if len(names) > 10 else ""
+            hint = "; entries:\n" + "\n".join(f"  {n}" for n in shown) + more
+        else:
+            hint = f"; the store at {self.root} is empty"
+        raise UsageError(f"no store entry matches {target!r}{hint}")
+
+    # -- locks ------------------------------------------------------------------------------------
+
+    @contextmanager
+    def _gc_flock(self, op: int) -> Iterator[None]:
+        try:
+            fd = os.open(self.gc_lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as e:
+            raise StoreError(f"cannot open {self.gc_lock_path}: {e}") from e
+        try:
+            try:
+                fcntl.flock(fd, op)
+            except OSError as e:
+                raise StoreError(f"cannot lock {self.gc_lock_path}: {e}") from e
+            yield
+        finally:
+            os.close(fd)
+
+    def shared_lock(self) -> AbstractContextManager[None]:
+        """Hold the store-wide lock shared (realize): gc cannot run meanwhile. Blocks.
+
+        Each call opens its own descriptor, so do not nest it with :meth:`exclusive_lock`
+        in one process (that would deadlock).
+        """
+        return self._gc_flock(fcntl.LOCK_SH)
+
+    def exclusive_lock(self) -> AbstractContextManager[None]:
+        """Hold the store-wide lock exclusively (gc): waits for every realize. Blocks."""
+        return self._gc_flock(fcntl.LOCK_EX)
+
+    @contextmanager
+    def _build_lock(self, hash: str) -> Iterator[None]:
+        import filelock
+
+        lock = filelock.FileLock(str(self.locks_dir / f"{hash}.lock"))
+        try:
+            lock.acquire()
+        except OSError as e:
+            raise StoreError(f"cannot take build lock {lock.lock_file}: {e}") from e
+        try:
+            yield
+        finally:
+            lock.release()
+
+    def build_lock(self, hash: str) -> AbstractContextManager[None]:
+        """Hold the per-hash build lock (``locks/<hash>.lock``); blocks until acquired."""
+        _check_hash(hash)
+        return self._build_lock(hash)
+
+    # -- building and publishing ------------------------------------------------------------------
+
+    def new_build_dir(self, hash: str) -> BuildDir:
+        """Return a :class:`BuildDir` for ``tmp/<hash>.<pid>.<rand>/``; use it with ``with``."""
+        _check_hash(hash)
+        base = f"{hash}.{os.getpid()}.{os.urandom(6).hex()}"
+        return BuildDir(self.tmp_dir / base, self.tmp_dir / f"{base}.lock")
+
+    def clean_leftovers(self, *, include_kept: bool = False) -> list[Path]:
+        """Remove build dirs of dead processes from ``tmp/``; return what was removed.
+
+        A build dir whose ``.lock`` is not held (its owner died) is removed with its lock file;
+        an unheld lock file without a dir is removed too. A dir without any lock file was kept
+        on purpose (``BuildDir.keep``) and is removed only with ``include_kept``.
+        """
+        try:
+            names = os.listdir(self.tmp_dir)
+        except FileNotFoundError:
+            return []
+        except OSError as e:
+            raise StoreError(f"cannot list {self.tmp_dir}: {e}") from e
+        removed: list[Path] = []
+        present = set(names)
+        try:
+            for n in sorted(names):
+                if n.endswith(".lock") and _TMP_RE.fullmatch(n[: -len(".lock")]):
+                    lock_path = self.tmp_dir / n
+                    fd = _open_locked_nb(lock_path)
+                    if fd is None:
+                        continue
+                    try:
+                        d = self.tmp_dir / n[: -len(".lock")]
+                        if os.path.lexists(d):
+                            remove_tree(d)
+                            removed.append(d)
+                        os.unlink(lock_path)
+                    finally:
+                        os.close(fd)
+                elif include_kept and _TMP_RE.fullmatch(n) and f"{n}.lock" not in present:
+                    d = self.tmp_dir / n
+                    if not os.path.lexists(f"{d}.lock"):
+                        remove_tree(d)
+                        removed.append(d)
+        except OSError as e:
+            raise StoreError(f"cannot clean leftovers in {self.tmp_dir}: {e}") from e
+        return removed
+
+    def publish(
+        self,
+        staged: Path,
+        *,
+        hash: str,
+        name: str,
+        version: str,
+        meta: Mapping[str, Any],
+    ) -> Entry:
+        """Publish the staged directory as ``entries/<hash>-<name>-<version>`` atomically.
+
+        ``staged`` (on the store's filesystem, normally inside a :class:`BuildDir`) holds the
+        wheel(s), ``derivation.json`` and ``build.log.zst``. ``meta.json`` is written into it
+        (``meta`` plus hash, name, version, created and size = bytes of the other files; when
+        ``meta`` has no ``wheels`` list it is computed), every file is fsynced and made 0o444,
+        the directory is renamed into ``entries/`` and made 0o555, ``entries/`` is fsynced and
+        the index is updated. If another publisher won the race, ``staged`` is discarded and
+        the existing entry is returned.
+        """
+        final = self.entry_dir(hash, name, version)
+        existing = self.lookup(hash, name, version)
+        if existing is not None:
+            self._discard(staged)
+            return existing
+        try:
+            derivation, full_meta = self._prepare(staged, hash, name, version, meta)
+            _write_json_atomic(staged / META, full_meta)
+            self._seal(staged)
+        except OSError as e:
+            raise StoreError(f"cannot stage {staged} for publishing as {final.name}: {e}") from e
+        try:
+            os.rename(staged, final)
+        except OSError as e:
+            if e.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                raise StoreError(f"cannot publish {staged} as {final}: {e}") from e
+            winner = self.lookup(hash, name, version)
+            if winner is None:
+                raise StoreError(f"cannot publish {staged} as {final}: {e}") from e
+            self._discard(staged)
+            return winner
+        try:
+            # After the rename: moving a directory needs write access to it (its "..").
+            os.chmod(final, DIR_MODE)
+            _fsync_path(final, directory=True)
+            _fsync_path(self.entries_dir, directory=True)
+        except OSError as e:
+            raise StoreError(f"cannot seal published entry {final}: {e}") from e
+        entry = self._load_dir(final)
+        self.index.add(entry, derivation)
+        return entry
+
+    def _discard(self, staged: Path) -> None:
+        try:
+            remove_tree(staged)
+        except OSError as e:
+            raise StoreError(f"cannot discard staged directory {staged}: {e}") from e
+
+    def _prepare(
+        self, staged: Path, hash: str, name: str, version: str, meta: Mapping[str, Any]
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Read the derivation, check the wheels, and return (derivation, full meta)."""
+        if not staged.is_dir():
+            raise StoreError(f"staged build output is not a directory: {staged}")
+        try:
+            derivation = json.loads((staged / DERIVATION).read_bytes())
+        except FileNotFoundError:
+            raise StoreError(f"staged build output has no {DERIVATION}: {staged}") from None
+        except ValueError as e:
+            raise StoreError(f"{staged / DERIVATION}: invalid JSON: {e}") from e
+        if not isinstance(derivation, dict):
+            raise StoreError(f"{staged / DERIVATION}: not a JSON object")
+        wheel_files = sorted(n for n in os.listdir(staged) if n.endswith(".whl"))
+        if not wheel_files:
+            raise StoreError(f"staged build output has no wheel: {staged}")
+        full = dict(meta)
+        if "wheels" in full:
+            listed = full["wheels"]
+            if not isinstance(listed, list) or not all(
+                isinstance(w, dict) and isinstance(w.get("file"), str) for w in listed
+            ):
+                raise StoreError(f"meta for {hash}: 'wheels' must be a list of {{'file': ...}}")
+            missing = sorted({w["file"] for w in listed} ^ set(wheel_files))
+            if missing:
+                raise StoreError(
+                    f"meta for {hash}: 'wheels' does not match the wheels in {staged}: "
+                    + ", ".join(missing)
+                )
+        else:
+            from rocmforge.hashing import file_digests
+
+            rows = []
+            for w in wheel_files:
+                b3, sha = file_digests(staged / w)
+                size = os.stat(staged / w).st_size
+                rows.append({"file": w, "sha256": sha, "blake3": b3, "size": size})
+            full["wheels"] = rows
+        size = 0
+        for dirpath, _, filenames in os.walk(staged):
+            for f in filenames:
+                p = os.path.join(dirpath, f)
+                if p != os.path.join(staged, META):
+                    size += os.lstat(p).st_size
+        full.update(hash=hash, name=name, version=version, created=time.time(), size=size)
+        return derivation, full
+
+    @staticmethod
+    def _seal(staged: Path) -> None:
+        """Fsync every file and directory below ``staged`` and make them read-only.
+
+        ``staged`` itself is fsynced but made read-only only after it has been renamed.
+        """
+        for dirpath, dirnames, filenames in os.walk(staged, topdown=False):
+            for f in filenames:
+                p = os.path.join(dirpath, f)
+                if stat.S_ISLNK(os.lstat(p).st_mode):
+                    continue
+                _fsync_path(p)
+                os.chmod(p, FILE_MODE)
+            for d in dirnames:
+                p = os.path.join(dirpath, d)
+                if stat.S_ISLNK(os.lstat(p).st_mode):
+                    continue
+                _fsync_path(p, directory=True)
+                os.chmod(p, DIR_MODE)
+        _fsync_path(staged, directory=True)
+
+    # -- index ------------------------------------------------------------------------------------
+
+    @property
+    def index(self) -> Index:
+        """The SQLite index at ``index.sqlite``, opened on first use."""
+        if self._index is None:
+            from rocmforge.index import Index
+
+            self._index = Index(self.index_path)
+        return self._index
+
+    def rebuild_index(self) -> int:
+        """Refill the index from ``entries/`` (the source of truth); return the entry count."""
+
+        def pairs() -> Iterator[tuple[Entry, Mapping[str, Any]]]:
+            for entry in self.entries():
+                try:
+                    derivation = json.loads((entry.path / DERIVATION).read_bytes())
+                except (OSError, ValueError) as e:
+                    raise StoreError(f"{entry.path / DERIVATION}: cannot read: {e}") from e
+                yield entry, derivation
+
+        return self.index.rebuild(pairs())
+
+    def close(self) -> None:
+        """Close the index if it was opened."""
+        if self._index is not None:
+            self._index.close()
+            self._index = None
+
+
+def open_store(root: Path) -> Store:
+    """Open the store at ``root``, creating its layout if needed (idempotent)."""
+    root = Path(os.path.abspath(root))
+    store = Store(root)
+    if os.path.lexists(root) and not os.path.isdir(root):
+        raise StoreError(f"store root exists and is not a directory: {root}")
+    try:
+        for d in (
+            store.entries_dir,
+            store.tmp_dir,
+            store.locks_dir,
+            store.failed_dir,
+            store.sources_dir,
+            store.cache_dir,
+        ):
+            os.makedirs(d, exist_ok=True)
+    except OSError as e:
+        raise StoreError(f"cannot create store layout under {root}: {e}") from e
+    return store
