@@ -480,3 +480,15 @@ def test_loading_a_valid_recipe_imports_no_tomlkit_or_filelock(tmp_path: Path) -
     )
     assert "rocmforge.recipe_load" in proc.stderr  # the probe really measured the import
     assert "tomlkit" not in proc.stderr and "filelock" not in proc.stderr
+
+
+def test_the_documented_example_loads(tmp_path: Path) -> None:
+    docs = (Path(__file__).parent.parent / "docs" / "recipes.md").read_text()
+    blocks = docs.split("```toml\n")[1:]
+    assert len(blocks) == 2
+    for block in blocks:
+        body = block.split("```")[0]
+        write(tmp_path / body.splitlines()[0].removeprefix("# "), body)
+    r = load_recipe(tmp_path / "recipes" / "torch.toml")
+    assert dict(r.env) == {"USE_CUDA": "0", "USE_ROCM": "1", "PYTORCH_ROCM_ARCH": "gfx942"}
+    assert r.build.passthrough == ("MAX_JOBS", "CCACHE_DIR") and r.build.timeout == 8 * 3600.0
