@@ -180,9 +180,11 @@ def install_wheels(
 
 
 def _zip_date_time(epoch: int) -> tuple[int, int, int, int, int, int]:
-    """Return the zip ``date_time`` for ``epoch``, clamped to what zip can store, in UTC."""
+    """Return the zip ``date_time`` for ``epoch``, clamped to what zip can store, in UTC.
+
+    Zip keeps seconds at two-second resolution; an odd second is stored (and read back) one lower.
+    """
     clamped = min(max(epoch, ZIP_MIN_EPOCH), ZIP_MAX_EPOCH)
-    clamped -= clamped % 2  # zip stores seconds with two-second resolution
     t = time.gmtime(clamped)
     return (t.tm_year, t.tm_mon, t.tm_mday, t.tm_hour, t.tm_min, t.tm_sec)
 
