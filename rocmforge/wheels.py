@@ -162,7 +162,10 @@ def install_wheels(
     naming the wheel.
     """
     for wheel in wheels:
-        name = parse_wheel_name(wheel.name)
+        try:
+            name = parse_wheel_name(wheel.name)
+        except CheckError as exc:
+            raise error(str(exc)) from exc
         destination = SchemeDictionaryDestination(
             scheme_dict=_scheme_dict(venv, name.distribution),
             interpreter=interpreter,
@@ -173,9 +176,7 @@ def install_wheels(
             with WheelFile.open(wheel) as source:
                 source.validate_record(validate_contents=True)
                 installer.install(source, destination, {"INSTALLER": INSTALLER_NAME})
-        except (InstallerError, ValueError) as exc:
-            raise error(f"{wheel}: cannot install into {venv}: {exc}") from exc
-        except (OSError, zipfile.BadZipFile) as exc:
+        except (InstallerError, ValueError, OSError, zipfile.BadZipFile) as exc:
             raise error(f"{wheel}: cannot install into {venv}: {exc}") from exc
 
 

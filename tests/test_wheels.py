@@ -377,6 +377,10 @@ def test_install_rejects_tampered_wheel(demo: Demo, tmp_path: Path) -> None:
     with pytest.raises(RequirementError, match=demo.wheel.name):
         install_wheels([bad], venv, interpreter="/x/bin/python", error=RequirementError)
     assert not (venv_site_packages(venv) / "rfdemo").exists()
+    with pytest.raises(RequirementError, match="not a wheel file name"):
+        install_wheels([tmp_path / "x.zip"], venv, interpreter="/x", error=RequirementError)
+    with pytest.raises(CheckError, match="No such file"):
+        install_wheels([tmp_path / "gone-1.0-py3-none-any.whl"], venv, interpreter="/x")
 
 
 def _record_line(name: str, data: bytes) -> str:
