@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import math
 import os
 import select
 import shlex
@@ -141,7 +142,8 @@ class BwrapRunner:
         # Parents before children, so a nested mount is not hidden by its parent's bind.
         for mount in sorted(mounts, key=lambda m: len(PurePosixPath(m.inside).parts)):
             cmd += ["--bind" if mount.writable else "--ro-bind", str(mount.host), mount.inside]
-        cmd += ["--chdir", cwd, "--"]
+        # The root is a tmpfs bwrap built; freeze it so /etc, /root ... cannot be written.
+        cmd += ["--remount-ro", "/", "--chdir", cwd, "--"]
         if "PWD" not in env:
             # bwrap always exports PWD after --chdir; take it out again so env stays exact.
             cmd += ["/usr/bin/env", "-u", "PWD", "--"]
@@ -432,8 +434,7 @@ def _pump(
         if not pipe_open:
             time.sleep(min(wait, 0.02))
             continue
-        ready, _, _ = select.select([fd], [], [], wait)
-        if ready:
+        if _readable(fd, wait):
             chunk = os.read(fd, _CHUNK)
             if chunk:
                 log.write(chunk)
@@ -446,14 +447,20 @@ def _drain(fd: int, log: BinaryIO, lines: _Lines) -> None:
     """Copy what is left in the pipe; give up after a bound if an escaped process holds it."""
     stop = time.monotonic() + _DRAIN_SECONDS
     while (left := stop - time.monotonic()) > 0:
-        ready, _, _ = select.select([fd], [], [], left)
-        if not ready:
+        if not _readable(fd, left):
             return
         chunk = os.read(fd, _CHUNK)
         if not chunk:
             return
         log.write(chunk)
         lines.feed(chunk)
+
+
+def _readable(fd: int, seconds: float) -> bool:
+    """Wait up to ``seconds`` for ``fd`` to be readable or hung up (poll: no FD_SETSIZE limit)."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
+    return bool(poller.poll(max(0, math.ceil(seconds * 1000))))
 
 
 def _exited(pid: int) -> bool:
