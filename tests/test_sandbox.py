@@ -224,9 +224,8 @@ def test_output_is_streamed_while_running(bwrap: Runner, tmp_path: Path) -> None
         seen[line] = time.monotonic()
 
     run(bwrap, tmp_path, sh("echo first; sleep 1; echo second"), on_line=on_line)
-    ended = time.monotonic()
-    assert ended - seen["first"] > 0.7
-    assert ended - seen["second"] < 0.5
+    # Buffered output would deliver both lines together at the end.
+    assert seen["second"] - seen["first"] > 0.7
 
 
 def test_term_ignored_escalates_to_kill(tmp_path: Path) -> None:
