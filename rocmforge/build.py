@@ -1,0 +1,214 @@
+"""The build stage: a fresh source copy, a private venv, the steps in the sandbox, a staged entry.
+
+Inside a relocating sandbox (bubblewrap) every build sees the same paths — ``/build/src``,
+``/build/venv``, ``/build/out``, ``/build/home`` — so compilers embed no per-build temp path and two
+builds of one derivation give byte-identical wheels.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import zstandard
+
+from rocmforge.check import check_wheels
+from rocmforge.errors import BuildError, BuildTimeout, RequirementError, RocmforgeError
+from rocmforge.progress import Reporter
+from rocmforge.resolve import Resolved
+from rocmforge.sandbox import Mount, Runner
+from rocmforge.sources import materialize_source
+from rocmforge.store import Entry, Store
+from rocmforge.wheels import create_venv, install_wheels, normalize_wheel, wheel_digests
+
+TAIL_LINES = 30
+
+# A minimal PEP 517 frontend run by the build venv's Python; no isolation (the venv is the
+# isolation) and no network (requirements are pinned and pre-installed).
+PEP517_FRONTEND = r"""
+import importlib, os, sys, tomllib
+out = sys.argv[1]
+backend, paths = "setuptools.build_meta:__legacy__", []
+if os.path.exists("pyproject.toml"):
+    with open("pyproject.toml", "rb") as f:
+        system = tomllib.load(f).get("build-system", {})
+    backend = system.get("build-backend", backend)
+    paths = system.get("backend-path", [])
+sys.path[:0] = [os.path.abspath(p) for p in paths]
+module, _, attr = backend.partition(":")
+hooks = importlib.import_module(module)
+for part in filter(None, attr.split(".")):
+    hooks = getattr(hooks, part)
+print("rocmforge: built", hooks.build_wheel(out), flush=True)
+"""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BuildOutcome:
+    """A published build: the store entry, the sandbox level used and the build's duration."""
+
+    entry: Entry
+    sandbox: str
+    seconds: float
+
+
+def _log_tail(path: Path, n: int = TAIL_LINES) -> tuple[str, ...]:
+    try:
+        with open(path, "rb") as f:
+            lines: deque[bytes] = deque(f, maxlen=n)
+    except OSError:
+        return ()
+    return tuple(ln.decode("utf-8", "replace").rstrip("\n") for ln in lines)
+
+
+def compress_file(src: Path, dest: Path) -> None:
+    """Compress ``src`` into ``dest`` with zstandard, streaming, and fsync it."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(f".{dest.name}.tmp")
+    with open(src, "rb") as fin, open(tmp, "wb") as fout:
+        zstandard.ZstdCompressor(level=10).copy_stream(fin, fout)
+        fout.flush()
+        os.fsync(fout.fileno())
+    os.replace(tmp, dest)
+
+
+def build_env(
+    resolved: Resolved, *, paths: Mapping[str, str], host_env: Mapping[str, str]
+) -> dict[str, str]:
+    """Return the complete environment of a build: recipe env, toolchain env, fixed vars."""
+    recipe, tc = resolved.recipe, resolved.toolchain
+    search = [f"{paths['venv']}/bin", *tc.path_dirs, "/usr/local/bin", "/usr/bin", "/bin"]
+    env: dict[str, str] = {}
+    for name in recipe.build.passthrough:
+        if name in host_env:
+            env[name] = host_env[name]
+    env.update(tc.env)
+    env.update(recipe.env)
+    env.update(
+        {
+            "PATH": ":".join(dict.fromkeys(search)),
+            "HOME": paths["home"],
+            "TMPDIR": paths["tmp"],
+            "OUT": paths["out"],
+            "VIRTUAL_ENV": paths["venv"],
+            "SOURCE_DATE_EPOCH": str(resolved.source.epoch),
+            "TZ": "UTC",
+            "LC_ALL": "C.UTF-8",
+            "PYTHONHASHSEED": "0",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTHONNOUSERSITE": "1",
+            "PIP_NO_INDEX": "1",
+        }
+    )
+    return env
+
+
+def _run_steps(
+    resolved: Resolved, runner: Runner, *, root: Path, log: BinaryIO, reporter: Reporter
+) -> None:
+    mounts = [
+        Mount(host=root / "src", inside="/build/src", writable=True),
+        Mount(host=root / "venv", inside="/build/venv", writable=False),
+        Mount(host=root / "out", inside="/build/out", writable=True),
+        Mount(host=root / "home", inside="/build/home", writable=True),
+        *(Mount(host=p, inside=str(p)) for p in resolved.toolchain.mounts),
+    ]
+    paths = {name: runner.sandbox_path(m) for name, m in zip(("src", "venv", "out", "home"), mounts)}
+    paths["tmp"] = "/tmp" if paths["src"] == "/build/src" else str(root / "tmp")
+    env = build_env(resolved, paths=paths, host_env=os.environ)
+    steps = resolved.recipe.build.steps
+    commands = [["/bin/sh", "-euc", s] for s in steps] or [
+        [f"{paths['venv']}/bin/python", "-c", PEP517_FRONTEND, paths["out"]]
+    ]
+    deadline = time.monotonic() + resolved.recipe.build.timeout
+    for i, argv in enumerate(commands, 1):
+        label = f"step {i}/{len(commands)}" if steps else "PEP 517 build"
+        log.write(f"rocmforge: {label}: {argv[-1] if steps else 'build_wheel'}\n".encode())
+        log.flush()
+        result = runner.run(
+            argv, cwd=paths["src"], env=env, mounts=mounts,
+            timeout=max(1.0, deadline - time.monotonic()), log=log, on_line=reporter.log_line,
+        )
+        if result.timed_out:
+            raise BuildTimeout(f"{label} timed out after {resolved.recipe.build.timeout:.0f} s")
+        if result.returncode != 0:
+            raise BuildError(f"{label} exited with status {result.returncode}")
+
+
+def _stage(resolved: Resolved, root: Path, runner: Runner, reporter: Reporter, log: BinaryIO) -> dict[str, Any]:
+    out = root / "out"
+    wheels = sorted(out.glob("*.whl"))
+    if not wheels:
+        raise BuildError("the build finished but wrote no wheel into $OUT")
+    for w in wheels:
+        normalize_wheel(w, epoch=resolved.source.epoch)
+    reporter.phase("check")
+    check_wheels(
+        wheels, recipe=resolved.recipe, toolchain=resolved.toolchain, runner=runner,
+        workdir=root / "check", log=log,
+    )
+    staged = root / "entry"
+    staged.mkdir()
+    records = []
+    for w in wheels:
+        os.replace(w, staged / w.name)
+        d = wheel_digests(staged / w.name)
+        records.append({"file": w.name, "size": (staged / w.name).stat().st_size, **d})
+    with open(staged / "derivation.json", "wb") as f:
+        f.write(json.dumps(resolved.derivation.data, indent=2, sort_keys=True).encode() + b"\n")
+    return {"wheels": records}
+
+
+def build(
+    resolved: Resolved, *, store: Store, runner: Runner, reporter: Reporter, keep_failed: bool = False
+) -> BuildOutcome:
+    """Build ``resolved`` in a fresh directory under ``store/tmp`` and publish it."""
+    drv = resolved.derivation
+    started = time.time()
+    with store.new_build_dir(drv.hash) as bd:
+        root = bd.path
+        log_path = root / "build.log"
+        for d in ("out", "home", "tmp"):
+            (root / d).mkdir()
+        try:
+            with open(log_path, "ab") as log:
+                reporter.phase("prepare")
+                materialize_source(
+                    resolved.recipe.source, resolved.source, root / "src", cache=store.sources_dir
+                )
+                create_venv(resolved.toolchain.python, root / "venv")
+                inside_venv = runner.sandbox_path(
+                    Mount(host=root / "venv", inside="/build/venv")
+                )
+                install_wheels(
+                    [r.wheel for r in resolved.requirements], root / "venv",
+                    interpreter=f"{inside_venv}/bin/python", error=RequirementError,
+                )
+                reporter.phase("build")
+                _run_steps(resolved, runner, root=root, log=log, reporter=reporter)
+                meta = _stage(resolved, root, runner, reporter, log)
+                log.write(f"rocmforge: build finished in {time.time() - started:.1f} s\n".encode())
+            reporter.phase("publish")
+            compress_file(log_path, root / "entry" / "build.log.zst")
+            seconds = time.time() - started
+            meta.update({"sandbox": runner.level, "build_seconds": round(seconds, 3)})
+            entry = store.publish(
+                root / "entry", hash=drv.hash, name=drv.name, version=drv.version, meta=meta
+            )
+            return BuildOutcome(entry=entry, sandbox=runner.level, seconds=seconds)
+        except RocmforgeError as exc:
+            failed = store.failed_log_path(drv.hash, drv.name, drv.version)
+            if log_path.exists():
+                compress_file(log_path, failed)
+            bd.keep = keep_failed
+            tail = _log_tail(log_path)
+            if isinstance(exc, BuildError):
+                exc.log_tail, exc.log_path = tail, failed
+                exc.kept_dir = root if keep_failed else None
+            raise

@@ -1,0 +1,144 @@
+"""``realize`` and ``plan``: the pipeline from a loaded recipe to a wheel in the store.
+
+The cache-hit path (resolve from stat caches, one directory lookup) imports nothing heavy: the
+build machinery (sandbox, venv, zstandard, filelock) is imported only on a miss.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rocmforge.progress import NullReporter, Reporter
+from rocmforge.recipe import Recipe
+from rocmforge.requirements import Fetcher
+from rocmforge.resolve import resolve
+from rocmforge.store import Store
+
+if TYPE_CHECKING:
+    from rocmforge.sandbox import Runner
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlanReport:
+    """What ``plan`` found: the derivation, its hash and whether the store has it."""
+
+    recipe: Path
+    hash: str
+    name: str
+    version: str
+    cached: bool
+    path: Path | None
+    derivation: Mapping[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the report as JSON-ready data."""
+        return {
+            "recipe": str(self.recipe),
+            "hash": self.hash,
+            "name": self.name,
+            "version": self.version,
+            "cached": self.cached,
+            "path": str(self.path) if self.path else None,
+            "derivation": dict(self.derivation),
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RealizeReport:
+    """The outcome of one realize: where the wheels are and whether a build ran."""
+
+    recipe: Path
+    hash: str
+    name: str
+    version: str
+    path: Path
+    wheels: tuple[Path, ...]
+    cached: bool
+    sandbox: str | None = None
+    seconds: float = 0.0
+    link: Path | None = None
+    warnings: tuple[str, ...] = field(default=())
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the report as JSON-ready data."""
+        return {
+            "recipe": str(self.recipe),
+            "hash": self.hash,
+            "name": self.name,
+            "version": self.version,
+            "path": str(self.path),
+            "wheels": [str(w) for w in self.wheels],
+            "cached": self.cached,
+            "sandbox": self.sandbox,
+            "seconds": round(self.seconds, 3),
+            "link": str(self.link) if self.link else None,
+        }
+
+
+def plan(recipe: Recipe, *, store: Store, fetcher: Fetcher | None) -> PlanReport:
+    """Resolve ``recipe`` and report its derivation and hash, without building."""
+    r = resolve(recipe, store=store, fetcher=fetcher)
+    drv = r.derivation
+    entry = store.lookup(drv.hash, drv.name, drv.version)
+    return PlanReport(
+        recipe=recipe.file, hash=drv.hash, name=drv.name, version=drv.version,
+        cached=entry is not None, path=entry.path if entry else None, derivation=drv.data,
+    )
+
+
+def make_link(link: Path, target: Path) -> Path:
+    """Point the symlink ``link`` at ``target`` atomically (replacing an older link)."""
+    tmp = link.with_name(f".{link.name}.{os.getpid()}.tmp")
+    try:
+        os.unlink(tmp)
+    except FileNotFoundError:
+        pass
+    os.symlink(target.resolve(), tmp)
+    os.replace(tmp, link)
+    return link
+
+
+def realize(
+    recipe: Recipe,
+    *,
+    store: Store,
+    fetcher: Fetcher,
+    runner_factory: Callable[[], Runner],
+    reporter: Reporter | None = None,
+    keep_failed: bool = False,
+    link: Path | None = None,
+) -> RealizeReport:
+    """Return the store entry for ``recipe``, building it in the sandbox on a miss."""
+    reporter = reporter or NullReporter()
+    started = time.monotonic()
+    with store.shared_lock():
+        r = resolve(recipe, store=store, fetcher=fetcher)
+        drv = r.derivation
+        entry = store.lookup(drv.hash, drv.name, drv.version)
+        sandbox = None
+        if entry is None:
+            with store.build_lock(drv.hash):
+                entry = store.lookup(drv.hash, drv.name, drv.version)
+                if entry is None:
+                    from rocmforge.build import build
+
+                    store.clean_leftovers()
+                    runner = runner_factory()
+                    warning = getattr(runner, "warning", None)
+                    if warning:
+                        reporter.warning(warning)
+                    outcome = build(
+                        r, store=store, runner=runner, reporter=reporter, keep_failed=keep_failed
+                    )
+                    entry, sandbox = outcome.entry, outcome.sandbox
+        made = make_link(link, entry.path) if link is not None else None
+        return RealizeReport(
+            recipe=recipe.file, hash=drv.hash, name=drv.name, version=drv.version,
+            path=entry.path, wheels=entry.wheels, cached=sandbox is None, sandbox=sandbox,
+            seconds=time.monotonic() - started, link=made,
+        )

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Set up a development checkout on a fresh Debian machine: system tools, then .venv with rocmforge.
+# Idempotent: a second run only checks. Needs root (or sudo) only when a system tool is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+command -v git >/dev/null || need+=(git)
+command -v bwrap >/dev/null || need+=(bubblewrap)
+command -v cc >/dev/null || need+=(gcc)
+command -v c++ >/dev/null || need+=(g++)
+command -v python3.11 >/dev/null || need+=(python3.11 python3.11-venv python3.11-dev)
+python3.11 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3.11-venv)
+python3.11 -c 'import sysconfig, os, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' 2>/dev/null \
+  || need+=(python3.11-dev)
+if [ ${#need[@]} -gt 0 ]; then
+  echo "setup: installing system packages: ${need[*]}" >&2
+  sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  python3.11 -m venv .venv
+fi
+.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'

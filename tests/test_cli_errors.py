@@ -1,0 +1,52 @@
+"""Bad input through the real CLI: one clear error per problem, exit code 2, never a traceback."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import TINY_RECIPE, rf
+
+CASES = {
+    "syntax": ("schema = 1\n[package\nname = 'x'\n", "line 2"),
+    "unknown-key": (TINY_RECIPE.replace("[check]", "[check]\nimprot = 'x'"), "did you mean"),
+    "wrong-type": (TINY_RECIPE.replace('version = "0.1"', "version = 1"), "package.version"),
+    "missing-source": (TINY_RECIPE.replace('[source]\npath = "{src}"\n', ""), "source"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_bad_recipe_gives_one_clear_error(case: str, tmp_path: Path, tiny_src: Path) -> None:
+    text, needle = CASES[case]
+    recipe = tmp_path / f"{case}.toml"
+    recipe.write_text(text.replace("{src}", str(tiny_src)))
+    for command in ("realize", "plan"):
+        proc = rf(command, recipe, "--store", tmp_path / "store")
+        assert proc.returncode == 2, proc.stderr
+        assert "Traceback" not in proc.stderr
+        errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
+        assert len(errors) == 1, proc.stderr
+        assert str(recipe) in errors[0] and needle in errors[0]
+
+
+def test_extends_cycle_is_one_error(tmp_path: Path) -> None:
+    (tmp_path / "a.toml").write_text('schema = 1\nextends = "b.toml"\n')
+    (tmp_path / "b.toml").write_text('schema = 1\nextends = "a.toml"\n')
+    proc = rf("realize", tmp_path / "a.toml", "--store", tmp_path / "store")
+    assert proc.returncode == 2
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1 and "cycle" in errors[0], proc.stderr
+
+
+def test_missing_recipe_file(tmp_path: Path) -> None:
+    proc = rf("plan", tmp_path / "nope.toml", "--store", tmp_path / "store")
+    assert proc.returncode == 2
+    assert "nope.toml" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_missing_source_path_is_one_error(tmp_path: Path) -> None:
+    recipe = tmp_path / "r.toml"
+    recipe.write_text(TINY_RECIPE.format(src=tmp_path / "does-not-exist"))
+    proc = rf("realize", recipe, "--store", tmp_path / "store")
+    assert proc.returncode == 2, proc.stderr
+    assert "does-not-exist" in proc.stderr and "Traceback" not in proc.stderr
