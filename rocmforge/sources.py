@@ -1,0 +1,172 @@
+"""Sources: identify a ``[source]`` (content hash or commits, plus patches); materialise a copy.
+
+:func:`identify_source` returns what enters the derivation — never the URL or the local path, so a
+mirror or a moved checkout does not cause a rebuild. :func:`materialize_source` writes a clean tree
+(no ``.git``, no ignored files, patches applied, modes 0644/0755, every mtime at the source epoch).
+The work is done by :mod:`rocmforge.source_path`, :mod:`rocmforge.source_git` and
+:mod:`rocmforge.patches`; ``cache`` is the store's source cache directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rocmforge.errors import SourceError
+from rocmforge.hashing import blake3_hex, canonical_json
+from rocmforge.patches import apply_patches, patch_digests
+from rocmforge.recipe import SourceSpec
+from rocmforge.source_git import check_commit, materialize_git, mirror_path, resolve_tree
+from rocmforge.source_path import copy_tree, scan_tree
+
+PATH_EPOCH = 315532800  # 1980-01-01, the earliest time a zip file can hold
+_RESOLVED_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SourceIdentity:
+    """What identifies a source's bytes: tree hash or commits, submodule commits, patch digests."""
+
+    kind: str
+    tree: str | None = None
+    commit: str | None = None
+    submodules: tuple[tuple[str, str], ...] = ()
+    patches: tuple[tuple[str, str], ...] = ()
+    epoch: int = PATH_EPOCH
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the JSON form that enters the derivation (no URL, no local path)."""
+        return {
+            "kind": self.kind,
+            "tree": self.tree,
+            "commit": self.commit,
+            "submodules": [list(s) for s in self.submodules],
+            "patches": [list(p) for p in self.patches],
+            "epoch": self.epoch,
+        }
+
+
+def _resolved_path(spec_git: str, rev: str, submodules: bool, cache: Path) -> Path:
+    key = f"{mirror_path(spec_git, cache).name}\0{rev}\0{int(submodules)}"
+    return cache / "git-resolved" / f"{blake3_hex(key.encode())[:32]}.json"
+
+
+def _read_resolved(path: Path, rev: str) -> tuple[int, tuple[tuple[str, str], ...]] | None:
+    try:
+        data = json.loads(path.read_bytes())
+        if data["v"] != _RESOLVED_VERSION or data["commit"] != rev:
+            return None
+        subs = tuple((str(p), str(c)) for p, c in data["submodules"])
+        return int(data["epoch"]), subs
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _write_json_atomic(path: Path, value: Any) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(canonical_json(value))
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+    except OSError as exc:
+        raise SourceError(f"cannot write {path}: {exc}") from exc
+
+
+def _git_url(spec: SourceSpec) -> str:
+    if not spec.git:
+        raise SourceError("git source without a URL")
+    return spec.git
+
+
+def identify_source(spec: SourceSpec, *, cache: Path) -> SourceIdentity:
+    """Return the identity of ``spec``: fetching git objects or hashing the tree only as needed."""
+    patches = patch_digests(spec.patches)
+    if spec.kind == "path":
+        if spec.path is None:
+            raise SourceError("path source without a path")
+        digest, _ = scan_tree(spec.path, cache=cache)
+        return SourceIdentity(kind="path", tree=f"blake3:{digest}", patches=patches)
+    if spec.kind == "git":
+        url = _git_url(spec)
+        rev = check_commit(spec.rev, url)
+        resolved_file = _resolved_path(url, rev, spec.submodules, cache)
+        resolved = _read_resolved(resolved_file, rev)
+        if resolved is None:
+            resolved = resolve_tree(url, rev, cache, submodules=spec.submodules)
+            _write_json_atomic(
+                resolved_file,
+                {"v": _RESOLVED_VERSION, "commit": rev, "epoch": resolved[0],
+                 "submodules": [list(s) for s in resolved[1]]},
+            )
+        epoch, subs = resolved
+        return SourceIdentity(
+            kind="git", commit=rev, submodules=subs, patches=patches, epoch=epoch
+        )
+    raise SourceError(f"unknown source kind {spec.kind!r}")
+
+
+def _prepare_dest(dest: Path) -> None:
+    try:
+        dest.mkdir(parents=True, exist_ok=True)
+        if any(dest.iterdir()):
+            raise SourceError(f"cannot materialise source into {dest}: directory is not empty")
+    except OSError as exc:
+        raise SourceError(f"cannot create {dest}: {exc}") from exc
+
+
+def _normalize(dest: Path, epoch: int) -> None:
+    """Set modes to 0644/0755 (keeping the exec bit) and every mtime to ``epoch``."""
+    times = (epoch, epoch)
+    try:
+        for dirpath, dirnames, filenames in os.walk(dest):
+            links = [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]
+            for name in filenames + links:
+                p = os.path.join(dirpath, name)
+                st = os.lstat(p)
+                if stat.S_ISREG(st.st_mode):
+                    os.chmod(p, 0o755 if st.st_mode & 0o100 else 0o644)
+                os.utime(p, times, follow_symlinks=False)
+            os.chmod(dirpath, 0o755)
+        for dirpath, _, _ in os.walk(dest, topdown=False):
+            os.utime(dirpath, times)
+    except OSError as exc:
+        raise SourceError(f"cannot normalise {dest}: {exc}") from exc
+
+
+def materialize_source(
+    spec: SourceSpec, ident: SourceIdentity, dest: Path, *, cache: Path
+) -> None:
+    """Write a fresh copy of the source into ``dest`` (absent or empty) and apply the patches."""
+    _prepare_dest(dest)
+    if spec.kind == "path":
+        if spec.path is None:
+            raise SourceError("path source without a path")
+        _, files = scan_tree(spec.path, cache=cache)
+        copy_tree(Path(os.path.abspath(spec.path)), files, dest)
+    elif spec.kind == "git":
+        url = _git_url(spec)
+        rev = check_commit(spec.rev, url)
+        if ident.commit != rev:
+            raise SourceError(f"git source {url}: identity is for {ident.commit}, spec wants {rev}")
+        subs = materialize_git(url, rev, dest, cache, submodules=spec.submodules)
+        if subs != ident.submodules:
+            raise SourceError(
+                f"git source {url}@{rev}: submodules found {subs} differ from the identity "
+                f"{ident.submodules}"
+            )
+    else:
+        raise SourceError(f"unknown source kind {spec.kind!r}")
+    apply_patches(spec.patches, dest)
+    _normalize(dest, ident.epoch)
