@@ -119,7 +119,8 @@ def _run_steps(
         Mount(host=root / "home", inside="/build/home", writable=True),
         *(Mount(host=p, inside=str(p)) for p in resolved.toolchain.mounts),
     ]
-    paths = {name: runner.sandbox_path(m) for name, m in zip(("src", "venv", "out", "home"), mounts)}
+    names = ("src", "venv", "out", "home")
+    paths = {name: runner.sandbox_path(m) for name, m in zip(names, mounts[:4], strict=True)}
     paths["tmp"] = "/tmp" if paths["src"] == "/build/src" else str(root / "tmp")
     env = build_env(resolved, paths=paths, host_env=os.environ)
     steps = resolved.recipe.build.steps
@@ -132,8 +133,13 @@ def _run_steps(
         log.write(f"rocmforge: {label}: {argv[-1] if steps else 'build_wheel'}\n".encode())
         log.flush()
         result = runner.run(
-            argv, cwd=paths["src"], env=env, mounts=mounts,
-            timeout=max(1.0, deadline - time.monotonic()), log=log, on_line=reporter.log_line,
+            argv,
+            cwd=paths["src"],
+            env=env,
+            mounts=mounts,
+            timeout=max(1.0, deadline - time.monotonic()),
+            log=log,
+            on_line=reporter.log_line,
         )
         if result.timed_out:
             raise BuildTimeout(f"{label} timed out after {resolved.recipe.build.timeout:.0f} s")
@@ -141,7 +147,9 @@ def _run_steps(
             raise BuildError(f"{label} exited with status {result.returncode}")
 
 
-def _stage(resolved: Resolved, root: Path, runner: Runner, reporter: Reporter, log: BinaryIO) -> dict[str, Any]:
+def _stage(
+    resolved: Resolved, root: Path, runner: Runner, reporter: Reporter, log: BinaryIO
+) -> dict[str, Any]:
     out = root / "out"
     wheels = sorted(out.glob("*.whl"))
     if not wheels:
@@ -150,8 +158,12 @@ def _stage(resolved: Resolved, root: Path, runner: Runner, reporter: Reporter, l
         normalize_wheel(w, epoch=resolved.source.epoch)
     reporter.phase("check")
     check_wheels(
-        wheels, recipe=resolved.recipe, toolchain=resolved.toolchain, runner=runner,
-        workdir=root / "check", log=log,
+        wheels,
+        recipe=resolved.recipe,
+        toolchain=resolved.toolchain,
+        runner=runner,
+        workdir=root / "check",
+        log=log,
     )
     staged = root / "entry"
     staged.mkdir()
@@ -166,7 +178,12 @@ def _stage(resolved: Resolved, root: Path, runner: Runner, reporter: Reporter, l
 
 
 def build(
-    resolved: Resolved, *, store: Store, runner: Runner, reporter: Reporter, keep_failed: bool = False
+    resolved: Resolved,
+    *,
+    store: Store,
+    runner: Runner,
+    reporter: Reporter,
+    keep_failed: bool = False,
 ) -> BuildOutcome:
     """Build ``resolved`` in a fresh directory under ``store/tmp`` and publish it."""
     drv = resolved.derivation
@@ -183,12 +200,12 @@ def build(
                     resolved.recipe.source, resolved.source, root / "src", cache=store.sources_dir
                 )
                 create_venv(resolved.toolchain.python, root / "venv")
-                inside_venv = runner.sandbox_path(
-                    Mount(host=root / "venv", inside="/build/venv")
-                )
+                inside_venv = runner.sandbox_path(Mount(host=root / "venv", inside="/build/venv"))
                 install_wheels(
-                    [r.wheel for r in resolved.requirements], root / "venv",
-                    interpreter=f"{inside_venv}/bin/python", error=RequirementError,
+                    [r.wheel for r in resolved.requirements],
+                    root / "venv",
+                    interpreter=f"{inside_venv}/bin/python",
+                    error=RequirementError,
                 )
                 reporter.phase("build")
                 _run_steps(resolved, runner, root=root, log=log, reporter=reporter)

@@ -38,8 +38,13 @@ def check_names(wheels: Sequence[Path], recipe: Recipe) -> None:
 
 
 def check_wheels(
-    wheels: Sequence[Path], *, recipe: Recipe, toolchain: Toolchain, runner: Runner,
-    workdir: Path, log: BinaryIO,
+    wheels: Sequence[Path],
+    *,
+    recipe: Recipe,
+    toolchain: Toolchain,
+    runner: Runner,
+    workdir: Path,
+    log: BinaryIO,
 ) -> None:
     """Install ``wheels`` into a fresh venv under ``workdir`` and import the checked modules."""
     check_names(wheels, recipe)

@@ -151,14 +151,21 @@ def cmd_realize(args: argparse.Namespace) -> int:
         reporter = ConsoleReporter(sys.stderr, label=recipe.package.name, verbose=args.verbose)
         try:
             report = realize(
-                recipe, store=store, fetcher=fetcher, runner_factory=runner_factory,
-                reporter=reporter, keep_failed=args.keep_failed, link=link,
+                recipe,
+                store=store,
+                fetcher=fetcher,
+                runner_factory=runner_factory,
+                reporter=reporter,
+                keep_failed=args.keep_failed,
+                link=link,
             )
         finally:
             reporter.close()
         reports.append(report)
         if not args.json:
-            how = "cached" if report.cached else f"built in {report.seconds:.1f} s ({report.sandbox})"
+            how = (
+                "cached" if report.cached else f"built in {report.seconds:.1f} s ({report.sandbox})"
+            )
             print(f"rocmforge: {report.name} {report.version} {report.hash} {how}", file=sys.stderr)
     if args.json:
         _emit_json([r.to_json() for r in reports])
@@ -222,12 +229,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"rocmforge {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    p = sub.add_parser("realize", parents=[common], help="build a recipe (or reuse the cached build)")
+    p = sub.add_parser(
+        "realize", parents=[common], help="build a recipe (or reuse the cached build)"
+    )
     p.add_argument("recipes", nargs="+", metavar="RECIPE")
     p.add_argument("-o", "--out-link", metavar="LINK", help="make LINK point at the store entry")
-    p.add_argument("--keep-failed", action="store_true", help="keep the build dir of a failed build")
     p.add_argument(
-        "--sandbox", choices=("auto", "bwrap", "unshare", "none"), default=None,
+        "--keep-failed", action="store_true", help="keep the build dir of a failed build"
+    )
+    p.add_argument(
+        "--sandbox",
+        choices=("auto", "bwrap", "unshare", "none"),
+        default=None,
         help="sandbox level (default: the best available)",
     )
     p.add_argument("-v", "--verbose", action="store_true", help="echo build output (non-TTY)")
@@ -240,7 +253,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_plan)
 
     p = sub.add_parser("log", parents=[common], help="print the build log of a build")
-    p.add_argument("target", metavar="TARGET", help="recipe file, input hash (prefix) or entry path")
+    p.add_argument(
+        "target", metavar="TARGET", help="recipe file, input hash (prefix) or entry path"
+    )
     p.set_defaults(func=cmd_log)
     return parser
 
@@ -275,11 +290,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    except Exception as exc:  # noqa: BLE001 - the last line of defence: never a bare traceback
+    except Exception as exc:
         if os.environ.get("ROCMFORGE_DEBUG"):
             raise
-        print(f"internal error: {type(exc).__name__}: {exc} (set ROCMFORGE_DEBUG=1 for a traceback)",
-              file=sys.stderr)
+        print(
+            f"internal error: {type(exc).__name__}: {exc} (set ROCMFORGE_DEBUG=1 for a traceback)",
+            file=sys.stderr,
+        )
         return EXIT_INTERNAL
 
 

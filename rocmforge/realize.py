@@ -6,6 +6,7 @@ build machinery (sandbox, venv, zstandard, filelock) is imported only on a miss.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -86,18 +87,21 @@ def plan(recipe: Recipe, *, store: Store, fetcher: Fetcher | None) -> PlanReport
     drv = r.derivation
     entry = store.lookup(drv.hash, drv.name, drv.version)
     return PlanReport(
-        recipe=recipe.file, hash=drv.hash, name=drv.name, version=drv.version,
-        cached=entry is not None, path=entry.path if entry else None, derivation=drv.data,
+        recipe=recipe.file,
+        hash=drv.hash,
+        name=drv.name,
+        version=drv.version,
+        cached=entry is not None,
+        path=entry.path if entry else None,
+        derivation=drv.data,
     )
 
 
 def make_link(link: Path, target: Path) -> Path:
     """Point the symlink ``link`` at ``target`` atomically (replacing an older link)."""
     tmp = link.with_name(f".{link.name}.{os.getpid()}.tmp")
-    try:
+    with contextlib.suppress(FileNotFoundError):
         os.unlink(tmp)
-    except FileNotFoundError:
-        pass
     os.symlink(target.resolve(), tmp)
     os.replace(tmp, link)
     return link
@@ -138,7 +142,14 @@ def realize(
                     entry, sandbox = outcome.entry, outcome.sandbox
         made = make_link(link, entry.path) if link is not None else None
         return RealizeReport(
-            recipe=recipe.file, hash=drv.hash, name=drv.name, version=drv.version,
-            path=entry.path, wheels=entry.wheels, cached=sandbox is None, sandbox=sandbox,
-            seconds=time.monotonic() - started, link=made,
+            recipe=recipe.file,
+            hash=drv.hash,
+            name=drv.name,
+            version=drv.version,
+            path=entry.path,
+            wheels=entry.wheels,
+            cached=sandbox is None,
+            sandbox=sandbox,
+            seconds=time.monotonic() - started,
+            link=made,
         )

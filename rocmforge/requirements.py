@@ -38,7 +38,9 @@ class Pin:
         """Parse ``name==version``; anything else raises :class:`RequirementError`."""
         m = _PIN.match(text)
         if m is None:
-            raise RequirementError(f"build requirement {text!r} is not an exact 'name==version' pin")
+            raise RequirementError(
+                f"build requirement {text!r} is not an exact 'name==version' pin"
+            )
         return cls(name=re.sub(r"[-_.]+", "-", m.group(1)).lower(), version=m.group(2))
 
 
@@ -83,15 +85,27 @@ class PipFetcher:
         dest.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=dest, prefix=".fetch-") as tmp:
             argv = [
-                sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
-                "--only-binary=:all:", "--disable-pip-version-check",
-                "--python-version", python_version, "--dest", tmp,
-                *self.extra_args, f"{pin.name}=={pin.version}",
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--quiet",
+                "--no-deps",
+                "--only-binary=:all:",
+                "--disable-pip-version-check",
+                "--python-version",
+                python_version,
+                "--dest",
+                tmp,
+                *self.extra_args,
+                f"{pin.name}=={pin.version}",
             ]
             try:
                 proc = subprocess.run(argv, capture_output=True, text=True, check=False)
             except OSError as exc:
-                raise RequirementError(f"cannot run pip to fetch {pin.name}=={pin.version}: {exc}")
+                raise RequirementError(
+                    f"cannot run pip to fetch {pin.name}=={pin.version}: {exc}"
+                ) from exc
             wheels = sorted(Path(tmp).glob("*.whl"))
             if proc.returncode != 0 or not wheels:
                 lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("ERROR")]
@@ -105,7 +119,11 @@ class PipFetcher:
 
 
 def resolve_requirements(
-    pins: Sequence[str], *, python_version: str, wheel_dir: Path, cache_dir: Path,
+    pins: Sequence[str],
+    *,
+    python_version: str,
+    wheel_dir: Path,
+    cache_dir: Path,
     fetcher: Fetcher | None,
 ) -> tuple[ResolvedRequirement, ...]:
     """Resolve every pin to a wheel in ``wheel_dir``, fetching only what is missing.
@@ -127,8 +145,11 @@ def resolve_requirements(
             cache.put(key, hit, [wheel])
         out.append(
             ResolvedRequirement(
-                name=pin.name, version=pin.version, wheel=Path(hit["wheel"]),
-                blake3=hit["blake3"], sha256=hit["sha256"],
+                name=pin.name,
+                version=pin.version,
+                wheel=Path(hit["wheel"]),
+                blake3=hit["blake3"],
+                sha256=hit["sha256"],
             )
         )
     return tuple(sorted(out, key=lambda r: r.name))

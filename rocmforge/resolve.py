@@ -41,6 +41,9 @@ def resolve(recipe: Recipe, *, store: Store, fetcher: Fetcher | None) -> Resolve
         recipe, source=source, toolchain=toolchain.fingerprint, requirements=requirements
     )
     return Resolved(
-        recipe=recipe, source=source, toolchain=toolchain, requirements=requirements,
+        recipe=recipe,
+        source=source,
+        toolchain=toolchain,
+        requirements=requirements,
         derivation=derivation,
     )

@@ -6,6 +6,7 @@ few ``os.stat`` calls and no subprocess.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
@@ -49,10 +50,8 @@ def write_json_atomic(path: Path, data: Mapping[str, Any]) -> None:
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
-        except OSError:
-            pass
         raise
 
 

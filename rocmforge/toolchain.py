@@ -66,7 +66,9 @@ def _run(argv: list[str]) -> str:
 
 
 def _probe_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "PYENV_VERSION", "PYENV_ROOT")}
+    env = {
+        k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "PYENV_VERSION", "PYENV_ROOT")
+    }
     env["LC_ALL"] = "C"
     return env
 
@@ -95,7 +97,10 @@ def _compiler(name: str, key: str) -> dict[str, Any]:
     proper = "cc1plus" if key == "cxx" else "cc1"
     out = _run([str(exe), f"-print-prog-name={proper}"]).strip()
     if os.path.isabs(out) and os.path.exists(out):
-        info[proper] = {"path": str(Path(out).resolve()), "blake3": file_blake3(Path(out).resolve())}
+        info[proper] = {
+            "path": str(Path(out).resolve()),
+            "blake3": file_blake3(Path(out).resolve()),
+        }
     return info
 
 

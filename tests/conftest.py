@@ -53,7 +53,12 @@ def rf(
         full.update(env)
     return subprocess.run(
         [sys.executable, "-m", "rocmforge", *map(str, args)],
-        cwd=cwd, env=full, capture_output=True, text=True, timeout=timeout, check=False,
+        cwd=cwd,
+        env=full,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
     )
 
 
@@ -90,9 +95,12 @@ def store(tmp_path: Path) -> Path:
 
 
 GIT_ENV = {
-    "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid",
-    "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.invalid",
-    "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null",
+    "GIT_AUTHOR_NAME": "t",
+    "GIT_AUTHOR_EMAIL": "t@example.invalid",
+    "GIT_COMMITTER_NAME": "t",
+    "GIT_COMMITTER_EMAIL": "t@example.invalid",
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_CONFIG_GLOBAL": "/dev/null",
 }
 
 
@@ -101,7 +109,11 @@ def git(cwd: Path, *args: str) -> str:
     env = dict(os.environ, **GIT_ENV)
     proc = subprocess.run(
         ["git", "-c", "protocol.file.allow=always", "-c", "init.defaultBranch=main", *args],
-        cwd=cwd, env=env, capture_output=True, text=True, check=True,
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     return proc.stdout.strip()
 

@@ -8,7 +8,7 @@ import pytest
 from conftest import TINY_RECIPE, rf
 
 CASES = {
-    "syntax": ("schema = 1\n[package\nname = 'x'\n", "line 2"),
+    "syntax": ("schema = 1\n[package\nname = 'x'\n", ".toml:2: invalid TOML"),
     "unknown-key": (TINY_RECIPE.replace("[check]", "[check]\nimprot = 'x'"), "did you mean"),
     "wrong-type": (TINY_RECIPE.replace('version = "0.1"', "version = 1"), "package.version"),
     "missing-source": (TINY_RECIPE.replace('[source]\npath = "{src}"\n', ""), "source"),

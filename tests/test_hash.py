@@ -50,12 +50,14 @@ schema = 1
     other = write(tmp_path / "elsewhere" / "renamed-recipe.toml", reordered)
     assert plan(other, store)["hash"] == base["hash"]
     # a relative source path from another directory, same tree
-    rel = write(tmp_path / "deeper" / "x" / "r.toml",
-                TINY_RECIPE.format(src="../../tiny-src"))
+    rel = write(tmp_path / "deeper" / "x" / "r.toml", TINY_RECIPE.format(src="../../tiny-src"))
     assert plan(rel, store)["hash"] == base["hash"]
     # the same content copied to another directory
     copy = shutil.copytree(tiny_src, tmp_path / "copy-of-src")
-    assert plan(write(tmp_path / "c.toml", TINY_RECIPE.format(src=copy)), store)["hash"] == base["hash"]
+    assert (
+        plan(write(tmp_path / "c.toml", TINY_RECIPE.format(src=copy)), store)["hash"]
+        == base["hash"]
+    )
     # passthrough and timeout are not inputs
     extra = TINY_RECIPE.format(src=tiny_src).replace(
         "[build]\n", '[build]\npassthrough = ["MAX_JOBS"]\ntimeout = "2h"\n'
@@ -96,8 +98,10 @@ def git_project(tmp_path: Path) -> tuple[Path, Path, str, str]:
 def git_recipe(path: Path, url: Path, rev: str, patches: list[Path] | None = None) -> Path:
     text = TINY_RECIPE.replace('path = "{src}"', f'git = "{url}"\nrev = "{rev}"\nsubmodules = true')
     if patches:
-        text = text.replace("submodules = true", "submodules = true\npatches = "
-                            + json.dumps([str(p) for p in patches]))
+        text = text.replace(
+            "submodules = true",
+            "submodules = true\npatches = " + json.dumps([str(p) for p in patches]),
+        )
     return write(path, text)
 
 
@@ -124,8 +128,10 @@ def test_git_rev_submodule_commit_and_patch_change_the_hash(
     assert sub2 in json.dumps(d3["derivation"]["source"])
     assert d3["hash"] not in (d1["hash"], d2["hash"])
 
-    patch = write(tmp_path / "p.patch", "--- a/tiny/__init__.py\n+++ b/tiny/__init__.py\n"
-                  "@@ -1 +1 @@\n-VALUE = 1\n+VALUE = 7\n")
+    patch = write(
+        tmp_path / "p.patch",
+        "--- a/tiny/__init__.py\n+++ b/tiny/__init__.py\n@@ -1 +1 @@\n-VALUE = 1\n+VALUE = 7\n",
+    )
     d4 = plan(git_recipe(tmp_path / "r4.toml", top, c1, [patch]), store)
     assert d4["hash"] != d1["hash"]
     patch.write_text(patch.read_text().replace("VALUE = 7", "VALUE = 8"))
@@ -155,14 +161,12 @@ def _tiny_wheel(directory: Path, name: str, version: str) -> Path:
     return path
 
 
-def test_requirement_version_changes_the_hash(
-    tiny_src: Path, tmp_path: Path, store: Path
-) -> None:
+def test_requirement_version_changes_the_hash(tiny_src: Path, tmp_path: Path, store: Path) -> None:
     wheels = tmp_path / "wheels"
     _tiny_wheel(wheels, "rfpin", "1.0")
     _tiny_wheel(wheels, "rfpin", "1.1")
     env = {"ROCMFORGE_PIP_ARGS": pip_args(wheels)}
-    text = TINY_RECIPE.format(src=tiny_src) + "\n[requirements]\nbuild = [\"rfpin==1.0\"]\n"
+    text = TINY_RECIPE.format(src=tiny_src) + '\n[requirements]\nbuild = ["rfpin==1.0"]\n'
     d10 = plan(write(tmp_path / "a.toml", text), store, env)
     d11 = plan(write(tmp_path / "b.toml", text.replace("1.0", "1.1")), store, env)
     assert d10["hash"] != d11["hash"]

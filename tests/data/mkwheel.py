@@ -19,7 +19,9 @@ for root, dirs, names in os.walk(name):
             files[p.replace(os.sep, "/")] = f.read()
 di = f"{name}-{version}.dist-info"
 files[f"{di}/METADATA"] = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode()
-files[f"{di}/WHEEL"] = b"Wheel-Version: 1.0\nGenerator: mkwheel\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+files[f"{di}/WHEEL"] = (
+    b"Wheel-Version: 1.0\nGenerator: mkwheel\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+)
 record = []
 for p, data in files.items():
     digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
