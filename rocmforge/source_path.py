@@ -23,7 +23,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -38,25 +38,32 @@ TREE_TAG = b"rocmforge-tree-v1\0"
 BIG_FILE = 1 << 22
 # Timestamps this close to the scan start may hide a same-tick rewrite; such digests are not reused.
 RACY_SLACK_NS = 50_000_000
-_BATCH_BYTES = 8 << 20
 
 # rel -> (size, mtime_ns, ino, ctime_ns, kind, digest-or-link-target); size -1 marks "do not trust".
 FileRec = tuple[int, int, int, int, str, str]
 
 
-def digest_file(path: str) -> str:
-    """Return the blake3 hex of a file's content (mmap and threads for big files)."""
-    with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        if size >= BIG_FILE:
-            h = blake3.blake3(max_threads=blake3.blake3.AUTO)
-            h.update_mmap(path)
-            return str(h.hexdigest())
-        return str(blake3.blake3(f.read()).hexdigest())
+def digest_file(path: str, size: int) -> str:
+    """Return the blake3 hex of a file's content; ``size`` (from stat) only sizes the first read.
 
-
-def _digest_batch(paths: list[str]) -> list[str]:
-    return [digest_file(p) for p in paths]
+    Big files are memory-mapped and hashed with blake3's threads (the GIL is released); small
+    ones are read whole with raw ``os`` calls, which costs far less than a buffered file object.
+    """
+    if size >= BIG_FILE:
+        h = blake3.blake3(max_threads=blake3.blake3.AUTO)
+        h.update_mmap(path)
+        return str(h.hexdigest())
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        data = os.read(fd, size + 1)
+        if len(data) > size:  # grew since stat: read the rest
+            chunks = [data]
+            while chunk := os.read(fd, 1 << 20):
+                chunks.append(chunk)
+            data = b"".join(chunks)
+    finally:
+        os.close(fd)
+    return str(blake3.blake3(data).hexdigest())
 
 
 def _kind(mode: int) -> str | None:
@@ -283,35 +290,33 @@ class _Scan:
             self.git[prefix]["dirty"] = sorted(_split_z(dirty))
 
     def hash_todo(self) -> None:
-        """Hash the files that the stat cache could not vouch for, in a thread pool."""
+        """Hash the files the stat cache could not vouch for.
+
+        Big files go to one worker thread (mmap, GIL released, blake3's own threads) while this
+        thread reads and hashes the small ones; a pool for small files measured slower (GIL).
+        """
         if not self.todo:
             return
         base = os.fspath(self.root)
-        batches: list[list[int]] = []
-        cur: list[int] = []
-        size = 0
-        for i, (_, st, _) in enumerate(self.todo):
-            cur.append(i)
-            size += st.st_size + 4096
-            if size >= _BATCH_BYTES or len(cur) >= 256:
-                batches.append(cur)
-                cur, size = [], 0
-        if cur:
-            batches.append(cur)
-        workers = max(2, min(8, (os.cpu_count() or 2) * 2))
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            futs: list[tuple[list[int], Future[list[str]]]] = [
-                (b, pool.submit(_digest_batch, [os.path.join(base, self.todo[i][0]) for i in b]))
-                for b in batches
+        big = [i for i, (_, st, _) in enumerate(self.todo) if st.st_size >= BIG_FILE]
+        small = [i for i, (_, st, _) in enumerate(self.todo) if st.st_size < BIG_FILE]
+
+        def run(indexes: list[int]) -> list[str]:
+            return [
+                digest_file(os.path.join(base, self.todo[i][0]), self.todo[i][1].st_size)
+                for i in indexes
             ]
-            for batch, fut in futs:
-                try:
-                    digests = fut.result()
-                except OSError as exc:
-                    raise SourceError(f"{self.root}: cannot read file: {exc}") from exc
-                for i, d in zip(batch, digests, strict=True):
-                    rel, st, kind = self.todo[i]
-                    self.files[rel] = self._rec(st, kind, d)
+
+        try:
+            with ThreadPoolExecutor(max_workers=1) as pool:
+                big_future = pool.submit(run, big)
+                results = list(zip(small, run(small), strict=True))
+                results += zip(big, big_future.result(), strict=True)
+        except OSError as exc:
+            raise SourceError(f"{self.root}: cannot read file: {exc}") from exc
+        for i, d in results:
+            rel, st, kind = self.todo[i]
+            self.files[rel] = self._rec(st, kind, d)
         self.todo = []
 
 

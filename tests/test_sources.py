@@ -68,9 +68,9 @@ def count_digests(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     seen: list[str] = []
     real = source_path.digest_file
 
-    def spy(path: str) -> str:
+    def spy(path: str, size: int) -> str:
         seen.append(os.path.basename(path))
-        return real(path)
+        return real(path, size)
 
     monkeypatch.setattr(source_path, "digest_file", spy)
     return seen
