@@ -199,7 +199,11 @@ def build(
                 materialize_source(
                     resolved.recipe.source, resolved.source, root / "src", cache=store.sources_dir
                 )
-                create_venv(resolved.toolchain.python, root / "venv")
+                create_venv(
+                    resolved.toolchain.python,
+                    root / "venv",
+                    version=resolved.toolchain.fingerprint["python"]["version"],
+                )
                 inside_venv = runner.sandbox_path(Mount(host=root / "venv", inside="/build/venv"))
                 install_wheels(
                     [r.wheel for r in resolved.requirements],

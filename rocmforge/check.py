@@ -50,7 +50,7 @@ def check_wheels(
     check_names(wheels, recipe)
     venv = workdir / "venv"
     workdir.mkdir(parents=True, exist_ok=True)
-    create_venv(toolchain.python, venv)
+    create_venv(toolchain.python, venv, version=toolchain.fingerprint["python"]["version"])
     mount = Mount(host=venv, inside="/check/venv")
     inside = runner.sandbox_path(mount)
     install_wheels(wheels, venv, interpreter=f"{inside}/bin/python")
