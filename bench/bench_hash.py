@@ -69,7 +69,8 @@ def read_all(paths: list[str]) -> int:
 def cat_all(root: Path) -> None:
     subprocess.run(
         f"find {root} -path '*/.git' -prune -o -type f -print0 | xargs -0 cat > /dev/null",
-        shell=True, check=True,
+        shell=True,
+        check=True,
     )
 
 
@@ -97,14 +98,16 @@ def bench(root: Path, cache: Path, label: str, args: argparse.Namespace) -> None
     read_py = timed(lambda: read_all(paths), repeat=3)
     read_cat = timed(lambda: cat_all(root), repeat=2)
     shutil.rmtree(cache, ignore_errors=True)
-    cold = timed(lambda: source_path.scan_tree(root, cache=cache))
-    digest, _ = source_path.scan_tree(root, cache=cache)
-    warm = timed(lambda: source_path.scan_tree(root, cache=cache), repeat=5)
+    cold = timed(lambda: source_path.tree_digest(root, cache=cache))
+    digest = source_path.tree_digest(root, cache=cache)
+    warm = timed(lambda: source_path.tree_digest(root, cache=cache), repeat=5)
     print(f"[{label}] files: {len(paths)}")
     print(f"[{label}] read all (warm, python readinto):  {read_py:8.3f} s")
     print(f"[{label}] read all (warm, find|xargs cat):    {read_cat:8.3f} s")
-    print(f"[{label}] cold identify (empty stat cache):   {cold:8.3f} s  "
-          f"= {cold / read_py:.2f}x python read, {cold / read_cat:.2f}x cat")
+    print(
+        f"[{label}] cold identify (empty stat cache):   {cold:8.3f} s  "
+        f"= {cold / read_py:.2f}x python read, {cold / read_cat:.2f}x cat"
+    )
     print(f"[{label}] warm re-identify (unchanged tree):  {warm * 1000:8.1f} ms")
     print(f"[{label}] tree blake3:{digest}")
 
@@ -133,8 +136,17 @@ def main() -> None:
         bench(root, base / "cache-plain", "plain", args)
         if not args.no_git:
             env = {**os.environ, "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
-            git = ["git", "-c", "core.compression=0", "-c", "core.looseCompression=0",
-                   "-c", "user.name=b", "-c", "user.email=b@b"]
+            git = [
+                "git",
+                "-c",
+                "core.compression=0",
+                "-c",
+                "core.looseCompression=0",
+                "-c",
+                "user.name=b",
+                "-c",
+                "user.email=b@b",
+            ]
             t = time.perf_counter()
             subprocess.run([*git, "init", "-q"], cwd=root, env=env, check=True)
             (root / ".gitignore").write_text("*.o\n")

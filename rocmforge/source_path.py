@@ -74,15 +74,21 @@ def _kind(mode: int) -> str | None:
     return None
 
 
-def _record_path(root: Path, cache: Path) -> Path:
-    return cache / "trees" / f"{blake3_hex(os.fsencode(root))[:24]}.rec"
+def _record_paths(root: Path, cache: Path) -> tuple[Path, Path]:
+    """Return the record's small head (digest, git state) and its big file table."""
+    stem = cache / "trees" / blake3_hex(os.fsencode(root))[:24]
+    return stem.with_suffix(".head"), stem.with_suffix(".files")
 
 
-def _load_record(path: Path, root: Path) -> dict[str, Any]:
+def _load(path: Path) -> Any:
     try:
-        data = marshal.loads(path.read_bytes())
+        return marshal.loads(path.read_bytes())
     except (OSError, ValueError, EOFError, TypeError):
-        return {}
+        return None
+
+
+def _load_head(path: Path, root: Path) -> dict[str, Any]:
+    data = _load(path)
     if (
         not isinstance(data, dict)
         or data.get("v") != RECORD_VERSION
@@ -92,13 +98,21 @@ def _load_record(path: Path, root: Path) -> dict[str, Any]:
     return data
 
 
-def _save_record(path: Path, data: dict[str, Any]) -> None:
+def _load_files(path: Path, head: dict[str, Any]) -> dict[str, FileRec]:
+    data = _load(path)
+    if not head or not isinstance(data, tuple) or len(data) != 2 or data[0] != head["token"]:
+        return {}
+    files: dict[str, FileRec] = data[1]
+    return files
+
+
+def _write_atomic(path: Path, payload: bytes) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".rec-", dir=path.parent)
         try:
             with os.fdopen(fd, "wb") as f:
-                f.write(marshal.dumps(data))
+                f.write(payload)
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, path)
@@ -185,9 +199,9 @@ _CACHED = ["ls-files", "-z", "-s"]
 class _Scan:
     """One scan of a tree: collects entries, notes what needs hashing, builds the new record."""
 
-    def __init__(self, root: Path, old: dict[str, Any]) -> None:
+    def __init__(self, root: Path, old_files: dict[str, FileRec]) -> None:
         self.root = root
-        self.old_files: dict[str, FileRec] = old.get("files", {})
+        self.old_files = old_files
         self.files: dict[str, FileRec] = {}
         self.todo: list[tuple[str, os.stat_result, str]] = []  # (rel, stat, kind)
         self.git: dict[str, dict[str, Any]] = {}
@@ -330,9 +344,9 @@ def _tree_digest(files: dict[str, FileRec]) -> str:
     return str(h.hexdigest())
 
 
-def _git_unchanged(root: Path, old: dict[str, Any], prefix: str, wt: Path) -> bool:
-    """Return whether the git work tree at ``wt`` is provably as it was when ``old`` was made."""
-    rec = old.get("git", {}).get(prefix)
+def _git_unchanged(root: Path, head: dict[str, Any], prefix: str, wt: Path) -> bool:
+    """Return whether the git work tree at ``wt`` is provably as it was when ``head`` was made."""
+    rec = head.get("git", {}).get(prefix)
     if rec is None or rec["index"] is None:
         return False
     gitdir = _find_gitdir(wt)
@@ -345,10 +359,10 @@ def _git_unchanged(root: Path, old: dict[str, Any], prefix: str, wt: Path) -> bo
     untracked = sorted(r for r in _split_z(others) if not r.endswith("/"))
     if untracked != rec["untracked"] or sorted(_split_z(dirty)) != rec["dirty"]:
         return False
-    files: dict[str, FileRec] = old["files"]
+    hot: dict[str, FileRec] = head["hot"]
     for rel in (*untracked, *rec["dirty"]):
         full = prefix + rel
-        prev = files.get(full)
+        prev = hot.get(full)
         try:
             st = os.lstat(os.path.join(root, full))
         except FileNotFoundError:
@@ -358,14 +372,15 @@ def _git_unchanged(root: Path, old: dict[str, Any], prefix: str, wt: Path) -> bo
         if prev is None or prev[:4] != (st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns):
             return False
     return all(
-        _git_unchanged(root, old, prefix + rel + "/", wt / rel)
+        _git_unchanged(root, head, prefix + rel + "/", wt / rel)
         for rel, checked_out in rec["subs"]
         if checked_out
     )
 
 
-def scan_tree(root: Path, *, cache: Path) -> tuple[str, dict[str, FileRec]]:
-    """Return ``(blake3 hex of the tree, listing)`` of ``root``, reusing and updating the cache."""
+def _scan_tree(
+    root: Path, cache: Path, *, need_files: bool
+) -> tuple[str, dict[str, FileRec]]:
     try:
         st = os.stat(root)
     except OSError as exc:
@@ -373,26 +388,51 @@ def scan_tree(root: Path, *, cache: Path) -> tuple[str, dict[str, FileRec]]:
     if not stat.S_ISDIR(st.st_mode):
         raise SourceError(f"path source {root}: not a directory")
     root = Path(os.path.abspath(root))
-    rec_path = _record_path(root, cache)
-    old = _load_record(rec_path, root)
+    head_path, files_path = _record_paths(root, cache)
+    head = _load_head(head_path, root)
     in_git = _find_gitdir(root) is not None
-    if in_git and old.get("digest") and _git_unchanged(root, old, "", root):
-        return old["digest"], old["files"]
-    scan = _Scan(root, old)
+    if in_git and head and _git_unchanged(root, head, "", root):
+        files = _load_files(files_path, head) if need_files else {}
+        if files or not need_files:
+            return head["digest"], files
+    old_files = _load_files(files_path, head)
+    scan = _Scan(root, old_files)
     if in_git:
         scan.git_tree(root, "")
     else:
         scan.walk(os.fspath(root), "")
     scan.hash_todo()
     scan.finish_git()
+    if head and scan.files == old_files and head.get("git", {}) == scan.git:
+        return head["digest"], scan.files
     digest = _tree_digest(scan.files)
-    if scan.files != scan.old_files or old.get("git") != scan.git or old.get("digest") != digest:
-        _save_record(
-            rec_path,
-            {"v": RECORD_VERSION, "root": os.fspath(root), "files": scan.files,
-             "git": scan.git if in_git else {}, "digest": digest},
-        )
+    hot = {
+        prefix + rel: scan.files[prefix + rel]
+        for prefix, rec in scan.git.items()
+        for rel in (*rec["dirty"], *rec["untracked"])
+        if prefix + rel in scan.files
+    }
+    token = blake3_hex(os.urandom(16))
+    if scan.files != old_files:
+        _write_atomic(files_path, marshal.dumps((token, scan.files)))
+    else:
+        token = head["token"]
+    _write_atomic(
+        head_path,
+        marshal.dumps({"v": RECORD_VERSION, "root": os.fspath(root), "token": token,
+                       "digest": digest, "git": scan.git, "hot": hot}),
+    )
     return digest, scan.files
+
+
+def tree_digest(root: Path, *, cache: Path) -> str:
+    """Return the blake3 hex of the tree at ``root``, reusing and updating the stat cache."""
+    return _scan_tree(root, cache, need_files=False)[0]
+
+
+def tree_listing(root: Path, *, cache: Path) -> dict[str, FileRec]:
+    """Return the listing of ``root`` (the same set :func:`tree_digest` hashes)."""
+    return _scan_tree(root, cache, need_files=True)[1]
 
 
 def copy_tree(

@@ -22,7 +22,7 @@ from rocmforge.hashing import blake3_hex, canonical_json
 from rocmforge.patches import apply_patches, patch_digests
 from rocmforge.recipe import SourceSpec
 from rocmforge.source_git import check_commit, materialize_git, mirror_path, resolve_tree
-from rocmforge.source_path import copy_tree, scan_tree
+from rocmforge.source_path import copy_tree, tree_digest, tree_listing
 
 PATH_EPOCH = 315532800  # 1980-01-01, the earliest time a zip file can hold
 _RESOLVED_VERSION = 1
@@ -96,7 +96,7 @@ def identify_source(spec: SourceSpec, *, cache: Path) -> SourceIdentity:
     if spec.kind == "path":
         if spec.path is None:
             raise SourceError("path source without a path")
-        digest, _ = scan_tree(spec.path, cache=cache)
+        digest = tree_digest(spec.path, cache=cache)
         return SourceIdentity(kind="path", tree=f"blake3:{digest}", patches=patches)
     if spec.kind == "git":
         url = _git_url(spec)
@@ -153,7 +153,7 @@ def materialize_source(
     if spec.kind == "path":
         if spec.path is None:
             raise SourceError("path source without a path")
-        _, files = scan_tree(spec.path, cache=cache)
+        files = tree_listing(spec.path, cache=cache)
         copy_tree(Path(os.path.abspath(spec.path)), files, dest)
     elif spec.kind == "git":
         url = _git_url(spec)

@@ -491,3 +491,9 @@ def test_materialize_refuses_nonempty_dest(tmp_path: Path) -> None:
 )
 def test_resolve_relative_submodule_urls(base: str, rel: str, want: str) -> None:
     assert resolve_url(base, rel) == want
+
+
+def test_empty_tree_twice(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    first = path_id(tmp_path / "empty", tmp_path / "c")
+    assert path_id(tmp_path / "empty", tmp_path / "c") == first
