@@ -412,11 +412,11 @@ def _scan_tree(
         for rel in (*rec["dirty"], *rec["untracked"])
         if prefix + rel in scan.files
     }
-    token = blake3_hex(os.urandom(16))
-    if scan.files != old_files:
-        _write_atomic(files_path, marshal.dumps((token, scan.files)))
-    else:
+    if head and scan.files == old_files:
         token = head["token"]
+    else:
+        token = blake3_hex(os.urandom(16))
+        _write_atomic(files_path, marshal.dumps((token, scan.files)))
     _write_atomic(
         head_path,
         marshal.dumps({"v": RECORD_VERSION, "root": os.fspath(root), "token": token,
