@@ -45,8 +45,10 @@ def main() -> int:
     med = statistics.median(runs)
     print(f"first realize (build):      {first * 1000:8.1f} ms")
     print(f"python -c pass (median):    {statistics.median(base) * 1000:8.1f} ms")
-    print(f"no-op realize median of {args.runs}: {med * 1000:8.1f} ms  (min {min(runs) * 1000:.1f}, "
-          f"max {max(runs) * 1000:.1f})  target <= 50 ms: {'met' if med <= 0.050 else 'MISSED'}")
+    print(
+        f"no-op realize median of {args.runs}: {med * 1000:8.1f} ms  (min {min(runs) * 1000:.1f}, "
+        f"max {max(runs) * 1000:.1f})  target <= 50 ms: {'met' if med <= 0.050 else 'MISSED'}"
+    )
     shutil.rmtree(tmp, ignore_errors=True)
     return 0
 

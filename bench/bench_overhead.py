@@ -49,15 +49,22 @@ def main() -> int:
         out = tmp / f"out{i}"
         out.mkdir()
         t = time.perf_counter()
-        subprocess.run([sys.executable, "mkwheel.py", str(out), "tiny", "0.1"], cwd=src,
-                       check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(
+            [sys.executable, "mkwheel.py", str(out), "tiny", "0.1"],
+            cwd=src,
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
         d = time.perf_counter() - t
         recipe = tmp / "r.toml"
         recipe.write_text(RECIPE.format(run=i))
         t = time.perf_counter()
-        subprocess.run([exe, "realize", str(recipe), "--store", str(tmp / "store"), "--sandbox",
-                        args.sandbox], check=True, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL)
+        subprocess.run(
+            [exe, "realize", str(recipe), "--store", str(tmp / "store"), "--sandbox", args.sandbox],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         r = time.perf_counter() - t
         if i:  # the first run also probes the toolchain: report it apart
             direct.append(d)
@@ -67,8 +74,10 @@ def main() -> int:
     over = statistics.median(realize) - statistics.median(direct)
     print(f"step run directly (median):   {statistics.median(direct) * 1000:7.1f} ms")
     print(f"realize, cache miss (median): {statistics.median(realize) * 1000:7.1f} ms")
-    print(f"per-build overhead:           {over * 1000:7.1f} ms  (aim <= 300 ms: "
-          f"{'met' if over <= 0.300 else 'MISSED'})")
+    print(
+        f"per-build overhead:           {over * 1000:7.1f} ms  (aim <= 300 ms: "
+        f"{'met' if over <= 0.300 else 'MISSED'})"
+    )
     shutil.rmtree(tmp, ignore_errors=True)
     return 0
 

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 from rocmforge.progress import NullReporter, Reporter
 from rocmforge.recipe import Recipe
 from rocmforge.requirements import Fetcher
-from rocmforge.resolve import resolve
-from rocmforge.store import Store
+from rocmforge.resolve import Resolved, resolve
+from rocmforge.store import Entry, Store
 
 if TYPE_CHECKING:
     from rocmforge.sandbox import Runner
@@ -107,6 +107,31 @@ def make_link(link: Path, target: Path) -> Path:
     return link
 
 
+def _remember(store: Store, r: Resolved, entry: Entry) -> None:
+    """Record this result in the realize memo so the next identical realize is instant."""
+    from rocmforge import memo
+
+    recipe = r.recipe
+    memo.record(
+        str(store.root),
+        str(recipe.file),
+        files=[
+            *map(str, recipe.extends_chain),
+            *map(str, recipe.source.patches),
+            *r.toolchain.guards,
+            *(str(q.wheel) for q in r.requirements),
+        ],
+        trees=[str(recipe.source.path)] if recipe.source.kind == "path" else [],
+        result={
+            "hash": r.derivation.hash,
+            "name": r.derivation.name,
+            "version": r.derivation.version,
+            "path": str(entry.path),
+            "wheels": [str(w) for w in entry.wheels],
+        },
+    )
+
+
 def realize(
     recipe: Recipe,
     *,
@@ -141,6 +166,7 @@ def realize(
                     )
                     entry, sandbox = outcome.entry, outcome.sandbox
         made = make_link(link, entry.path) if link is not None else None
+        _remember(store, r, entry)
         return RealizeReport(
             recipe=recipe.file,
             hash=drv.hash,

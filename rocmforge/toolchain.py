@@ -47,6 +47,7 @@ class Toolchain:
     env: Mapping[str, str] = field(default_factory=dict)
     path_dirs: tuple[str, ...] = ()
     mounts: tuple[Path, ...] = ()
+    guards: tuple[str, ...] = ()
 
 
 def _run(argv: list[str]) -> str:
@@ -155,7 +156,7 @@ def _guards(probe: Mapping[str, Any]) -> list[str]:
     return paths
 
 
-def _toolchain_from_probe(probe: Mapping[str, Any]) -> Toolchain:
+def _toolchain_from_probe(probe: Mapping[str, Any], guards: tuple[str, ...]) -> Toolchain:
     py = probe["python"]
     prefix = Path(py["prefix"])
     mounts: tuple[Path, ...] = ()
@@ -177,6 +178,7 @@ def _toolchain_from_probe(probe: Mapping[str, Any]) -> Toolchain:
         env={"CC": probe["cc"]["path"], "CXX": probe["cxx"]["path"]},
         path_dirs=tuple(dirs),
         mounts=mounts,
+        guards=guards,
     )
 
 
@@ -187,7 +189,10 @@ def resolve_toolchain(spec: ToolchainSpec, *, cache_dir: Path) -> Toolchain:
     py = spec.python if os.path.isabs(spec.python) else shutil.which(f"python{spec.python}")
     key = "|".join([str(PROBE_VERSION), spec.kind, spec.python, str(py), *map(str, which)])
     probe = cache.get(key)
+    fresh = probe is None
     if probe is None:
         probe = probe_system(spec)
-        cache.put(key, probe, [*_guards(probe), *(p for p in [py, *which] if p)])
-    return _toolchain_from_probe(probe)
+    guards = tuple(dict.fromkeys([*_guards(probe), *(str(p) for p in [py, *which] if p)]))
+    if fresh:
+        cache.put(key, probe, guards)
+    return _toolchain_from_probe(probe, guards)
