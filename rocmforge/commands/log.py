@@ -1,0 +1,63 @@
+"""``rocmforge log TARGET``: print the build log of an entry or of a failed build."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from rocmforge.commands._common import add_store_option, open_store
+from rocmforge.errors import UsageError
+
+
+def register(sub: Any) -> None:
+    """Add the ``log`` command."""
+    p = sub.add_parser("log", help="print the build log of a build")
+    p.add_argument(
+        "target", metavar="TARGET", help="recipe file, input hash (prefix) or entry path"
+    )
+    add_store_option(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """``rocmforge log TARGET``: print the build log of an entry or of the last failed build."""
+    import zstandard
+
+    store = open_store(args)
+    path = _find_log(store, args.target)
+    out = sys.stdout.buffer
+    with open(path, "rb") as f:
+        zstandard.ZstdDecompressor().copy_stream(f, out)
+    out.flush()
+    return 0
+
+
+def _find_log(store: Any, target: str) -> Path:
+    from rocmforge.errors import RequirementError
+
+    if target.endswith(".toml") or os.path.isfile(target):
+        from rocmforge.realize import plan
+        from rocmforge.recipe_load import load_recipe
+
+        try:
+            report = plan(load_recipe(target), store=store, fetcher=None)
+        except RequirementError as exc:
+            raise UsageError(f"{target}: never built here ({exc})") from exc
+        h, name, version = report.hash, report.name, report.version
+        if report.path is not None:
+            return Path(report.path) / "build.log.zst"
+        failed = Path(store.failed_log_path(h, name, version))
+        if failed.exists():
+            return failed
+        raise UsageError(f"{target}: no build log (hash {h} was never built in {store.root})")
+    try:
+        entry = store.resolve(target)
+        return Path(entry.path) / "build.log.zst"
+    except UsageError:
+        failed_logs = sorted(Path(store.failed_dir).glob(f"{target}*.log.zst"))
+        if len(failed_logs) == 1:
+            return failed_logs[0]
+        raise

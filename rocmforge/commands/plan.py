@@ -1,0 +1,36 @@
+"""``rocmforge plan RECIPE``: the derivation, the input hash and whether the store has it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from rocmforge.commands._common import add_json_option, add_store_option, emit_json, open_store
+
+
+def register(sub: Any) -> None:
+    """Add the ``plan`` command."""
+    p = sub.add_parser("plan", help="show the derivation and input hash, without building")
+    p.add_argument("recipe", metavar="RECIPE")
+    add_store_option(p)
+    add_json_option(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """``rocmforge plan RECIPE``: show the derivation, the hash and whether it is cached."""
+    from rocmforge.realize import plan
+    from rocmforge.recipe_load import load_recipe
+    from rocmforge.requirements import PipFetcher
+
+    store = open_store(args)
+    report = plan(load_recipe(args.recipe), store=store, fetcher=PipFetcher())
+    if args.json:
+        emit_json(report.to_json())
+        return 0
+    print(json.dumps(report.derivation, indent=2, sort_keys=True))
+    print(f"name:    {report.name} {report.version}")
+    print(f"hash:    {report.hash}")
+    print(f"cached:  {'yes, ' + str(report.path) if report.cached else 'no'}")
+    return 0

@@ -1,0 +1,84 @@
+"""``rocmforge realize RECIPE...``: build (or reuse) and print the wheel paths."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from rocmforge.commands._common import (
+    ConsoleReporter,
+    add_json_option,
+    add_store_option,
+    emit_json,
+    open_store,
+)
+
+
+def register(sub: Any) -> None:
+    """Add the ``realize`` command."""
+    p = sub.add_parser("realize", help="build a recipe (or reuse the cached build)")
+    p.add_argument("recipes", nargs="+", metavar="RECIPE")
+    add_store_option(p)
+    p.add_argument("-o", "--out-link", metavar="LINK", help="make LINK point at the store entry")
+    p.add_argument(
+        "--keep-failed", action="store_true", help="keep the build dir of a failed build"
+    )
+    p.add_argument(
+        "--sandbox",
+        choices=("auto", "bwrap", "unshare", "none"),
+        default=None,
+        help="sandbox level (default: the best available)",
+    )
+    p.add_argument("-v", "--verbose", action="store_true", help="echo build output (non-TTY)")
+    add_json_option(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """``rocmforge realize RECIPE...``: build (or fetch from the store) and print wheel paths."""
+    from rocmforge.realize import realize
+    from rocmforge.recipe_load import load_recipe
+    from rocmforge.requirements import PipFetcher
+
+    recipes = [load_recipe(p) for p in args.recipes]  # every recipe is checked before any build
+    store = open_store(args)
+    fetcher = PipFetcher()
+
+    def runner_factory() -> Any:
+        from rocmforge.sandbox import detect_runner
+
+        return detect_runner(args.sandbox)
+
+    reports = []
+    for i, recipe in enumerate(recipes):
+        link = None
+        if args.out_link:
+            link = Path(args.out_link if i == 0 else f"{args.out_link}-{i + 1}")
+        reporter = ConsoleReporter(sys.stderr, label=recipe.package.name, verbose=args.verbose)
+        try:
+            report = realize(
+                recipe,
+                store=store,
+                fetcher=fetcher,
+                runner_factory=runner_factory,
+                reporter=reporter,
+                keep_failed=args.keep_failed,
+                link=link,
+            )
+        finally:
+            reporter.close()
+        reports.append(report)
+        if not args.json:
+            how = (
+                "cached" if report.cached else f"built in {report.seconds:.1f} s ({report.sandbox})"
+            )
+            print(f"rocmforge: {report.name} {report.version} {report.hash} {how}", file=sys.stderr)
+    if args.json:
+        emit_json([r.to_json() for r in reports])
+    else:
+        for r in reports:
+            for w in r.wheels:
+                print(w)
+    return 0
