@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -248,3 +249,27 @@ def test_out_link_points_at_the_entry(tiny_recipe: Path, store: Path, tmp_path: 
     link = tmp_path / "result"
     report = _realize_json(tiny_recipe, store, "-o", str(link))
     assert link.is_symlink() and link.resolve() == Path(report["path"]).resolve()
+
+
+def test_tty_progress_shows_phase_elapsed_and_last_line(
+    tiny_src: Path, tmp_path: Path, store: Path
+) -> None:
+    if not shutil.which("script"):
+        pytest.skip("util-linux `script` is needed to give the CLI a terminal")
+    recipe = tmp_path / "tty.toml"
+    recipe.write_text(
+        TINY_RECIPE.format(src=tiny_src).replace(
+            "steps = [", 'steps = ["echo tick-one; sleep 1.5; echo tick-two", '
+        )
+    )
+    cmd = f"{sys.executable} -m rocmforge realize {recipe} --store {store}"
+    typescript = tmp_path / "typescript"
+    proc = subprocess.run(
+        ["script", "-qec", cmd, str(typescript)], capture_output=True, text=True, check=False,
+        env=dict(os.environ, ROCMFORGE_PIP_ARGS="--no-index"),
+    )
+    assert proc.returncode == 0, proc.stdout
+    screen = typescript.read_text(errors="replace")
+    assert "[tiny build 0:00:0" in screen
+    assert "] tick-one" in screen
+    assert "tiny-0.1-py3-none-any.whl" in screen

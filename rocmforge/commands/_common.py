@@ -67,7 +67,11 @@ class ConsoleReporter:
         return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
 
     def _draw(self) -> None:
-        width = os.get_terminal_size(self.stream.fileno()).columns if self.tty else 100
+        try:
+            width = os.get_terminal_size(self.stream.fileno()).columns
+        except OSError:
+            width = 0
+        width = width if width >= 20 else 100
         text = f"[{self.label} {self.current} {self._elapsed()}] {self.last}"
         with self._lock:
             self.stream.write("\r\x1b[K" + text[: max(10, width - 1)])
