@@ -71,6 +71,13 @@ class CheckSpec:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class LintSpec:
+    """``[lint]``: lints the recipe acknowledges, lint id -> the reason (not hashed)."""
+
+    allow: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Recipe:
     """A loaded, validated recipe with ``extends`` already merged in."""
 
@@ -83,6 +90,7 @@ class Recipe:
     env: Mapping[str, str] = field(default_factory=dict)
     build: BuildSpec = field(default_factory=BuildSpec)
     check: CheckSpec = field(default_factory=CheckSpec)
+    lint: LintSpec = field(default_factory=LintSpec)
     resolved: Mapping[str, Any] = field(default_factory=dict)
     extends_chain: tuple[Path, ...] = ()
 
@@ -115,13 +123,14 @@ RESERVED_ENV = frozenset(
 
 _KEYS: dict[str, tuple[str, ...]] = {
     "": ("schema", "extends", "package", "source", "toolchain", "requirements", "env", "build",
-         "check"),
+         "check", "lint"),
     "package": ("name", "version"),
     "source": ("path", "git", "rev", "submodules", "patches"),
     "toolchain": ("kind", "python", "cc", "cxx"),
     "requirements": ("build",),
     "build": ("steps", "passthrough", "timeout"),
     "check": ("import",),
+    "lint": ("allow",),
 }  # fmt: skip
 
 _PROJECT_NAME = re.compile(r"^([A-Z0-9]|[A-Z0-9][A-Z0-9._-]*[A-Z0-9])$", re.IGNORECASE)
@@ -130,6 +139,7 @@ _MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 _COMMIT = re.compile(r"^[0-9a-fA-F]{40}$")
 _PIN = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*([^\s=;,\[\]]+)\s*$")
 _LEADING_NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
+_LINT_ID = re.compile(r"^RF\d{3}$")
 _PY_VERSION = re.compile(r"^3\.\d+$")
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)([dhms])")
 _UNIT_SECONDS = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0}
@@ -445,6 +455,24 @@ def _check(c: _Checker, data: Mapping[str, Any]) -> CheckSpec:
     return CheckSpec(imports=tuple(module for _, module in items))
 
 
+def _lint(c: _Checker, data: Mapping[str, Any]) -> LintSpec:
+    t = c.table(data, "lint")
+    value = t.get("allow", {})
+    if not isinstance(value, Mapping):
+        c.add("lint.allow", f'must be a table like {{ RF105 = "reason" }}, not {_describe(value)}')
+        return LintSpec()
+    allow: dict[str, str] = {}
+    for lint_id, reason in value.items():
+        key = join_key("lint.allow", lint_id)
+        if not _LINT_ID.match(lint_id):
+            c.add(key, f"{lint_id!r} is not a lint id like 'RF105' (see docs/lints.md)")
+        elif not isinstance(reason, str) or not reason.strip():
+            c.add(key, "must be a non-empty string giving the reason the lint does not apply")
+        else:
+            allow[lint_id] = reason
+    return LintSpec(allow=allow)
+
+
 def _from_dict(
     cls: type[Recipe], data: Mapping[str, Any], *, file: Path, lines: Mapping[str, int] | None
 ) -> Recipe:
@@ -469,6 +497,7 @@ def _from_dict(
     raw_env = data.get("env")
     build = _build(c, data, raw_env if isinstance(raw_env, Mapping) else {})
     check = _check(c, data)
+    lint = _lint(c, data)
     if c.problems:
         raise RecipeError(c.problems)
     return cls(
@@ -481,6 +510,7 @@ def _from_dict(
         env=env,
         build=build,
         check=check,
+        lint=lint,
         resolved=_plain(data),
         extends_chain=(file,),
     )
