@@ -20,10 +20,13 @@ import zstandard
 
 from rocmforge.check import check_wheels
 from rocmforge.errors import BuildError, BuildTimeout, RequirementError, RocmforgeError
+from rocmforge.hashing import file_blake3
 from rocmforge.progress import Reporter
+from rocmforge.provenance import PROVENANCE, make_statement, write_statement
 from rocmforge.resolve import Resolved
 from rocmforge.sandbox import Mount, Runner
 from rocmforge.sources import materialize_source
+from rocmforge.stamp import stamp_wheel
 from rocmforge.store import Entry, Store
 from rocmforge.wheels import create_venv, install_wheels, normalize_wheel, wheel_digests
 
@@ -76,6 +79,15 @@ def compress_file(src: Path, dest: Path) -> None:
         fout.flush()
         os.fsync(fout.fileno())
     os.replace(tmp, dest)
+
+
+def _file_digests(staged: Path) -> dict[str, str]:
+    """Return ``{file name: blake3}`` of the staged entry's non-wheel files (for ``verify``)."""
+    return {
+        p.name: file_blake3(p)
+        for p in sorted(staged.iterdir())
+        if p.is_file() and not p.name.endswith(".whl")
+    }
 
 
 def build_env(
@@ -155,6 +167,8 @@ def _stage(
     if not wheels:
         raise BuildError("the build finished but wrote no wheel into $OUT")
     for w in wheels:
+        # The stamp goes in before normalizing, so the final bytes (and RECORD) include it.
+        stamp_wheel(w, input_hash=resolved.derivation.hash, derivation=resolved.derivation.data)
         normalize_wheel(w, epoch=resolved.source.epoch)
     reporter.phase("check")
     check_wheels(
@@ -217,8 +231,18 @@ def build(
                 log.write(f"rocmforge: build finished in {time.time() - started:.1f} s\n".encode())
             reporter.phase("publish")
             compress_file(log_path, root / "entry" / "build.log.zst")
-            seconds = time.time() - started
+            finished = time.time()
+            seconds = finished - started
+            statement = make_statement(
+                resolved,
+                wheels=meta["wheels"],
+                sandbox=runner.level,
+                started=started,
+                finished=finished,
+            )
+            write_statement(root / "entry" / PROVENANCE, statement)
             meta.update({"sandbox": runner.level, "build_seconds": round(seconds, 3)})
+            meta["files"] = _file_digests(root / "entry")
             entry = store.publish(
                 root / "entry", hash=drv.hash, name=drv.name, version=drv.version, meta=meta
             )

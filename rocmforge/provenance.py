@@ -1,0 +1,176 @@
+"""Provenance: an in-toto Statement v1 with a SLSA Provenance v1 predicate for each store entry.
+
+The statement is written as ``provenance.json`` into the staged entry before it is published, so
+it is fsynced, sealed read-only and renamed into ``entries/`` together with the wheels. Its subjects
+are the (stamped, normalized) wheels with their sha256 and blake3 digests.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rocmforge import __version__
+from rocmforge.errors import StoreError
+from rocmforge.hashing import blake3_hex, canonical_json
+
+if TYPE_CHECKING:
+    from rocmforge.resolve import Resolved
+
+PROVENANCE = "provenance.json"
+STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
+PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
+BUILD_TYPE = "https://rocmforge.dev/build/v1"
+BUILDER_ID = "https://rocmforge.dev/builder/v1"
+
+
+def rfc3339(ts: float) -> str:
+    """Return ``ts`` (seconds since the epoch) as an RFC 3339 UTC time with a ``Z`` suffix."""
+    return datetime.fromtimestamp(ts, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _source_dependencies(resolved: Resolved) -> list[dict[str, Any]]:
+    spec, ident = resolved.recipe.source, resolved.source
+    deps: list[dict[str, Any]] = []
+    if ident.kind == "git":
+        deps.append(
+            {
+                "name": "source",
+                "uri": f"git+{spec.git}@{ident.commit}",
+                "digest": {"gitCommit": ident.commit},
+                "annotations": {"submodules": {p: c for p, c in ident.submodules}},
+            }
+        )
+        for sub_path, commit in ident.submodules:
+            deps.append(
+                {"name": f"source.submodules/{sub_path}", "digest": {"gitCommit": commit}}
+            )
+    else:
+        tree = (ident.tree or "").removeprefix("blake3:")
+        dep: dict[str, Any] = {"name": "source", "digest": {"blake3": tree}}
+        if spec.path is not None:
+            dep["uri"] = Path(spec.path).as_uri()
+        deps.append(dep)
+    for name, digest in ident.patches:
+        deps.append({"name": f"source.patches/{name}", "digest": {"blake3": digest}})
+    return deps
+
+
+def make_statement(
+    resolved: Resolved,
+    *,
+    wheels: Sequence[Mapping[str, Any]],
+    sandbox: str,
+    started: float,
+    finished: float,
+    host: str | None = None,
+) -> dict[str, Any]:
+    """Return the in-toto statement for a build of ``resolved`` that produced ``wheels``.
+
+    ``wheels`` are the meta records (``file``, ``sha256``, ``blake3``) of the staged wheels.
+    """
+    recipe, drv = resolved.recipe, resolved.derivation
+    host = host or socket.gethostname()
+    fingerprint = dict(resolved.toolchain.fingerprint)
+    deps = _source_dependencies(resolved)
+    deps.append(
+        {
+            "name": "toolchain",
+            "digest": {"blake3": blake3_hex(canonical_json(fingerprint))},
+            "annotations": fingerprint,
+        }
+    )
+    for req in resolved.requirements:
+        deps.append(
+            {
+                "name": f"requirements/{req.name}",
+                "uri": f"pkg:pypi/{req.name}@{req.version}",
+                "digest": {"sha256": req.sha256, "blake3": req.blake3},
+                "annotations": {"wheel": req.wheel.name},
+            }
+        )
+    return {
+        "_type": STATEMENT_TYPE,
+        "subject": [
+            {"name": w["file"], "digest": {"sha256": w["sha256"], "blake3": w["blake3"]}}
+            for w in wheels
+        ],
+        "predicateType": PREDICATE_TYPE,
+        "predicate": {
+            "buildDefinition": {
+                "buildType": BUILD_TYPE,
+                "externalParameters": {
+                    "recipe": dict(recipe.resolved),
+                    "recipeFile": str(recipe.file),
+                    "extends": [str(p) for p in recipe.extends_chain],
+                },
+                "internalParameters": {
+                    "inputHash": drv.hash,
+                    "builder": drv.data.get("builder"),
+                    "sandbox": sandbox,
+                    "host": host,
+                    "buildSeconds": round(finished - started, 3),
+                    "passthrough": list(recipe.build.passthrough),
+                },
+                "resolvedDependencies": deps,
+            },
+            "runDetails": {
+                "builder": {"id": BUILDER_ID, "version": {"rocmforge": __version__}},
+                "metadata": {
+                    "invocationId": f"{drv.hash}@{host}:{started:.6f}",
+                    "startedOn": rfc3339(started),
+                    "finishedOn": rfc3339(finished),
+                },
+                "byproducts": [{"name": "build.log.zst"}],
+            },
+        },
+    }
+
+
+def write_statement(path: Path, statement: Mapping[str, Any]) -> None:
+    """Write ``statement`` as JSON to ``path`` atomically (temp file, fsync, rename)."""
+    data = (json.dumps(statement, indent=2, sort_keys=True) + "\n").encode()
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise StoreError(f"cannot write provenance {path}: {exc}") from exc
+
+
+def read_statement(path: Path) -> dict[str, Any] | None:
+    """Return the statement stored at ``path``, or None if the entry has none (older builds)."""
+    try:
+        value = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise StoreError(f"{path}: cannot read provenance: {exc}") from exc
+    if not isinstance(value, dict):
+        raise StoreError(f"{path}: provenance is not a JSON object")
+    return value
+
+
+def run_facts(statement: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Return ``{"host", "sandbox", "started", "finished", "seconds"}`` read from a statement."""
+    if not statement:
+        return {}
+    pred = statement.get("predicate", {})
+    meta = pred.get("runDetails", {}).get("metadata", {})
+    run = pred.get("buildDefinition", {}).get("internalParameters", {})
+    return {
+        "host": run.get("host"),
+        "sandbox": run.get("sandbox"),
+        "started": meta.get("startedOn"),
+        "finished": meta.get("finishedOn"),
+        "seconds": run.get("buildSeconds"),
+    }
