@@ -76,7 +76,7 @@ def _record_hash(data: bytes) -> str:
     return f"sha256={digest}"
 
 
-def _with_stamp(record: str, member: str, data: bytes) -> bytes:
+def _with_stamp(record: str, member: str, data: bytes) -> str:
     """Return RECORD text with the stamp's row (replacing an older one), RECORD's row last."""
     rows = [r for r in csv.reader(record.splitlines()) if r and r[0] != member]
     record_rows = [r for r in rows if r[0].endswith(".dist-info/RECORD")]
