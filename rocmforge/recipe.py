@@ -33,6 +33,7 @@ class SourceSpec:
     path: Path | None = None
     git: str | None = None
     rev: str | None = None
+    ref: str | None = None
     submodules: bool = False
     patches: tuple[Path, ...] = ()
 
@@ -49,9 +50,14 @@ class ToolchainSpec:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RequirementsSpec:
-    """``[requirements]``: exact ``name==version`` pins installed into the build venv."""
+    """``[requirements]``: exact ``name==version`` pins installed into the build venv.
+
+    ``digests`` maps a pin (``name==version``, name in PEP 503 form) to ``"sha256:<hex>"`` or
+    ``"blake3:<hex>"``; the fetched wheel must match (written by ``rocmforge lock``).
+    """
 
     build: tuple[str, ...] = ()
+    digests: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -125,9 +131,9 @@ _KEYS: dict[str, tuple[str, ...]] = {
     "": ("schema", "extends", "package", "source", "toolchain", "requirements", "env", "build",
          "check", "lint"),
     "package": ("name", "version"),
-    "source": ("path", "git", "rev", "submodules", "patches"),
+    "source": ("path", "git", "rev", "ref", "submodules", "patches"),
     "toolchain": ("kind", "python", "cc", "cxx"),
-    "requirements": ("build",),
+    "requirements": ("build", "digests"),
     "build": ("steps", "passthrough", "timeout"),
     "check": ("import",),
     "lint": ("allow",),
@@ -329,21 +335,31 @@ def _source(c: _Checker, data: Mapping[str, Any], base: Path) -> SourceSpec:
     elif "path" not in t and "git" not in t:
         c.add("source", "give exactly one of 'path' (a directory) or 'git' (a URL or local path)")
     if "git" not in t:
-        for name in ("rev", "submodules"):
+        for name in ("rev", "ref", "submodules"):
             if name in t:
                 c.add(join_key("source", name), "only applies to a git source")
         return SourceSpec(kind="path", path=base / path if path else None, patches=patches)
-    rev = c.string(t, "source", "rev", required=True)
+    ref = c.string(t, "source", "ref")
+    if "rev" not in t and ref is not None:
+        c.add(
+            "source.rev",
+            f"missing: ref = {ref!r} is not pinned to a commit; run `rocmforge lock RECIPE` "
+            "to write the full commit into rev",
+        )
+        rev = None
+    else:
+        rev = c.string(t, "source", "rev", required=True)
     if rev is not None and not _COMMIT.match(rev):
         c.add(
             "source.rev",
-            "must be a full 40-character commit; a tag or branch needs `rocmforge lock` "
-            "(not yet available)",
+            "must be a full 40-character commit; put a tag or branch in `ref` and run "
+            "`rocmforge lock RECIPE`",
         )
     return SourceSpec(
         kind="git",
         git=git,
         rev=rev.lower() if rev else None,
+        ref=ref,
         submodules=c.boolean(t, "source", "submodules"),
         patches=patches,
     )
@@ -385,7 +401,40 @@ def _requirements(c: _Checker, data: Mapping[str, Any]) -> RequirementsSpec:
             c.add(key, f"duplicate requirement {name!r} (also at {seen[canonical]})")
         seen[canonical] = key
         pins.append(f"{name}=={version}")
-    return RequirementsSpec(build=tuple(pins))
+    return RequirementsSpec(build=tuple(pins), digests=_digests(c, t, pins))
+
+
+_DIGEST = re.compile(r"^(sha256:[0-9a-f]{64}|blake3:[0-9a-f]{64})$")
+
+
+def normal_pin(pin: str) -> str | None:
+    """Return ``name==version`` with the name in PEP 503 form, or None if ``pin`` is not one."""
+    m = _PIN.match(pin)
+    if m is None:
+        return None
+    return f"{re.sub(r'[-_.]+', '-', m.group(1)).lower()}=={m.group(2)}"
+
+
+def _digests(c: _Checker, t: Mapping[str, Any], pins: list[str]) -> dict[str, str]:
+    """Read ``[requirements] digests``: ``{"name==version" = "sha256:<hex>"}``, one per pin."""
+    value = t.get("digests", {})
+    if not isinstance(value, Mapping):
+        c.add("requirements.digests", f"must be a table of pin -> digest, not {_describe(value)}")
+        return {}
+    wanted = {normal_pin(p) for p in pins}
+    out: dict[str, str] = {}
+    for pin, digest in value.items():
+        key = join_key("requirements.digests", pin)
+        norm = normal_pin(pin)
+        if norm is None:
+            c.add(key, f"{pin!r} is not a 'name==version' pin")
+        elif norm not in wanted:
+            c.add(key, f"{pin!r} is not in requirements.build; run `rocmforge lock RECIPE`")
+        elif not isinstance(digest, str) or not _DIGEST.match(digest):
+            c.add(key, "must be 'sha256:<64 hex>' or 'blake3:<64 hex>'")
+        else:
+            out[norm] = digest
+    return out
 
 
 def _env(c: _Checker, data: Mapping[str, Any]) -> dict[str, str]:
