@@ -40,12 +40,18 @@ class SourceSpec:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ToolchainSpec:
-    """``[toolchain]``: the compilers and interpreter the build runs with."""
+    """``[toolchain]``: the compilers and interpreter the build runs with.
 
-    kind: Literal["system"] = "system"
+    With ``kind = "rocm"``, ``root`` (absolute once loaded) is the ROCm install and ``rocm`` the
+    declared version the probe must find there; python/cc/cxx remain the host side.
+    """
+
+    kind: Literal["system", "rocm"] = "system"
     python: str = "3.11"
     cc: str = "cc"
     cxx: str = "c++"
+    rocm: str | None = None
+    root: Path | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -71,9 +77,24 @@ class BuildSpec:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CheckSpec:
-    """``[check]``: modules imported from the installed wheel in a fresh venv."""
+    """``[check]``: modules imported from the installed wheel in a fresh venv; ``archs``: the GPU
+    targets every shared library's offload bundles must hold, exactly."""
 
     imports: tuple[str, ...] = ()
+    archs: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InputSpec:
+    """``[inputs.NAME]``: a fixed extra input (a directory, or an archive by path or URL), mounted
+    read-only in the sandbox at ``/inputs/NAME`` and named by the variable ``env``."""
+
+    name: str
+    env: str
+    path: Path | None = None
+    url: str | None = None
+    sha256: str | None = None
+    subdir: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -97,6 +118,7 @@ class Recipe:
     build: BuildSpec = field(default_factory=BuildSpec)
     check: CheckSpec = field(default_factory=CheckSpec)
     lint: LintSpec = field(default_factory=LintSpec)
+    inputs: Mapping[str, InputSpec] = field(default_factory=dict)
     resolved: Mapping[str, Any] = field(default_factory=dict)
     extends_chain: tuple[Path, ...] = ()
 
@@ -129,13 +151,14 @@ RESERVED_ENV = frozenset(
 
 _KEYS: dict[str, tuple[str, ...]] = {
     "": ("schema", "extends", "package", "source", "toolchain", "requirements", "env", "build",
-         "check", "lint"),
+         "check", "lint", "inputs"),
     "package": ("name", "version"),
     "source": ("path", "git", "rev", "ref", "submodules", "patches"),
-    "toolchain": ("kind", "python", "cc", "cxx"),
+    "toolchain": ("kind", "python", "cc", "cxx", "rocm", "root"),
     "requirements": ("build", "digests"),
     "build": ("steps", "passthrough", "timeout"),
-    "check": ("import",),
+    "check": ("import", "archs"),
+    "input": ("path", "url", "sha256", "env", "subdir"),
     "lint": ("allow",),
 }  # fmt: skip
 
@@ -147,6 +170,9 @@ _PIN = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*([^\s=;,\[\]]+)\s*$"
 _LEADING_NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
 _LINT_ID = re.compile(r"^RF\d{3}$")
 _PY_VERSION = re.compile(r"^3\.\d+$")
+_ROCM_VERSION = re.compile(r"^\d+\.\d+(\.\d+)?$")
+_ARCH = re.compile(r"^gfx[0-9a-f]{3,4}(:(sramecc|xnack)[+-])*$")
+_INPUT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)([dhms])")
 _UNIT_SECONDS = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0}
 
@@ -244,7 +270,7 @@ class _Checker:
             self.known_keys(value, name)
         return value
 
-    def known_keys(self, table: Mapping[str, Any], prefix: str) -> None:
+    def known_keys(self, table: Mapping[str, Any], prefix: str, *, shown: str = "") -> None:
         allowed = _KEYS[prefix]
         for key in table:
             if key not in allowed:
@@ -256,7 +282,7 @@ class _Checker:
                     if close
                     else "expected one of: " + ", ".join(allowed)
                 )
-                self.add(join_key(prefix, key), f"unknown key {key!r} ({hint})")
+                self.add(join_key(shown or prefix, key), f"unknown key {key!r} ({hint})")
 
     def string(
         self, table: Mapping[str, Any], prefix: str, name: str, *, required: bool = False
@@ -365,20 +391,29 @@ def _source(c: _Checker, data: Mapping[str, Any], base: Path) -> SourceSpec:
     )
 
 
-def _toolchain(c: _Checker, data: Mapping[str, Any]) -> ToolchainSpec:
+def _toolchain(c: _Checker, data: Mapping[str, Any], base: Path) -> ToolchainSpec:
     t = c.table(data, "toolchain")
     kind = c.string(t, "toolchain", "kind")
-    if kind == "rocm":
-        c.add("toolchain.kind", "'rocm' is not supported yet; schema 1 supports only 'system'")
-    elif kind is not None and kind != "system":
-        c.add("toolchain.kind", f"unknown kind {kind!r}; expected 'system'")
+    if kind is not None and kind not in ("system", "rocm"):
+        c.add("toolchain.kind", f"unknown kind {kind!r}; expected 'system' or 'rocm'")
+    rocm = c.string(t, "toolchain", "rocm", required=kind == "rocm")
+    root = c.string(t, "toolchain", "root", required=kind == "rocm")
+    if kind != "rocm":
+        for name in ("rocm", "root"):
+            if name in t:
+                c.add(join_key("toolchain", name), "only applies to kind = \"rocm\"")
+    if rocm is not None and not _ROCM_VERSION.match(rocm):
+        c.add("toolchain.rocm", f"{rocm!r} is not a ROCm version like '6.2' or '6.2.4'")
     python = c.string(t, "toolchain", "python") or "3.11"
     if not (_PY_VERSION.match(python) or Path(python).is_absolute()):
         c.add("toolchain.python", f"{python!r} is not a version like '3.11' or an absolute path")
     return ToolchainSpec(
+        kind="rocm" if kind == "rocm" else "system",
         python=python,
         cc=c.string(t, "toolchain", "cc") or "cc",
         cxx=c.string(t, "toolchain", "cxx") or "c++",
+        rocm=rocm if kind == "rocm" else None,
+        root=base / root if root and kind == "rocm" else None,
     )
 
 
@@ -501,7 +536,67 @@ def _check(c: _Checker, data: Mapping[str, Any]) -> CheckSpec:
     for key, module in items:
         if not _MODULE.match(module):
             c.add(key, f"{module!r} is not a dotted module name")
-    return CheckSpec(imports=tuple(module for _, module in items))
+    archs: list[str] = []
+    if "archs" in t and not t["archs"]:
+        c.add("check.archs", "must list at least one GPU target like 'gfx90a' (or be left out)")
+    for key, arch in c.strings(t, "check", "archs"):
+        if not _ARCH.match(arch):
+            c.add(key, f"{arch!r} is not a GPU target like 'gfx942' or 'gfx90a:xnack-'")
+        elif arch in archs:
+            c.add(key, f"duplicate arch {arch!r}")
+        else:
+            archs.append(arch)
+    return CheckSpec(imports=tuple(module for _, module in items), archs=tuple(archs))
+
+
+def _inputs(
+    c: _Checker, data: Mapping[str, Any], base: Path, env: Mapping[str, Any]
+) -> dict[str, InputSpec]:
+    t = c.table(data, "inputs")
+    out: dict[str, InputSpec] = {}
+    names: dict[str, str] = {}
+    for name, value in t.items():
+        key = join_key("inputs", name)
+        if not _INPUT_NAME.match(name):
+            c.add(key, f"{name!r} is not a valid input name (letters, digits, '.', '_', '-')")
+            continue
+        if not isinstance(value, Mapping):
+            c.add(key, f"must be a table with path or url, and env; not {_describe(value)}")
+            continue
+        c.known_keys(value, "input", shown=key)
+        path = c.string(value, key, "path")
+        url = c.string(value, key, "url")
+        sha = c.string(value, key, "sha256")
+        var = c.string(value, key, "env", required=True)
+        subdir = c.string(value, key, "subdir")
+        if (path is None) == (url is None):
+            c.add(key, "give exactly one of 'path' (a directory or archive) or 'url' (an archive)")
+        if url is not None and sha is None:
+            c.add(join_key(key, "sha256"), "required with url: the archive's sha256 in hex")
+        if sha is not None and not re.fullmatch(r"[0-9a-f]{64}", sha):
+            c.add(join_key(key, "sha256"), "must be 64 lowercase hex digits")
+        if subdir is not None and (subdir.startswith("/") or ".." in Path(subdir).parts):
+            c.add(join_key(key, "subdir"), "must be a relative path inside the input")
+        if var is not None:
+            vkey = join_key(key, "env")
+            if not _ENV_NAME.match(var):
+                c.add(vkey, f"{var!r} is not a valid variable name (letters, digits, _)")
+            elif var in RESERVED_ENV:
+                c.add(vkey, f"{var} is set by the sandbox itself")
+            elif var in env:
+                c.add(vkey, f"{var} is also set in [env]; the input sets it to its mount path")
+            elif var in names:
+                c.add(vkey, f"{var} is already named by {names[var]}")
+            names[var] = key
+        out[name] = InputSpec(
+            name=name,
+            env=var or "",
+            path=base / path if path else None,
+            url=url,
+            sha256=sha,
+            subdir=subdir,
+        )
+    return out
 
 
 def _lint(c: _Checker, data: Mapping[str, Any]) -> LintSpec:
@@ -540,13 +635,14 @@ def _from_dict(
     base = file.parent
     package = _package(c, data)
     source = _source(c, data, base)
-    toolchain = _toolchain(c, data)
+    toolchain = _toolchain(c, data, base)
     requirements = _requirements(c, data)
     env = _env(c, data)
     raw_env = data.get("env")
     build = _build(c, data, raw_env if isinstance(raw_env, Mapping) else {})
     check = _check(c, data)
     lint = _lint(c, data)
+    inputs = _inputs(c, data, base, raw_env if isinstance(raw_env, Mapping) else {})
     if c.problems:
         raise RecipeError(c.problems)
     return cls(
@@ -560,6 +656,7 @@ def _from_dict(
         build=build,
         check=check,
         lint=lint,
+        inputs=inputs,
         resolved=_plain(data),
         extends_chain=(file,),
     )

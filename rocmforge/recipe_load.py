@@ -148,6 +148,14 @@ def _parse(file: Path, text: str) -> dict[str, Any]:
         patches = source.get("patches")
         if isinstance(patches, list):
             source["patches"] = [_absolute(base, p) if isinstance(p, str) else p for p in patches]
+    toolchain = data.get("toolchain")
+    if isinstance(toolchain, dict) and isinstance(toolchain.get("root"), str):
+        toolchain["root"] = _absolute(base, toolchain["root"])
+    inputs = data.get("inputs")
+    if isinstance(inputs, dict):
+        for spec in inputs.values():
+            if isinstance(spec, dict) and isinstance(spec.get("path"), str):
+                spec["path"] = _absolute(base, spec["path"])
     return data
 
 
