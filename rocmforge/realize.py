@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rocmforge.lock import check_digests
 from rocmforge.progress import NullReporter, Reporter
 from rocmforge.recipe import Recipe
 from rocmforge.requirements import Fetcher
@@ -84,6 +85,7 @@ class RealizeReport:
 def plan(recipe: Recipe, *, store: Store, fetcher: Fetcher | None) -> PlanReport:
     """Resolve ``recipe`` and report its derivation and hash, without building."""
     r = resolve(recipe, store=store, fetcher=fetcher)
+    check_digests(recipe, r.requirements)
     drv = r.derivation
     entry = store.lookup(drv.hash, drv.name, drv.version)
     return PlanReport(
@@ -147,6 +149,7 @@ def realize(
     started = time.monotonic()
     with store.shared_lock():
         r = resolve(recipe, store=store, fetcher=fetcher)
+        check_digests(recipe, r.requirements)
         drv = r.derivation
         entry = store.lookup(drv.hash, drv.name, drv.version)
         sandbox = None

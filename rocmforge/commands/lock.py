@@ -1,0 +1,49 @@
+"""``rocmforge lock RECIPE...``: pin ``[source] ref`` to a commit and requirements to digests."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from rocmforge.commands._common import add_json_option, add_store_option, emit_json, open_store
+
+
+def register(sub: Any) -> None:
+    """Add the ``lock`` command."""
+    p = sub.add_parser(
+        "lock",
+        help="pin a git ref to a full commit and build requirements to wheel digests",
+        description="Resolve [source] ref to a full commit (written to rev) and each build "
+        "requirement to its wheel's sha256 (written to [requirements] digests). Comments and "
+        "layout of the recipe are kept byte for byte outside the changed values.",
+    )
+    p.add_argument("recipes", nargs="+", metavar="RECIPE")
+    p.add_argument("--check", action="store_true", help="only report; exit 1 if not locked")
+    add_store_option(p)
+    add_json_option(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """``rocmforge lock RECIPE...``: write the resolved values back into each recipe."""
+    from rocmforge.lock import lock_recipe
+    from rocmforge.requirements import PipFetcher
+
+    store = open_store(args)
+    reports = [
+        lock_recipe(Path(r), store=store, fetcher=PipFetcher(), write=not args.check)
+        for r in args.recipes
+    ]
+    if args.json:
+        emit_json([r.to_json() for r in reports])
+    else:
+        for report in reports:
+            if not report.changes:
+                print(f"{report.recipe}: already locked")
+                continue
+            verb = "updated" if report.written else "would change"
+            print(f"{report.recipe}: {verb}")
+            for c in report.changes:
+                print(f"  {c.key}: {c.old or '(none)'} -> {c.new or '(removed)'}")
+    return 1 if args.check and any(r.changes for r in reports) else 0

@@ -1,0 +1,240 @@
+"""``lock``: pin a recipe's git ``ref`` to a full commit and its build requirements to digests.
+
+The recipe is rewritten with tomlkit, so comments, key order and layout survive byte for byte
+outside the values that changed: ``[source] rev`` (inserted right after ``ref`` if it was missing)
+and ``[requirements] digests`` (an inline table ``{ "name==version" = "sha256:<hex>" }``).
+:func:`check_digests` is what ``realize`` and ``plan`` use to refuse a fetched wheel whose digest
+does not match the locked one.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rocmforge.errors import Problem, RecipeError, RequirementError, SourceError, UsageError
+from rocmforge.recipe import Recipe, normal_pin
+
+if TYPE_CHECKING:
+    from rocmforge.requirements import Fetcher, ResolvedRequirement
+    from rocmforge.store import Store
+
+_SCP_LIKE = re.compile(r"^[^/@:]+@[^/:]+:")
+_COMMIT = re.compile(r"^[0-9a-f]{40}$")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LockChange:
+    """One value ``lock`` wrote: its dotted key path, the old value (None if new) and the new."""
+
+    key: str
+    old: str | None
+    new: str | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LockReport:
+    """What ``lock`` did to one recipe file."""
+
+    recipe: Path
+    changes: tuple[LockChange, ...]
+    written: bool
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the report as JSON-ready data."""
+        return {
+            "recipe": str(self.recipe),
+            "written": self.written,
+            "changes": [{"key": c.key, "old": c.old, "new": c.new} for c in self.changes],
+        }
+
+
+def check_digests(recipe: Recipe, requirements: Sequence[ResolvedRequirement]) -> None:
+    """Raise :class:`RequirementError` if a fetched wheel does not match its locked digest."""
+    digests = recipe.requirements.digests
+    if not digests:
+        return
+    for req in requirements:
+        pin = f"{req.name}=={req.version}"
+        expected = digests.get(pin)
+        if expected is None:
+            continue
+        algo, _, want = expected.partition(":")
+        got = req.sha256 if algo == "sha256" else req.blake3
+        if got != want:
+            raise RequirementError(
+                f"{recipe.file}: requirements.digests.{pin}: expected {expected}, but the "
+                f"fetched wheel {req.wheel.name} has {algo}:{got}; if that wheel is the one you "
+                f"want, run `rocmforge lock {recipe.file}`"
+            )
+
+
+def resolve_ref(url: str, ref: str) -> str:
+    """Return the full commit that ``ref`` (tag, branch or full ref name) names in ``url``.
+
+    An annotated tag resolves to the commit it points at. A name that is both a tag and a
+    branch is ambiguous and refused.
+    """
+    from rocmforge.source_git import run_git
+
+    if _COMMIT.fullmatch(ref.lower()):
+        return ref.lower()
+    out = run_git(["ls-remote", url], what=f"resolving {ref!r} in {url}").decode()
+    refs: dict[str, str] = {}
+    for line in out.splitlines():
+        commit, _, name = line.partition("\t")
+        refs[name.strip()] = commit.strip()
+    candidates = []
+    for full in (ref, f"refs/tags/{ref}", f"refs/heads/{ref}"):
+        if f"{full}^{{}}" in refs:
+            candidates.append((full, refs[f"{full}^{{}}"]))
+        elif full in refs:
+            candidates.append((full, refs[full]))
+    found = dict(candidates)
+    if not found:
+        raise SourceError(f"{url}: no tag or branch named {ref!r}")
+    if len(set(found.values())) > 1:
+        raise SourceError(
+            f"{url}: {ref!r} is ambiguous: "
+            + ", ".join(f"{k} -> {v[:12]}" for k, v in found.items())
+            + "; write the full ref name (refs/tags/... or refs/heads/...)"
+        )
+    return next(iter(found.values()))
+
+
+def _git_url(value: str, base: Path) -> str:
+    if "://" in value or _SCP_LIKE.match(value):
+        return value
+    return os.path.normpath(os.path.join(base, value))
+
+
+def _insert_after(table: Any, after: str, key: str, value: Any) -> None:
+    """Insert ``key`` right after ``after`` in a tomlkit table (appending if that fails)."""
+    try:
+        table.value._insert_after(after, key, value)
+    except (AttributeError, KeyError, ValueError):
+        table[key] = value
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, os.stat(path).st_mode & 0o7777)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def lock_recipe(
+    path: Path, *, store: Store, fetcher: Fetcher | None, write: bool = True
+) -> LockReport:
+    """Resolve ``[source] ref`` and the requirement digests of the recipe at ``path``.
+
+    Values are written back only where they changed (nothing is written when nothing changed,
+    or when ``write`` is False). The recipe's own file is edited; values inherited through
+    ``extends`` are pinned in this file (tables merge deeply, so a child's digests add to the
+    base's).
+    """
+    import tomlkit
+    from tomlkit.exceptions import TOMLKitError
+
+    from rocmforge.recipe_load import parse_recipe_text
+    from rocmforge.requirements import resolve_requirements
+    from rocmforge.toolchain import resolve_toolchain
+
+    path = Path(os.path.abspath(path))
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read recipe: {exc.strerror or exc}") from exc
+    try:
+        doc = tomlkit.parse(text)
+    except TOMLKitError as exc:
+        raise RecipeError([Problem(file=path, key="", message=f"invalid TOML: {exc}")]) from exc
+    changes: list[LockChange] = []
+
+    source = doc.get("source")
+    if isinstance(source, dict) and isinstance(source.get("ref"), str) and "git" in source:
+        ref = str(source["ref"])
+        commit = resolve_ref(_git_url(str(source["git"]), path.parent), ref)
+        old = source.get("rev")
+        if old is None:
+            _insert_after(source, "ref", "rev", commit)
+            changes.append(LockChange(key="source.rev", old=None, new=commit))
+        elif str(old).lower() != commit:
+            source["rev"] = commit
+            changes.append(LockChange(key="source.rev", old=str(old), new=commit))
+
+    # Validate (and follow extends) without this file's digests: stale ones are replaced below.
+    probe = tomlkit.parse(tomlkit.dumps(doc))
+    reqs_table = probe.get("requirements")
+    if isinstance(reqs_table, dict):
+        reqs_table.pop("digests", None)
+    recipe = parse_recipe_text(tomlkit.dumps(probe), file=path)
+    if recipe.requirements.build:
+        toolchain = resolve_toolchain(recipe.toolchain, cache_dir=store.cache_dir)
+        resolved = resolve_requirements(
+            recipe.requirements.build,
+            python_version=toolchain.python_version,
+            wheel_dir=store.sources_dir / "wheels",
+            cache_dir=store.cache_dir,
+            fetcher=fetcher,
+        )
+        changes.extend(_lock_digests(doc, resolved))
+
+    written = False
+    if changes and write:
+        try:
+            _write_atomic(path, tomlkit.dumps(doc))
+        except OSError as exc:
+            raise UsageError(f"{path}: cannot write recipe: {exc.strerror or exc}") from exc
+        written = True
+    return LockReport(recipe=path, changes=tuple(changes), written=written)
+
+
+def _lock_digests(doc: Any, resolved: Sequence[ResolvedRequirement]) -> list[LockChange]:
+    import tomlkit
+
+    changes: list[LockChange] = []
+    table = doc.get("requirements")
+    if table is None:
+        table = tomlkit.table()
+        doc["requirements"] = table
+    digests = table.get("digests")
+    if digests is None:
+        digests = tomlkit.inline_table()
+        anchor = "build" if "build" in table else None
+        if anchor:
+            _insert_after(table, anchor, "digests", digests)
+        else:
+            table["digests"] = digests
+        digests = table["digests"]
+    wanted = {f"{r.name}=={r.version}": r for r in resolved}
+    existing = {normal_pin(str(k)): str(k) for k in list(digests.keys())}
+    for norm, key in existing.items():
+        if norm not in wanted:
+            stale = str(digests[key])
+            del digests[key]
+            changes.append(LockChange(key=f"requirements.digests.{key}", old=stale, new=None))
+    for pin, req in wanted.items():
+        key = existing.get(pin, pin)
+        old = str(digests[key]) if key in digests else None
+        if old is not None:
+            algo, _, value = old.partition(":")
+            current = req.blake3 if algo == "blake3" else req.sha256
+            if value == current:
+                continue
+        new = f"sha256:{req.sha256}"
+        digests[key] = new
+        changes.append(LockChange(key=f"requirements.digests.{key}", old=old, new=new))
+    return changes
