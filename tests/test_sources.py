@@ -497,3 +497,54 @@ def test_empty_tree_twice(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     first = path_id(tmp_path / "empty", tmp_path / "c")
     assert path_id(tmp_path / "empty", tmp_path / "c") == first
+
+
+# ---------------------------------------------------------------- pinned digests and parallel scans
+
+PINNED_TREE_DIGEST = "ec248200508c157e78ab284b00257b895c256a35ffc96995ab00852cd78760b4"
+
+
+def make_pinned_tree(root: Path) -> None:
+    """A fixed tree whose digest is pinned: kinds, nesting, and names whose byte order differs."""
+    contents: dict[str, tuple[bytes, int]] = {
+        "a.py": (b"print(1)\n", 0o644),
+        "pkg/b.c": (b"int b;\n", 0o644),
+        "pkg/deep/c.txt": (b"", 0o644),
+        "run.sh": (b"#!/bin/sh\n", 0o755),
+        "pkg-x": (b"dash sorts before slash\n", 0o644),
+        "\u00e9t\u00e9.txt": (b"utf-8 name\n", 0o644),
+        "Zed": (b"upper sorts first\n", 0o644),
+        os.fsdecode(b"raw-\xff"): (b"undecodable name\n", 0o644),
+        "\ue000-private": (b"private use char\n", 0o644),
+        # U+E000 is EE 80 80 in UTF-8, so it sorts before the raw byte FF but after U+DCFF as str.
+        os.fsdecode(b"q-\xff"): (b"ff\n", 0o644),
+        "q-\ue000": (b"ee\n", 0o644),
+    }
+    for rel, (data, mode) in contents.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(data)
+        p.chmod(mode)
+    os.symlink("pkg/b.c", root / "link")
+    os.symlink("missing-target", root / "pkg/dangling")
+
+
+def test_tree_digest_is_pinned(tmp_path: Path) -> None:
+    # The canonical walk and the hashed bytes must never change: every recorded identity uses them.
+    src = tmp_path / "src"
+    make_pinned_tree(src)
+    (src / ".git").mkdir()
+    (src / ".git" / "junk").write_text("not a repo, still skipped")
+    assert source_path.tree_digest(src, cache=tmp_path / "cache") == PINNED_TREE_DIGEST
+    settle()
+    assert source_path.tree_digest(src, cache=tmp_path / "cache") == PINNED_TREE_DIGEST
+
+
+def test_tree_digest_is_pinned_in_a_git_work_tree(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    make_pinned_tree(repo)
+    git(repo, "add", "-A")
+    git(repo, "rm", "-q", "--cached", "Zed")  # untracked but not ignored: still listed
+    assert source_path.tree_digest(repo, cache=tmp_path / "cache") == PINNED_TREE_DIGEST
