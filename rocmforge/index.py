@@ -215,6 +215,16 @@ class Index:
         except sqlite3.Error as e:
             raise self._fail(f"remove of {hash}", e) from e
 
+    def remove_many(self, hashes: Iterable[str]) -> None:
+        """Forget every hash in ``hashes`` in one transaction (unknown ones are ignored)."""
+        rows = [(h,) for h in hashes]
+        try:
+            with self._write() as db:
+                for table in ("entries", "wheels", "env"):
+                    db.executemany(f"DELETE FROM {table} WHERE hash = ?", rows)
+        except sqlite3.Error as e:
+            raise self._fail(f"removal of {len(rows)} entries", e) from e
+
     def touch(self, hash: str, when: float) -> None:
         """Record that ``hash`` was used at ``when`` (last_used never moves backwards)."""
         try:

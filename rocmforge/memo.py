@@ -112,6 +112,24 @@ def record(
             os.unlink(tmp)
 
 
+def touch_used(store_root: str, hash: str) -> None:
+    """Record a use of entry ``hash`` now: set the mtime of ``used/<hash>`` (gc reads it).
+
+    Best effort and cheap (one ``utime``, or one ``open`` the first time); never raises.
+    """
+    path = os.path.join(store_root, "used", hash)
+    try:
+        os.utime(path)
+    except FileNotFoundError:
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644))
+        except OSError:
+            pass
+    except OSError:
+        pass
+
+
 def _valid(item: object) -> dict[str, object] | None:
     if not isinstance(item, dict):
         return None
@@ -175,6 +193,8 @@ def fast_realize(argv: Sequence[str]) -> int | None:
             ):
                 return None
             lines.append((r, wheels))
+        for r, _ in lines:
+            touch_used(store, str(r["hash"]))
         for r, _ in lines:
             sys.stderr.write(f"rocmforge: {r['name']} {r['version']} {r['hash']} cached\n")
         sys.stdout.write("".join(f"{w}\n" for _, wheels in lines for w in wheels))
