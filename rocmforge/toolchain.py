@@ -10,6 +10,7 @@ so a cache hit costs a few ``stat`` calls. Other kinds (``rocm``) add their own 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import platform
 import shutil
@@ -184,6 +185,15 @@ def _toolchain_from_probe(probe: Mapping[str, Any], guards: tuple[str, ...]) -> 
 
 def resolve_toolchain(spec: ToolchainSpec, *, cache_dir: Path) -> Toolchain:
     """Return the toolchain for ``spec``, probing only when the executables changed on disk."""
+    if spec.kind == "rocm":
+        from rocmforge.toolchain_rocm import missing_root_message, resolve_rocm
+
+        if spec.root is None or not spec.root.is_dir():
+            raise ToolchainError(missing_root_message(spec))
+        host = resolve_toolchain(
+            dataclasses.replace(spec, kind="system", rocm=None, root=None), cache_dir=cache_dir
+        )
+        return resolve_rocm(spec, cache_dir=cache_dir, host=host)
     cache = StatCache(cache_dir / "toolchain.json")
     which = [shutil.which(spec.cc) or spec.cc, shutil.which(spec.cxx) or spec.cxx]
     py = spec.python if os.path.isabs(spec.python) else shutil.which(f"python{spec.python}")
