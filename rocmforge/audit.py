@@ -1,0 +1,296 @@
+"""``audit``: what produced this wheel? Verified by digest, claimed by stamp, tampered, or unknown.
+
+- ``verified``: the wheel's blake3 digest is in this store's index — it is byte-identical to a wheel
+  rocmforge built and published here; the facts come from that entry (derivation, provenance).
+- ``claimed``: not in the index, but it carries a consistent stamp and a consistent RECORD: the
+  facts are what the wheel says about itself, unverified.
+- ``tampered``: it carries a stamp, but RECORD does not match the archive, the stamp's derivation
+  does not hash to its input hash, or this store built that input hash into different bytes.
+- ``unknown``: no stamp (built outside rocmforge) or not readable as a wheel at all.
+
+A verified wheel's RECORD is not re-read: its bytes are those of a wheel whose RECORD was verified
+when it was built, so the audit costs one blake3 pass plus one index lookup.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import hashlib
+import json
+import os
+import zipfile
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rocmforge.errors import StoreError, UsageError
+from rocmforge.hashing import file_blake3
+from rocmforge.provenance import PROVENANCE, read_statement, run_facts
+from rocmforge.stamp import Stamp, StampError, read_stamp
+from rocmforge.store import DERIVATION, Store
+
+VERIFIED = "verified"
+CLAIMED = "claimed"
+TAMPERED = "tampered"
+UNKNOWN = "unknown"
+
+#: Exit status of ``rocmforge audit`` per status; the worst wheel decides. Never 0 unless verified.
+EXIT_CODES = {VERIFIED: 0, TAMPERED: 1, CLAIMED: 5, UNKNOWN: 6}
+_SEVERITY = {VERIFIED: 0, CLAIMED: 1, UNKNOWN: 2, TAMPERED: 3}
+_UNSIGNED = ("RECORD", "RECORD.jws", "RECORD.p7s")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AuditReport:
+    """Everything ``audit`` learned about one wheel file."""
+
+    wheel: Path
+    status: str
+    blake3: str
+    sha256: str
+    size: int
+    problems: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    input_hash: str | None = None
+    derivation: Mapping[str, Any] | None = None
+    entry_path: Path | None = None
+    statement: Mapping[str, Any] | None = field(default=None)
+    stamped_by: str | None = None
+
+    @property
+    def exit_code(self) -> int:
+        """The exit status this report alone would give."""
+        return EXIT_CODES[self.status]
+
+    def facts(self) -> dict[str, Any]:
+        """Return the traceability facts: package, recipe, source, toolchain, env, run."""
+        drv = self.derivation or {}
+        params: Mapping[str, Any] = {}
+        deps: list[Any] = []
+        if self.statement:
+            bd = self.statement.get("predicate", {}).get("buildDefinition", {})
+            params = bd.get("externalParameters", {})
+            deps = bd.get("resolvedDependencies", [])
+        source = dict(drv.get("source", {}))
+        for dep in deps:
+            if isinstance(dep, dict) and dep.get("name") == "source" and dep.get("uri"):
+                source["uri"] = dep["uri"]
+        internal = (
+            self.statement.get("predicate", {}).get("buildDefinition", {})
+            .get("internalParameters", {})
+            if self.statement
+            else {}
+        )
+        return {
+            "package": drv.get("package"),
+            "recipe": {
+                "name": (params.get("recipe") or {}).get("package", {}).get("name"),
+                "file": params.get("recipeFile"),
+                "extends": params.get("extends"),
+            },
+            "source": source,
+            "toolchain": drv.get("toolchain"),
+            "env": drv.get("env"),
+            "passthrough": internal.get("passthrough"),
+            "requirements": drv.get("requirements"),
+            "build": drv.get("build"),
+            "run": run_facts(self.statement),
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the report as JSON-ready data."""
+        return {
+            "wheel": str(self.wheel),
+            "status": self.status,
+            "verified": self.status == VERIFIED,
+            "blake3": self.blake3,
+            "sha256": self.sha256,
+            "size": self.size,
+            "problems": list(self.problems),
+            "notes": list(self.notes),
+            "input_hash": self.input_hash,
+            "store_path": str(self.entry_path) if self.entry_path else None,
+            "stamped_by": self.stamped_by,
+            "facts": self.facts(),
+            "derivation": dict(self.derivation) if self.derivation else None,
+        }
+
+
+def worst_exit_code(reports: list[AuditReport]) -> int:
+    """Return the exit status for several wheels: that of the least trustworthy one."""
+    if not reports:
+        return 0
+    return EXIT_CODES[max((r.status for r in reports), key=_SEVERITY.__getitem__)]
+
+
+def _b64(digest: bytes) -> str:
+    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
+
+
+def record_problems(zf: zipfile.ZipFile) -> list[str]:
+    """Return how the archive disagrees with its RECORD (empty when consistent)."""
+    names = zf.namelist()
+    tops = {n.split("/", 1)[0] for n in names if n.split("/", 1)[0].endswith(".dist-info")}
+    if len(tops) != 1:
+        return [f"expected one .dist-info directory, found {sorted(tops)}"]
+    dist_info = tops.pop()
+    try:
+        text = zf.read(f"{dist_info}/RECORD").decode("utf-8")
+    except KeyError:
+        return [f"{dist_info}/RECORD is missing"]
+    except (zipfile.BadZipFile, zlib.error, UnicodeDecodeError, OSError) as exc:
+        return [f"{dist_info}/RECORD is unreadable: {exc}"]
+    rows: dict[str, tuple[str, str]] = {}
+    for line in csv.reader(text.splitlines()):
+        if len(line) == 3:
+            rows[line[0]] = (line[1], line[2])
+    problems: list[str] = []
+    unsigned = {f"{dist_info}/{n}" for n in _UNSIGNED}
+    for info in zf.infolist():
+        if info.is_dir() or info.filename in unsigned:
+            continue
+        row = rows.pop(info.filename, None)
+        if row is None:
+            problems.append(f"{info.filename} is not listed in RECORD")
+            continue
+        algo, _, want = row[0].partition("=")
+        if algo not in ("sha256", "sha384", "sha512", "blake2b"):
+            problems.append(f"{info.filename}: RECORD has no usable hash ({row[0]!r})")
+            continue
+        h = hashlib.new(algo)
+        size = 0
+        try:
+            with zf.open(info) as f:
+                while chunk := f.read(1 << 20):
+                    h.update(chunk)
+                    size += len(chunk)
+        except (zipfile.BadZipFile, zlib.error, OSError, EOFError) as exc:
+            problems.append(f"{info.filename}: corrupt data in the archive ({exc})")
+            continue
+        if _b64(h.digest()) != want:
+            problems.append(f"{info.filename}: {algo} does not match RECORD")
+        elif row[1] and row[1] != str(size):
+            problems.append(f"{info.filename}: size {size} does not match RECORD ({row[1]})")
+    problems.extend(
+        f"{p} is listed in RECORD but not in the archive"
+        for p in sorted(rows)
+        if p not in unsigned and not p.endswith("/")
+    )
+    return problems
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        value = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise StoreError(f"{path}: cannot read: {exc}") from exc
+    return value if isinstance(value, dict) else None
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def audit_wheel(wheel: Path, *, store: Store) -> AuditReport:
+    """Audit the wheel file at ``wheel`` against ``store``; see the module doc for statuses."""
+    try:
+        size = os.stat(wheel).st_size
+        b3 = file_blake3(wheel)
+    except FileNotFoundError:
+        raise UsageError(f"{wheel}: no such file") from None
+    except OSError as exc:
+        raise UsageError(f"{wheel}: cannot read: {exc.strerror or exc}") from exc
+    rows = store.index.by_wheel_digest(b3)
+    if rows:
+        row = rows[0]
+        sha = next((w.sha256 for w in row.wheels if w.blake3 == b3), "")
+        notes: list[str] = []
+        derivation = statement = None
+        if os.path.isdir(row.path):
+            derivation = _read_json(row.path / DERIVATION)
+            statement = read_statement(row.path / PROVENANCE)
+            if statement is None:
+                notes.append("the store entry has no provenance statement (built before it)")
+        else:
+            notes.append(f"the store entry {row.path} no longer exists; facts from the stamp")
+            derivation = _stamp_derivation(wheel)
+        return AuditReport(
+            wheel=wheel,
+            status=VERIFIED,
+            blake3=b3,
+            sha256=sha or _sha256(wheel),
+            size=size,
+            notes=tuple(notes),
+            input_hash=row.hash,
+            derivation=derivation,
+            entry_path=row.path,
+            statement=statement,
+        )
+    return _audit_unverified(wheel, store=store, b3=b3, size=size)
+
+
+def _stamp_derivation(wheel: Path) -> dict[str, Any] | None:
+    try:
+        with zipfile.ZipFile(wheel) as zf:
+            stamp = read_stamp(zf, wheel)
+    except (OSError, zipfile.BadZipFile, StampError):
+        return None
+    return dict(stamp.derivation) if stamp else None
+
+
+def _audit_unverified(wheel: Path, *, store: Store, b3: str, size: int) -> AuditReport:
+    sha = _sha256(wheel)
+
+    def report(status: str, problems: list[str], **more: Any) -> AuditReport:
+        return AuditReport(
+            wheel=wheel,
+            blake3=b3,
+            sha256=sha,
+            size=size,
+            status=status,
+            problems=tuple(problems),
+            **more,
+        )
+
+    stamp: Stamp | None = None
+    try:
+        with zipfile.ZipFile(wheel) as zf:
+            try:
+                stamp = read_stamp(zf, wheel)
+            except StampError as exc:
+                return report(TAMPERED, [str(exc), *record_problems(zf)])
+            problems = record_problems(zf)
+    except (zipfile.BadZipFile, OSError) as exc:
+        return report(UNKNOWN, [f"not a readable wheel (zip) archive: {exc}"])
+    if stamp is None:
+        problems.insert(0, "no rocmforge stamp: not built by rocmforge, or the stamp was removed")
+        return report(UNKNOWN, problems)
+    if not stamp.consistent():
+        problems.append(
+            f"the stamp's derivation does not hash to its input hash {stamp.input_hash}"
+        )
+    built = store.index.get(stamp.input_hash)
+    if built is not None and built.wheels:
+        problems.append(
+            f"this store built input hash {stamp.input_hash} into different bytes ("
+            + ", ".join(f"{w.filename} sha256 {w.sha256[:16]}..." for w in built.wheels)
+            + ")"
+        )
+    status = TAMPERED if problems else CLAIMED
+    return report(
+        status,
+        problems,
+        input_hash=stamp.input_hash,
+        derivation=stamp.derivation,
+        entry_path=built.path if built is not None else None,
+        stamped_by=stamp.rocmforge,
+    )

@@ -1,0 +1,125 @@
+"""``rocmforge audit WHEEL...``: what produced this wheel, on one screen.
+
+Exit status: 0 every wheel verified, 1 a wheel is tampered, 5 a wheel is only claimed (its stamp is
+unverified), 6 a wheel is unknown (no stamp), 2 bad input (no such file).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from rocmforge.commands._common import add_json_option, add_store_option, emit_json, open_store
+
+EPILOG = """\
+statuses:
+  verified  its digest is in this store's index: byte-identical to what rocmforge built here
+  claimed   not in the index, but stamped by rocmforge: the facts are the wheel's own, unverified
+  tampered  stamped, but RECORD, the stamp or the digest does not match
+  unknown   no rocmforge stamp (built elsewhere) or not a readable wheel
+exit status: 0 all verified, 1 tampered, 5 claimed, 6 unknown (the worst wheel decides),
+             2 bad input
+"""
+
+_HEADLINE = {
+    "verified": "VERIFIED: byte-identical to a wheel rocmforge built in this store",
+    "claimed": "CLAIMED (UNVERIFIED): not in this store; the facts below are the wheel's own claim",
+    "tampered": "TAMPERED: the wheel does not match its own stamp or RECORD",
+    "unknown": "UNKNOWN: no rocmforge stamp; nothing is known about how it was built",
+}
+
+
+def register(sub: Any) -> None:
+    """Add the ``audit`` command."""
+    p = sub.add_parser(
+        "audit",
+        help="tell what produced a wheel (verified / claimed / tampered / unknown)",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("wheels", nargs="+", metavar="WHEEL")
+    add_store_option(p)
+    add_json_option(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """``rocmforge audit WHEEL...``: print one screen per wheel; exit by the worst status."""
+    from rocmforge.audit import audit_wheel, worst_exit_code
+
+    store = open_store(args)
+    reports = [audit_wheel(Path(w), store=store) for w in args.wheels]
+    if args.json:
+        emit_json([r.to_json() for r in reports])
+    else:
+        for i, report in enumerate(reports):
+            if i:
+                print()
+            _print(report)
+    return worst_exit_code(reports)
+
+
+def _summary(value: Any) -> str:
+    """One line for a toolchain component: its version if it has one, else its scalars."""
+    if isinstance(value, Mapping):
+        if "version" in value:
+            return str(value["version"])
+        return " ".join(f"{k}={v}" for k, v in sorted(value.items()) if not isinstance(v, dict))
+    return str(value)
+
+
+def _print(report: Any) -> None:
+    facts = report.facts()
+    rows: list[tuple[str, str]] = []
+
+    def add(label: str, value: Any) -> None:
+        if value not in (None, "", [], {}):
+            rows.append((label, str(value)))
+
+    print(f"{report.wheel}: {_HEADLINE[report.status]}")
+    for problem in report.problems:
+        print(f"  ! {problem}")
+    for note in report.notes:
+        print(f"  note: {note}")
+    add("sha256", report.sha256)
+    add("blake3", report.blake3)
+    pkg = facts["package"] or {}
+    add("package", f"{pkg.get('name', '?')} {pkg.get('version', '?')}" if pkg else None)
+    add("input hash", report.input_hash)
+    recipe = facts["recipe"]
+    if recipe.get("file"):
+        add("recipe", f"{recipe.get('name')}  ({recipe['file']})")
+        chain = recipe.get("extends") or []
+        if len(chain) > 1:
+            add("extends", " -> ".join(chain[:-1]))
+    src = facts["source"] or {}
+    if src:
+        if src.get("kind") == "git":
+            add("source", f"git {src.get('uri') or ''} commit {src.get('commit')}".strip())
+        else:
+            add("source", f"{src.get('kind')} {src.get('uri') or ''} {src.get('tree')}")
+        for sub_path, commit in src.get("submodules") or []:
+            add("  submodule", f"{sub_path} {commit}")
+        for name, digest in src.get("patches") or []:
+            add("  patch", f"{name} blake3:{digest}")
+    for key, value in sorted((facts["toolchain"] or {}).items()):
+        add("toolchain" if not any(r[0] == "toolchain" for r in rows) else "", f"{key}: "
+            + _summary(value))
+    env = facts["env"]
+    if env is not None:
+        add("env", " ".join(f"{k}={v!r}" for k, v in sorted(env.items())) or "(none)")
+    add("passthrough", " ".join(facts["passthrough"] or []))
+    reqs = facts["requirements"] or []
+    add("requirements", ", ".join(f"{r['name']}=={r['version']}" for r in reqs))
+    build = facts["build"] or {}
+    add("build", "; ".join(build.get("steps", [])) or ("PEP 517" if build else None))
+    run_ = facts["run"]
+    add("sandbox", run_.get("sandbox"))
+    if run_.get("started"):
+        add("built", f"{run_['started']} .. {run_.get('finished')} on {run_.get('host')}")
+    add("stamped by", f"rocmforge {report.stamped_by}" if report.stamped_by else None)
+    add("store path", report.entry_path)
+    for label, value in rows:
+        print(f"  {label:<13}{value}")
