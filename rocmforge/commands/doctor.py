@@ -1,0 +1,94 @@
+"""``rocmforge doctor [RECIPE]``: what this machine has for ROCm builds, and how a recipe fits."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import Any
+
+from rocmforge.commands._common import add_json_option, emit_json
+
+
+def register(sub: Any) -> None:
+    """Add the ``doctor`` command."""
+    p = sub.add_parser(
+        "doctor", help="show ROCm, GPUs, RAM, cores and sandbox; lint a recipe against them"
+    )
+    p.add_argument("recipe", nargs="?", metavar="RECIPE", help="also lint this recipe")
+    p.add_argument(
+        "--sysroot",
+        metavar="DIR",
+        default="/",
+        help="look for /opt/rocm* and /usr under DIR (a container image, a chroot)",
+    )
+    add_json_option(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """``rocmforge doctor [RECIPE]``: print the machine report and the recipe's lint results."""
+    from rocmforge.doctor import doctor
+    from rocmforge.recipe_load import load_recipe
+
+    recipe = load_recipe(args.recipe) if args.recipe else None
+    report = doctor(recipe, env=os.environ, sysroot=Path(args.sysroot))
+    if args.json:
+        emit_json(report.to_json())
+        return 0
+    for line in render(report, recipe):
+        print(line)
+    return 0
+
+
+def render(report: Any, recipe: Any) -> list[str]:
+    """Return the human-readable lines of a :class:`~rocmforge.doctor.DoctorReport`."""
+    from rocmforge.lints import to_problem
+
+    m = report.machine
+    out = ["machine:"]
+    if not m.rocm:
+        out.append("  ROCm:      not found ($ROCM_PATH, /opt/rocm, /opt/rocm-*, /usr checked)")
+    for r in m.rocm:
+        source = f" (from {r.version_file})" if r.version_file else ""
+        out.append(f"  ROCm:      {r.version} at {r.root}{source}")
+        clang = f"{r.hip_clang_version} ({r.hip_clang})" if r.hip_clang else "not found"
+        out.append(f"  HIP clang: {clang}")
+    if m.gpus:
+        out.append(f"  GPUs:      {', '.join(m.gpus)}")
+    else:
+        out.append("  GPUs:      no GPU visible")
+        out += [f"             {p.tool}: {p.detail}" for p in m.gpu_probes]
+    ram = f"{m.ram_bytes / 1024**3:.1f} GB" if m.ram_bytes else "unknown"
+    out.append(f"  RAM:       {ram}")
+    out.append(f"  cores:     {m.cpu_count or 'unknown'}")
+    out.append(f"  bwrap:     {m.bwrap or 'not installed'}")
+    out.append(
+        f"  sandbox:   {m.sandbox}" + (f" ({m.sandbox_warning})" if m.sandbox_warning else "")
+    )
+    if recipe is None:
+        return out
+    out.append(f"recipe {report.recipe}:")
+    if not report.findings:
+        out.append("  lints:     none")
+    for f in report.findings:
+        p = to_problem(recipe, f)
+        where = f"{p.file}:{p.line}" if p.line else str(p.file)
+        state = f"acknowledged ({f.allowed})" if f.allowed else f.severity
+        out.append(f"  {state}: {where}: {f.key}: {f.text()}")
+    cov = report.coverage
+    if cov is None or not cov.recipe_archs:
+        out.append("  archs:     the recipe names no GPU archs")
+    elif cov.covered is None:
+        out.append(f"  archs:     {', '.join(cov.recipe_archs)}; no GPU visible to compare with")
+    elif cov.covered:
+        out.append(f"  archs:     {', '.join(cov.recipe_archs)} cover every GPU found")
+    else:
+        out.append(
+            f"  archs:     {', '.join(cov.recipe_archs)} do NOT cover {', '.join(cov.missing)} "
+            "(the build would not run on these GPUs)"
+        )
+    blocking = sum(1 for f in report.findings if f.blocking)
+    if blocking:
+        out.append(f"  {blocking} error(s): realize would stop before fetching anything")
+    return out

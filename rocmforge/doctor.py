@@ -1,0 +1,384 @@
+"""``doctor``: what this machine offers for ROCm builds, and how a recipe fits it.
+
+Finds ROCm installs (``$ROCM_PATH``, ``/opt/rocm*``, Debian's ``/usr``) and reads their versions
+from the headers, finds the HIP clang, asks ``rocminfo`` / ``amdgpu-arch`` /
+``rocm_agent_enumerator`` for GPUs (none of them works without a GPU: that is reported as "no GPU
+visible", not as an error), and reports RAM, cores, bubblewrap and the sandbox level. For a recipe
+it adds every lint finding and whether the recipe's archs cover the GPUs found. Also builds the
+:class:`~rocmforge.lints.LintFacts` that ``realize`` and ``plan`` lint with.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rocmforge.lints import Finding, LintFacts, check_archs, lint_recipe, recipe_archs
+
+_DEFINE = re.compile(r"^\s*#\s*define\s+(\w+)\s+(\d+)\s*$", re.MULTILINE)
+_GPU_NAME = re.compile(r"^\s*Name:\s+(gfx[0-9a-f]+)\b", re.MULTILINE)
+_GFX = re.compile(r"^(gfx[0-9a-f]+)\b")
+TOOL_TIMEOUT = 30.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RocmInstall:
+    """One ROCm found on the machine: its root, version (and the file it came from), HIP clang."""
+
+    root: Path
+    version: str | None
+    version_file: Path | None
+    hip_clang: Path | None = None
+    hip_clang_version: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the install as JSON-ready data."""
+        return {
+            "root": str(self.root),
+            "version": self.version,
+            "version_file": str(self.version_file) if self.version_file else None,
+            "hip_clang": str(self.hip_clang) if self.hip_clang else None,
+            "hip_clang_version": self.hip_clang_version,
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GpuProbe:
+    """The GPUs one tool reported (``archs``), or why it reported none (``detail``)."""
+
+    tool: str
+    path: Path | None
+    archs: tuple[str, ...] = ()
+    detail: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the probe as JSON-ready data."""
+        return {
+            "tool": self.tool,
+            "path": str(self.path) if self.path else None,
+            "archs": list(self.archs),
+            "detail": self.detail,
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MachineReport:
+    """What this machine has for building: ROCm installs, GPUs, RAM, cores, sandbox."""
+
+    rocm: tuple[RocmInstall, ...]
+    gpu_probes: tuple[GpuProbe, ...]
+    ram_bytes: int | None
+    cpu_count: int | None
+    bwrap: Path | None
+    sandbox: str
+    sandbox_warning: str | None
+
+    @property
+    def gpus(self) -> tuple[str, ...]:
+        """The GPU archs found by the first tool that found any (one entry per GPU)."""
+        for probe in self.gpu_probes:
+            if probe.archs:
+                return probe.archs
+        return ()
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the report as JSON-ready data."""
+        return {
+            "rocm": [r.to_json() for r in self.rocm],
+            "gpus": list(self.gpus),
+            "gpu_probes": [p.to_json() for p in self.gpu_probes],
+            "ram_bytes": self.ram_bytes,
+            "cpu_count": self.cpu_count,
+            "bwrap": str(self.bwrap) if self.bwrap else None,
+            "sandbox": self.sandbox,
+            "sandbox_warning": self.sandbox_warning,
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Coverage:
+    """Whether a recipe's archs cover the GPUs found (``None``: nothing to compare)."""
+
+    recipe_archs: tuple[str, ...]
+    gpus: tuple[str, ...]
+    missing: tuple[str, ...]
+    covered: bool | None
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the coverage as JSON-ready data."""
+        return {
+            "recipe_archs": list(self.recipe_archs),
+            "gpus": list(self.gpus),
+            "missing": list(self.missing),
+            "covered": self.covered,
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DoctorReport:
+    """The machine report plus, for a recipe, its lint findings and GPU coverage."""
+
+    machine: MachineReport
+    recipe: Path | None = None
+    findings: tuple[Finding, ...] = ()
+    coverage: Coverage | None = None
+    facts: LintFacts = field(default_factory=LintFacts)
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the report as JSON-ready data."""
+        return {
+            "machine": self.machine.to_json(),
+            "recipe": str(self.recipe) if self.recipe else None,
+            "lints": [f.to_json() for f in self.findings],
+            "coverage": self.coverage.to_json() if self.coverage else None,
+        }
+
+
+# --- ROCm installs ------------------------------------------------------------------------------
+
+
+def _defines(path: Path) -> dict[str, str]:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return {}
+    return dict(_DEFINE.findall(text))
+
+
+def rocm_version(root: Path) -> tuple[str | None, Path | None]:
+    """Read the ROCm version under ``root`` and name the file it came from.
+
+    Tries ``include/rocm-core/rocm_version.h`` (ROCm >= 5.x under /opt), then
+    ``include/hip/hip_version.h`` (HIP's major.minor is the ROCm release; Debian ships only
+    this one), then ``.info/version``. Returns ``(None, None)`` when none is readable.
+    """
+    header = root / "include" / "rocm-core" / "rocm_version.h"
+    d = _defines(header)
+    if "ROCM_VERSION_MAJOR" in d and "ROCM_VERSION_MINOR" in d:
+        patch = d.get("ROCM_VERSION_PATCH", "0")
+        return f"{d['ROCM_VERSION_MAJOR']}.{d['ROCM_VERSION_MINOR']}.{patch}", header
+    header = root / "include" / "hip" / "hip_version.h"
+    d = _defines(header)
+    if "HIP_VERSION_MAJOR" in d and "HIP_VERSION_MINOR" in d:
+        patch = d.get("HIP_VERSION_PATCH", "0")
+        return f"{d['HIP_VERSION_MAJOR']}.{d['HIP_VERSION_MINOR']}.{patch}", header
+    info = root / ".info" / "version"
+    try:
+        text = info.read_text(encoding="utf-8").strip()
+    except OSError:
+        return None, None
+    m = re.match(r"^(\d+\.\d+(?:\.\d+)?)", text)
+    return (m.group(1), info) if m else (None, None)
+
+
+def _clang_version(exe: Path) -> str | None:
+    out = _run_tool([str(exe), "--version"], env={"PATH": "/usr/bin:/bin"})
+    if out is None or out[0] != 0 or not out[1].strip():
+        return None
+    return out[1].splitlines()[0].strip()
+
+
+def hip_clang(root: Path) -> Path | None:
+    """Return the HIP clang++ of the ROCm at ``root`` (``llvm/bin``, ``lib/llvm/bin``, Debian)."""
+    for d in (root / "llvm" / "bin", root / "lib" / "llvm" / "bin"):
+        if os.access(d / "clang++", os.X_OK):
+            return d / "clang++"
+    # Debian's hipcc runs the versioned clang++-NN beside it in /usr/bin.
+    bin_dir = root / "bin"
+    if (bin_dir / "hipcc").exists():
+        versioned = sorted(
+            bin_dir.glob("clang++-[0-9]*"), key=lambda p: int(p.name.rsplit("-", 1)[1] or 0)
+        )
+        if versioned:
+            return versioned[-1]
+        if os.access(bin_dir / "clang++", os.X_OK):
+            return bin_dir / "clang++"
+    return None
+
+
+def rocm_candidates(env: Mapping[str, str], sysroot: Path) -> list[Path]:
+    """Where to look: ``$ROCM_PATH``, ``/opt/rocm``, ``/opt/rocm-*`` (newest first), ``/usr``."""
+    out: list[Path] = []
+    if env.get("ROCM_PATH"):
+        out.append(Path(env["ROCM_PATH"]))
+    opt = sysroot / "opt"
+    out.append(opt / "rocm")
+    try:
+        versioned = [p for p in opt.iterdir() if p.name.startswith("rocm-")]
+    except OSError:
+        versioned = []
+    out += sorted(versioned, key=lambda p: p.name, reverse=True)
+    out.append(sysroot / "usr")
+    return out
+
+
+def find_rocm(env: Mapping[str, str], sysroot: Path = Path("/")) -> tuple[RocmInstall, ...]:
+    """Return every ROCm install found (a root with a readable version), without duplicates."""
+    found: list[RocmInstall] = []
+    seen: set[str] = set()
+    for root in rocm_candidates(env, sysroot):
+        real = os.path.realpath(root)
+        if real in seen or not root.is_dir():
+            continue
+        version, file = rocm_version(root)
+        if version is None:
+            continue
+        seen.add(real)
+        clang = hip_clang(root)
+        found.append(
+            RocmInstall(
+                root=root,
+                version=version,
+                version_file=file,
+                hip_clang=clang,
+                hip_clang_version=_clang_version(clang) if clang else None,
+            )
+        )
+    return tuple(found)
+
+
+# --- GPUs ---------------------------------------------------------------------------------------
+
+
+def _run_tool(argv: Sequence[str], *, env: Mapping[str, str]) -> tuple[int, str, str] | None:
+    """Run a probe tool; None when it cannot be started at all."""
+    try:
+        proc = subprocess.run(
+            list(argv),
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=TOOL_TIMEOUT,
+            check=False,
+            env={**env, "LC_ALL": "C"},
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def _last_line(text: str) -> str:
+    lines = [re.sub(r"\x1b\[[0-9;]*m", "", ln).strip() for ln in text.splitlines()]
+    lines = [ln for ln in lines if ln]
+    return lines[-1] if lines else ""
+
+
+def probe_gpus(env: Mapping[str, str]) -> tuple[GpuProbe, ...]:
+    """Ask ``rocminfo``, ``amdgpu-arch`` and ``rocm_agent_enumerator`` (those on PATH) for GPUs."""
+    path = env.get("PATH", "")
+    probes = []
+    for tool in ("rocminfo", "amdgpu-arch", "rocm_agent_enumerator"):
+        exe = shutil.which(tool, path=path)
+        if exe is None:
+            probes.append(GpuProbe(tool=tool, path=None, detail="not installed"))
+            continue
+        result = _run_tool([exe], env=env)
+        if result is None:
+            probes.append(GpuProbe(tool=tool, path=Path(exe), detail="could not run"))
+            continue
+        rc, out, err = result
+        if tool == "rocminfo":
+            archs = tuple(_GPU_NAME.findall(out))
+        else:
+            archs = tuple(m.group(1) for ln in out.splitlines() if (m := _GFX.match(ln.strip())))
+        archs = tuple(a for a in archs if a != "gfx000")  # the CPU agent
+        detail = ""
+        if not archs:
+            known = [ln for ln in (out + "\n" + err).splitlines() if "ROCk module" in ln]
+            why = _last_line(known[0] if known else "") or _last_line(err) or _last_line(out)
+            detail = f"exited {rc}" + (f": {why}" if why else "") if rc else "listed no GPU"
+        probes.append(GpuProbe(tool=tool, path=Path(exe), archs=archs, detail=detail))
+    return tuple(probes)
+
+
+# --- machine ------------------------------------------------------------------------------------
+
+
+def ram_bytes(meminfo: Path = Path("/proc/meminfo")) -> int | None:
+    """Total RAM in bytes from ``/proc/meminfo`` (None if unreadable)."""
+    try:
+        text = meminfo.read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return None
+    m = re.search(r"^MemTotal:\s+(\d+)\s+kB", text, re.MULTILINE)
+    return int(m.group(1)) * 1024 if m else None
+
+
+def cpu_count() -> int | None:
+    """CPUs this process may use (the affinity mask), else the machine's count."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count()
+
+
+def probe_machine(
+    env: Mapping[str, str] | None = None, *, sysroot: Path = Path("/")
+) -> MachineReport:
+    """Probe this machine (``env`` gives PATH and ROCM_PATH; ``sysroot`` holds /opt and /usr)."""
+    from rocmforge.sandbox import detect_runner
+
+    env = dict(os.environ if env is None else env)
+    runner = detect_runner(None)
+    bwrap = shutil.which("bwrap", path=env.get("PATH", ""))
+    return MachineReport(
+        rocm=find_rocm(env, sysroot),
+        gpu_probes=probe_gpus(env),
+        ram_bytes=ram_bytes(),
+        cpu_count=cpu_count(),
+        bwrap=Path(bwrap) if bwrap else None,
+        sandbox=runner.level,
+        sandbox_warning=getattr(runner, "warning", None),
+    )
+
+
+# --- recipes ------------------------------------------------------------------------------------
+
+
+def lint_facts(recipe: Any, env: Mapping[str, str] | None = None) -> LintFacts:
+    """Cheap facts for linting ``recipe``: the ROCm version at its root, RAM, cores, host env."""
+    env = os.environ if env is None else env
+    version = None
+    root = getattr(recipe.toolchain, "root", None)
+    if recipe.toolchain.kind == "rocm" and root is not None and Path(root).is_dir():
+        version, _ = rocm_version(Path(root))
+    return LintFacts(
+        rocm_version=version, ram_bytes=ram_bytes(), cpu_count=cpu_count(), host_env=dict(env)
+    )
+
+
+def coverage(recipe: Any, gpus: Sequence[str]) -> Coverage:
+    """Compare the archs ``recipe`` builds for (or checks) with the GPUs found."""
+    archs = [t for _, t in recipe_archs(recipe)] or [t for _, t in check_archs(recipe)]
+    bases = tuple(dict.fromkeys(a.split(":", 1)[0] for a in archs))
+    gpu_set = tuple(dict.fromkeys(gpus))
+    missing = tuple(g for g in gpu_set if g not in bases)
+    covered = None if not bases or not gpu_set else not missing
+    return Coverage(recipe_archs=bases, gpus=gpu_set, missing=missing, covered=covered)
+
+
+def doctor(
+    recipe: Any | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    sysroot: Path = Path("/"),
+) -> DoctorReport:
+    """Probe the machine and, given a loaded recipe, lint it and check its GPU coverage."""
+    env = dict(os.environ if env is None else env)
+    machine = probe_machine(env, sysroot=sysroot)
+    if recipe is None:
+        return DoctorReport(machine=machine)
+    facts = lint_facts(recipe, env)
+    return DoctorReport(
+        machine=machine,
+        recipe=recipe.file,
+        findings=lint_recipe(recipe, facts),
+        coverage=coverage(recipe, machine.gpus),
+        facts=facts,
+    )

@@ -1,0 +1,797 @@
+"""Pre-flight lints: cheap domain rules that catch multi-hour ROCm / PyTorch failures up front.
+
+Every lint is a pure function of a loaded :class:`~rocmforge.recipe.Recipe` and a few
+:class:`LintFacts` about the machine (probed ROCm version, RAM, cores, host env). Each finding has
+a stable id (``RF101``), a name, a severity, the recipe key it is about, the reason and a one-line
+fix. Errors stop ``realize`` and ``plan`` before anything is fetched; warnings are reported. A
+recipe acknowledges a lint with ``[lint] allow = { RF105 = "reason" }``. Every id is documented in
+``docs/lints.md``; the facts behind the rules are in ROCM.md.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal
+
+from rocmforge.errors import Problem, RecipeError
+
+Severity = Literal["error", "warning"]
+
+GIB = 1024**3
+#: Rule of thumb from ROCM.md: one parallel C++/HIP compile job of PyTorch needs about 4 GB.
+BYTES_PER_JOB = 4 * GIB
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Rule:
+    """A lint's stable identity: id, short name, default severity and a one-line summary."""
+
+    id: str
+    name: str
+    severity: Severity
+    summary: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Finding:
+    """One lint result about one recipe key; ``allowed`` is the recipe's reason if acknowledged."""
+
+    id: str
+    name: str
+    severity: Severity
+    key: str
+    message: str
+    fix: str
+    allowed: str | None = None
+
+    @property
+    def blocking(self) -> bool:
+        """True for an error the recipe has not acknowledged: it stops the build."""
+        return self.severity == "error" and self.allowed is None
+
+    def text(self) -> str:
+        """Return ``RF101 arch-token: <reason>. Fix: <fix>`` (without file and key)."""
+        return f"{self.id} {self.name}: {self.message}. Fix: {self.fix}"
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the finding as JSON-ready data."""
+        return {
+            "id": self.id,
+            "name": self.name,
+            "severity": self.severity,
+            "key": self.key,
+            "message": self.message,
+            "fix": self.fix,
+            "allowed": self.allowed,
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LintFacts:
+    """What the lints may know about the machine; ``None`` means unknown (the lint is skipped).
+
+    ``rocm_version`` is the version probed at the recipe's ROCm root, ``targets`` the archs the
+    toolchain can compile for (when the toolchain can tell), ``host_env`` the environment that
+    passthrough variables would come from.
+    """
+
+    rocm_version: str | None = None
+    targets: frozenset[str] | None = None
+    ram_bytes: int | None = None
+    cpu_count: int | None = None
+    host_env: Mapping[str, str] = field(default_factory=dict)
+
+
+class LintError(RecipeError):
+    """A recipe has error lints it does not acknowledge; raised before anything is fetched."""
+
+    def __init__(
+        self, recipe_file: Path, findings: tuple[Finding, ...], problems: list[Problem]
+    ) -> None:
+        super().__init__(problems)
+        self.recipe_file = recipe_file
+        self.findings = findings
+        self.note = (
+            "a lint that does not apply can be acknowledged in the recipe: "
+            f'[lint] allow = {{ {findings[0].id} = "why it does not apply" }} (docs/lints.md)'
+        )
+
+
+RULES: dict[str, Rule] = {
+    r.id: r
+    for r in (
+        Rule(id="RF001", name="unknown-lint", severity="error",
+             summary="[lint] allow names a lint id that does not exist"),
+        Rule(id="RF101", name="arch-token", severity="error",
+             summary="a GPU arch token is malformed or uses the wrong separator"),
+        Rule(id="RF102", name="arch-rocm-version", severity="error",
+             summary="an arch needs a newer ROCm than the recipe declares"),
+        Rule(id="RF103", name="arch-toolchain", severity="error",
+             summary="the ROCm found at the toolchain root cannot target an arch"),
+        Rule(id="RF104", name="arch-unknown", severity="warning",
+             summary="a well-formed arch that is not a known AMD GPU target"),
+        Rule(id="RF105", name="arch-missing", severity="error",
+             summary="a PyTorch ROCm build without PYTORCH_ROCM_ARCH"),
+        Rule(id="RF106", name="arch-check-mismatch", severity="error",
+             summary="[check] archs differ from the archs the build is asked to compile"),
+        Rule(id="RF111", name="use-cuda", severity="error",
+             summary="USE_CUDA must be 0 for a ROCm build"),
+        Rule(id="RF112", name="use-cudnn", severity="warning",
+             summary="USE_CUDNN is ignored on ROCm (MIOpen is always used)"),
+        Rule(id="RF121", name="rccl-home", severity="warning",
+             summary="RCCL_HOME is never read"),
+        Rule(id="RF122", name="include-path", severity="warning",
+             summary="CPATH / C_INCLUDE_PATH / CPLUS_INCLUDE_PATH in a ROCm build"),
+        Rule(id="RF123", name="hip-path", severity="warning",
+             summary="HIP_PATH ending in /hip"),
+        Rule(id="RF124", name="hcc-target", severity="warning",
+             summary="HCC_AMDGPU_TARGET is a leftover of the retired HCC compiler"),
+        Rule(id="RF131", name="runtime-env", severity="error",
+             summary="a runtime-only variable in the hashed [env]"),
+        Rule(id="RF141", name="rccl-needs-nccl", severity="error",
+             summary="USE_RCCL needs USE_NCCL and USE_DISTRIBUTED"),
+        Rule(id="RF151", name="hipify-step", severity="error",
+             summary="a PyTorch ROCm build must run tools/amd_build/build_amd.py once, first"),
+        Rule(id="RF152", name="cmake-4", severity="error",
+             summary="PyTorch <= 2.6 does not configure with CMake >= 4"),
+        Rule(id="RF153", name="setuptools-80", severity="error",
+             summary="setup.py builds need setuptools < 80"),
+        Rule(id="RF161", name="aotriton-input", severity="error",
+             summary="flash / memory-efficient attention need AOTriton as an input"),
+        Rule(id="RF162", name="aotriton-arch", severity="warning",
+             summary="AOTriton supports only some archs (gfx90a, gfx942)"),
+        Rule(id="RF171", name="build-version", severity="error",
+             summary="PYTORCH_BUILD_VERSION is not a valid PEP 440 version"),
+        Rule(id="RF172", name="build-version-mismatch", severity="error",
+             summary="the wheel version PyTorch will write differs from package.version"),
+        Rule(id="RF181", name="max-jobs-ram", severity="warning",
+             summary="MAX_JOBS x 4 GB exceeds the machine's RAM"),
+        Rule(id="RF182", name="max-jobs-hashed", severity="warning",
+             summary="MAX_JOBS in [env] puts parallelism into the hash"),
+    )
+}  # fmt: skip
+
+# --- domain tables (ROCM.md) --------------------------------------------------------------------
+
+ARCH_TOKEN = re.compile(r"^gfx[0-9a-f]{3,4}(:(sramecc|xnack)[+-])*$")
+
+#: Variables that carry GPU archs to a build: name -> the separators the consumer accepts.
+ARCH_ENV: dict[str, tuple[str, ...]] = {
+    "PYTORCH_ROCM_ARCH": (";", " "),
+    "AMDGPU_TARGETS": (";",),
+    "GPU_TARGETS": (";",),
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ArchSupport:
+    """The first ROCm release that can target an arch, and whether ROCM.md marks it unverified."""
+
+    since: str
+    verified: bool
+    note: str = ""
+
+
+ARCH_MIN_ROCM: dict[str, ArchSupport] = {
+    "gfx90a": ArchSupport(since="4.5", verified=True, note="MI210/MI250"),
+    "gfx941": ArchSupport(
+        since="6.0", verified=False, note="MI300; ROCm 5.2 rejects it as an invalid target ID"
+    ),
+    "gfx942": ArchSupport(since="6.0", verified=True, note="MI300X/MI300A"),
+    "gfx1100": ArchSupport(since="5.5", verified=True, note="RDNA3; wheels since ROCm 5.5"),
+    "gfx1101": ArchSupport(since="5.5", verified=False, note="RDNA3"),
+    "gfx1102": ArchSupport(since="5.5", verified=False, note="RDNA3"),
+    "gfx950": ArchSupport(since="7.0", verified=False, note="MI350"),
+    "gfx1200": ArchSupport(since="6.4.1", verified=False, note="RDNA4"),
+    "gfx1201": ArchSupport(since="6.4.1", verified=False, note="RDNA4"),
+}
+
+#: Processor names LLVM's AMDGPU backend knows (AMDGPUUsage), to catch typos such as gfx9420.
+KNOWN_ARCHS = frozenset(
+    str.split(
+        "gfx600 gfx601 gfx602 gfx700 gfx701 gfx702 gfx703 gfx704 gfx705 gfx801 gfx802 gfx803 "
+        "gfx805 gfx810 gfx900 gfx902 gfx904 gfx906 gfx908 gfx909 gfx90a gfx90c gfx940 gfx941 "
+        "gfx942 gfx950 gfx1010 gfx1011 gfx1012 gfx1013 gfx1030 gfx1031 gfx1032 gfx1033 gfx1034 "
+        "gfx1035 gfx1036 gfx1100 gfx1101 gfx1102 gfx1103 gfx1150 gfx1151 gfx1152 gfx1153 "
+        "gfx1200 gfx1201"
+    )
+)
+
+#: Archs AOTriton (PyTorch 2.5's flash / memory-efficient attention on ROCm) supports.
+AOTRITON_ARCHS = frozenset({"gfx90a", "gfx942"})
+
+#: Runtime-only variables (never build inputs); ``NCCL_*`` too, except the build-time locators.
+RUNTIME_ENV = frozenset(
+    {"HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL",
+     "HSA_OVERRIDE_GFX_VERSION", "AMD_LOG_LEVEL", "RCCL_NET_PLUGIN"}
+)  # fmt: skip
+NCCL_BUILD_ENV = frozenset({"NCCL_ROOT", "NCCL_ROOT_DIR", "NCCL_INCLUDE_DIR", "NCCL_LIB_DIR"})
+
+_FALSE = frozenset({"0", "OFF", "NO", "FALSE", "N"})
+_TRUE = frozenset({"1", "ON", "YES", "TRUE", "Y"})
+_PIN = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*(\S+)\s*$")
+_HIPIFY = re.compile(r"tools/amd_build/build_amd\.py")
+_BUILD_CMD = re.compile(r"setup\.py|pip\s+wheel|pip\s+install|-m\s+build\b")
+
+# --- helpers ------------------------------------------------------------------------------------
+
+
+def _flag(env: Mapping[str, str], name: str) -> bool | None:
+    """True / False for an explicit torch-style boolean, None when unset or unrecognised."""
+    value = env.get(name)
+    if value is None:
+        return None
+    v = value.strip().upper()
+    return True if v in _TRUE else False if v in _FALSE else None
+
+
+def _version(text: str) -> Any:
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return Version(text)
+    except InvalidVersion:
+        return None
+
+
+def _pins(recipe: Any) -> dict[str, tuple[str, str]]:
+    """Canonical name -> (key path, version) of each ``[requirements] build`` pin."""
+    out = {}
+    for i, item in enumerate(recipe.requirements.build):
+        m = _PIN.match(item)
+        if m:
+            name = re.sub(r"[-_.]+", "-", m.group(1)).lower()
+            out[name] = (f"requirements.build[{i}]", m.group(2))
+    return out
+
+
+def _inputs_env(recipe: Any) -> set[str]:
+    """The env var names through which declared extra inputs are made available."""
+    inputs = getattr(recipe, "inputs", None) or {}
+    values = inputs.values() if isinstance(inputs, Mapping) else inputs
+    return {e for v in values if isinstance(e := getattr(v, "env", None), str)}
+
+
+def is_rocm(recipe: Any) -> bool:
+    """A ROCm build: a ``rocm`` toolchain, or ``USE_ROCM`` switched on in ``[env]``."""
+    return bool(recipe.toolchain.kind == "rocm" or _flag(recipe.env, "USE_ROCM"))
+
+
+def is_torch(recipe: Any) -> bool:
+    """A PyTorch build (``[package] name = "torch"``)."""
+    return bool(recipe.package.name.lower() == "torch")
+
+
+def split_archs(value: str) -> list[str]:
+    """Split an arch list on ``;``, spaces and commas (commas are reported by RF101)."""
+    return [t for t in re.split(r"[;,\s]+", value) if t]
+
+
+def recipe_archs(recipe: Any) -> list[tuple[str, str]]:
+    """Every (key path, arch token) the recipe asks to compile for, in order."""
+    out = []
+    for name in ARCH_ENV:
+        if name in recipe.env:
+            out += [(f"env.{name}", t) for t in split_archs(recipe.env[name])]
+    return out
+
+
+def check_archs(recipe: Any) -> list[tuple[str, str]]:
+    """Every (key path, arch) of ``[check] archs``."""
+    archs = getattr(recipe.check, "archs", ()) or ()
+    return [(f"check.archs[{i}]", a) for i, a in enumerate(archs)]
+
+
+def _base(token: str) -> str:
+    return token.split(":", 1)[0]
+
+
+def declared_rocm(recipe: Any) -> str | None:
+    """The ROCm version the recipe declares (``[toolchain] rocm``), if any."""
+    value = getattr(recipe.toolchain, "rocm", None)
+    return value if isinstance(value, str) else None
+
+
+def can_target(arch: str, rocm_version: str) -> ArchSupport | None:
+    """Return the table row when ``rocm_version`` is too old for ``arch``; None if fine/unknown."""
+    row = ARCH_MIN_ROCM.get(_base(arch))
+    if row is None:
+        return None
+    have, need = _version(rocm_version), _version(row.since)
+    if have is None or need is None:
+        return None
+    return row if have.release[:3] < need.release[:3] else None
+
+
+# --- the rules ----------------------------------------------------------------------------------
+
+
+def _emit(
+    rule_id: str, key: str, message: str, fix: str, severity: Severity | None = None
+) -> Finding:
+    rule = RULES[rule_id]
+    return Finding(
+        id=rule.id,
+        name=rule.name,
+        severity=severity or rule.severity,
+        key=key,
+        message=message,
+        fix=fix,
+    )
+
+
+def _lint_allow(recipe: Any, facts: LintFacts) -> Iterator[Finding]:
+    for lint_id in recipe.lint.allow:
+        if lint_id not in RULES:
+            yield _emit(
+                "RF001",
+                f"lint.allow.{lint_id}",
+                f"{lint_id} is not a rocmforge lint, so acknowledging it has no effect",
+                "use an id listed in docs/lints.md (or `rocmforge doctor RECIPE`) or remove it",
+            )
+
+
+def _lint_arch_tokens(recipe: Any, facts: LintFacts) -> Iterator[Finding]:
+    for name, seps in ARCH_ENV.items():
+        value = recipe.env.get(name)
+        if value is None:
+            continue
+        key = f"env.{name}"
+        shown = " or ".join(repr(s) for s in seps)
+        if "," in value:
+            fixed = seps[0].join(split_archs(value))
+            yield _emit(
+                "RF101",
+                key,
+                f"{value!r} separates archs with ',' but {name} splits on {shown}",
+                f'write {name} = "{fixed}"',
+            )
+        elif " " in value.strip() and " " not in seps:
+            yield _emit(
+                "RF101",
+                key,
+                f"{value!r} separates archs with spaces but {name} splits on {shown}",
+                f'write {name} = "{";".join(split_archs(value))}"',
+            )
+        if not value.strip():
+            yield _emit("RF101", key, "is empty", f'list the archs, e.g. {name} = "gfx942"')
+    for key, token in [*recipe_archs(recipe), *check_archs(recipe)]:
+        if not ARCH_TOKEN.match(token):
+            hint = token.lower() if ARCH_TOKEN.match(token.lower()) else "gfx942 or gfx90a:xnack-"
+            yield _emit(
+                "RF101",
+                key,
+                f"{token!r} is not a GPU arch token (gfx + 3-4 hex digits, then optional "
+                "':sramecc+/-' or ':xnack+/-' features)",
+                f"write it like {hint}",
+            )
+        elif _base(token) not in KNOWN_ARCHS:
+            yield _emit(
+                "RF104",
+                key,
+                f"{token!r} is not a known AMD GPU target (a typo?)",
+                "check the name against `rocminfo` or LLVM's AMDGPU processor list",
+            )
+
+
+def _too_old(rule_id: str, key: str, arch: str, version: str, origin: str) -> Finding | None:
+    row = can_target(arch, version)
+    if row is None:
+        return None
+    unverified = "" if row.verified else " (unverified)"
+    note = f" ({row.note})" if row.note else ""
+    return _emit(
+        rule_id,
+        key,
+        f"{arch}{note} needs ROCm >= {row.since}{unverified}, but {origin} is ROCm {version}",
+        f"use a ROCm >= {row.since} toolchain or drop {arch}",
+        severity=None if row.verified else "warning",
+    )
+
+
+def _lint_arch_versions(recipe: Any, facts: LintFacts) -> Iterator[Finding]:
+    archs = [(k, t) for k, t in recipe_archs(recipe) + check_archs(recipe) if ARCH_TOKEN.match(t)]
+    declared = declared_rocm(recipe)
+    if declared:
+        for key, arch in archs:
+            if f := _too_old("RF102", key, arch, declared, "the recipe declares (toolchain.rocm)"):
+                yield f
+    probed = facts.rocm_version
+    if facts.targets is not None:
+        for key, arch in archs:
+            if _base(arch) not in facts.targets:
+                yield _emit(
+                    "RF103",
+                    key,
+                    f"the toolchain cannot target {arch} (it targets "
+                    f"{', '.join(sorted(facts.targets)) or 'nothing'})",
+                    f"use a toolchain that supports {arch} or drop it",
+                )
+    elif probed and not _same_release(probed, declared):
+        root = getattr(recipe.toolchain, "root", None)
+        origin = f"the toolchain found at {root}" if root else "the toolchain found"
+        for key, arch in archs:
+            if f := _too_old("RF103", key, arch, probed, origin):
+                yield f
+
+
+def _same_release(probed: str, declared: str | None) -> bool:
+    """True when both name the same ROCm major.minor (HIP's patch is a build number)."""
+    a, b = _version(probed), _version(declared) if declared else None
+    return a is not None and b is not None and a.release[:2] == b.release[:2]
+
+
+def _lint_arch_presence(recipe: Any, facts: LintFacts) -> Iterator[Finding]:
+    if is_torch(recipe) and is_rocm(recipe) and "PYTORCH_ROCM_ARCH" not in recipe.env:
+        yield _emit(
+            "RF105",
+            "env.PYTORCH_ROCM_ARCH",
+            "unset: with no GPU visible in the sandbox the build stops with 'No GPU arch specified "
+            "for ROCm build', and with one it builds only for that GPU",
+            'set PYTORCH_ROCM_ARCH = "gfx942" (the archs you deploy on)',
+        )
+    wanted = {_base(t) for _, t in recipe_archs(recipe) if ARCH_TOKEN.match(t)}
+    checked = {_base(t) for _, t in check_archs(recipe) if ARCH_TOKEN.match(t)}
+    if wanted and checked and wanted != checked:
+        yield _emit(
+            "RF106",
+            "check.archs",
+            f"the check expects {', '.join(sorted(checked))} but the build compiles for "
+            f"{', '.join(sorted(wanted))}, so the check would fail after the build",
+            "make [check] archs list the same archs as the build",
+        )
+
+
+def _lint_cuda(recipe: Any, facts: LintFacts) -> Iterator[Finding]:
+    if not is_rocm(recipe):
+        return
+    use_cuda = _flag(recipe.env, "USE_CUDA")
+    if "USE_CUDA" in recipe.env and use_cuda is not False:
+        yield _emit(
+            "RF111",
+            "env.USE_CUDA",
+            f"is {recipe.env['USE_CUDA']!r} in a ROCm build; with a CUDA toolkit also installed "
+            "the build stops with 'Both CUDA and ROCm are enabled and found'",
+            'set USE_CUDA = "0"',
+        )
+    elif use_cuda is None and is_torch(recipe):
+        yield _emit(
+            "RF111",
+            "env.USE_CUDA",
+            "is not set; PyTorch enables CUDA when it finds a toolkit, and with ROCm also found "
+            "the build stops with 'Both CUDA and ROCm are enabled and found'",
+            'set USE_CUDA = "0" explicitly',
+        )
+    if "USE_CUDNN" in recipe.env:
+        yield _emit(
+            "RF112",
+            "env.USE_CUDNN",
+            "has no effect on ROCm: USE_CUDNN depends on USE_CUDA, and MIOpen is used whenever "
+            "HIP is found (there is no switch); it only changes the hash",
+            "remove USE_CUDNN from [env]",
+        )
+
+
+def _lint_folklore(recipe: Any, facts: LintFacts) -> Iterator[Finding]:
+    env = recipe.env
+    if "RCCL_HOME" in env:
+        yield _emit(
+            "RF121",
+            "env.RCCL_HOME",
+            "is never read; PyTorch finds RCCL with find_package(rccl) under $ROCM_PATH/lib/cmake",
+            "remove RCCL_HOME (install the ROCm rccl dev package instead)",
+        )
+    if is_rocm(recipe):
+        passthrough = recipe.build.passthrough
+        for name in ("CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH"):
+            where = "env" if name in env else "build.passthrough" if name in passthrough else None
+            if where:
+                yield _emit(
+                    "RF122",
+                    f"{where}.{name}" if where == "env" else where,
+                    f"{name} adds include dirs to every compile; ROCm's compilers find their own "
+                    "headers, and a ROCm include dir here can mix headers of two ROCm versions "
+                    "(undefined symbol hip...R0600 at import)",
+                    f"remove {name}",
+                )
+    hip_path = env.get("HIP_PATH", "")
+    if hip_path.rstrip("/").endswith("/hip"):
+        yield _emit(
+            "RF123",
+            "env.HIP_PATH",
+            f"{hip_path!r} points at the old <rocm>/hip subdirectory; HIP_PATH is read only by "
+            "build_amd.py and the rocm toolchain already sets it to the ROCm root",
+            "remove HIP_PATH (or set it to the ROCm root)",
+        )
+    if "HCC_AMDGPU_TARGET" in env:
+        yield _emit(
+            "RF124",
+            "env.HCC_AMDGPU_TARGET",
+            "belongs to the retired HCC compiler; PyTorch takes its archs from PYTORCH_ROCM_ARCH",
+            "remove it and set PYTORCH_ROCM_ARCH",
+        )
+
+
+def _lint_runtime_env(recipe: Any, facts: LintFacts) -> Iterator[Finding]:
+    for name in recipe.env:
+        nccl = name.startswith("NCCL_") and name not in NCCL_BUILD_ENV
+        if name not in RUNTIME_ENV and not nccl:
+            continue
+        extra = (
+            " (and the documented name is NCCL_NET_PLUGIN, not RCCL_NET_PLUGIN)"
+            if name == "RCCL_NET_PLUGIN"
+            else ""
+        )
+        yield _emit(
+            "RF131",
+            f"env.{name}",
+            f"{name} is read when the wheel runs, never by the build{extra}; in [env] it only "
+            "changes the hash",
+            f"remove {name} from [env] and set it where the program runs",
+        )
+
+
+def _lint_rccl(recipe: Any, facts: LintFacts) -> Iterator[Finding]:
+    if not _flag(recipe.env, "USE_RCCL"):
+        return
+    for name in ("USE_NCCL", "USE_DISTRIBUTED"):
+        if _flag(recipe.env, name) is False:
+            yield _emit(
+                "RF141",
+                f"env.{name}",
+                f"USE_RCCL=1 needs {name}=1, but it is {recipe.env[name]!r}: RCCL is "
+                "PyTorch's NCCL backend on ROCm",
+                f'set {name} = "1" (or USE_RCCL = "0")',
+            )
+
+
+def _lint_steps(recipe: Any, facts: LintFacts) -> Iterator[Finding]:
+    steps = recipe.build.steps
+    if is_torch(recipe) and is_rocm(recipe):
+        hipify = [i for i, s in enumerate(steps) if _HIPIFY.search(s)]
+        builds = [i for i, s in enumerate(steps) if _BUILD_CMD.search(s)]
+        fix = 'make the first step "python tools/amd_build/build_amd.py"'
+        if not hipify:
+            yield _emit(
+                "RF151",
+                "build.steps",
+                "no step runs tools/amd_build/build_amd.py (hipify); without it CMake stops with "
+                "'HIPConfig.h.in does not exist'",
+                fix,
+            )
+        elif len(hipify) > 1:
+            yield _emit(
+                "RF151",
+                f"build.steps[{hipify[1]}]",
+                "hipify runs more than once; it must run exactly once on a clean tree",
+                "keep a single build_amd.py step",
+            )
+        elif builds and builds[0] < hipify[0]:
+            yield _emit(
+                "RF151",
+                f"build.steps[{hipify[0]}]",
+                "hipify runs after the build step; it must come before it",
+                fix,
+            )
+    if any("setup.py" in s for s in steps):
+        pins = _pins(recipe)
+        if "setuptools" not in pins:
+            yield _emit(
+                "RF153",
+                "requirements.build",
+                "a step runs setup.py but setuptools is not pinned (the build venv holds only "
+                "pinned requirements)",
+                'pin it below 80, e.g. "setuptools==75.6.0"',
+                severity="warning",
+            )
+        else:
+            key, pinned = pins["setuptools"]
+            v = _version(pinned)
+            if v is not None and v.release[0] >= 80:
+                yield _emit(
+                    "RF153",
+                    key,
+                    f"setuptools {pinned} with a setup.py build: setup.py builds such as PyTorch's "
+                    "need setuptools < 80",
+                    'pin "setuptools==75.6.0" (or build with python -m build)',
+                )
+
+
+def _lint_cmake(recipe: Any, facts: LintFacts) -> Iterator[Finding]:
+    if not is_torch(recipe) or "CMAKE_POLICY_VERSION_MINIMUM" in recipe.env:
+        return
+    torch_version = _version(recipe.package.version)
+    if torch_version is None or torch_version.release[:2] > (2, 6):
+        return
+    pins = _pins(recipe)
+    fix = 'pin "cmake==3.31.1" (or set CMAKE_POLICY_VERSION_MINIMUM = "3.5")'
+    if "cmake" not in pins:
+        yield _emit(
+            "RF152",
+            "requirements.build",
+            f"cmake is not pinned, so the build uses whatever cmake is on PATH; torch "
+            f"{recipe.package.version} fails with CMake >= 4 ('Compatibility with CMake < 3.5 "
+            "has been removed')",
+            fix,
+            severity="warning",
+        )
+        return
+    key, pinned = pins["cmake"]
+    v = _version(pinned)
+    if v is not None and v.release[0] >= 4:
+        yield _emit(
+            "RF152",
+            key,
+            f"cmake {pinned} with torch {recipe.package.version}: torch <= 2.6 stops with "
+            "'Compatibility with CMake < 3.5 has been removed from CMake'",
+            fix,
+        )
+
+
+def _lint_attention(recipe: Any, facts: LintFacts) -> Iterator[Finding]:
+    if not (is_torch(recipe) and is_rocm(recipe)):
+        return
+    enabled = [n for n in ("USE_FLASH_ATTENTION", "USE_MEM_EFF_ATTENTION")
+               if _flag(recipe.env, n) is not False]  # fmt: skip
+    if not enabled:
+        return
+    which = " and ".join(enabled) + (" (on by default)" if not any(
+        n in recipe.env for n in enabled) else "")  # fmt: skip
+    fix = (
+        'declare AOTriton as an input with env = "AOTRITON_INSTALLED_PREFIX", '
+        'or set USE_FLASH_ATTENTION = "0" and USE_MEM_EFF_ATTENTION = "0"'
+    )
+    if "AOTRITON_INSTALLED_PREFIX" not in _inputs_env(recipe):
+        if "AOTRITON_INSTALLED_PREFIX" in recipe.env:
+            yield _emit(
+                "RF161",
+                "env.AOTRITON_INSTALLED_PREFIX",
+                f"{which} use the AOTriton at {recipe.env['AOTRITON_INSTALLED_PREFIX']!r}, a host "
+                "path whose content is not hashed and may not be visible in the sandbox",
+                fix,
+                severity="warning",
+            )
+        else:
+            yield _emit(
+                "RF161",
+                "env.USE_FLASH_ATTENTION",
+                f"{which} pull in AOTriton; without a preinstalled one the build downloads it, "
+                "which fails without network",
+                fix,
+            )
+    bad = sorted({_base(t) for _, t in recipe_archs(recipe) if ARCH_TOKEN.match(t)}
+                 - AOTRITON_ARCHS)  # fmt: skip
+    if bad:
+        yield _emit(
+            "RF162",
+            "env.PYTORCH_ROCM_ARCH",
+            f"AOTriton (flash / memory-efficient attention) supports gfx90a and gfx942, not "
+            f"{', '.join(bad)}",
+            'set USE_FLASH_ATTENTION = "0" and USE_MEM_EFF_ATTENTION = "0" for these archs',
+        )
+
+
+def _lint_build_version(recipe: Any, facts: LintFacts) -> Iterator[Finding]:
+    value = recipe.env.get("PYTORCH_BUILD_VERSION")
+    if value is None:
+        return
+    if _version(value) is None:
+        yield _emit(
+            "RF171",
+            "env.PYTORCH_BUILD_VERSION",
+            f"{value!r} is not a valid PEP 440 version; the wheel cannot be named or installed",
+            'write it like "2.5.1+rocm6.2"',
+        )
+        return
+    if not is_torch(recipe):
+        return
+    number = recipe.env.get("PYTORCH_BUILD_NUMBER", "0").strip()
+    expected = value + (f".post{number}" if number.isdigit() and int(number) > 1 else "")
+    if _version(expected) != _version(recipe.package.version):
+        yield _emit(
+            "RF172",
+            "package.version",
+            f"{recipe.package.version!r}, but PyTorch will name the wheel {expected!r} "
+            "(PYTORCH_BUILD_VERSION, plus .postN when PYTORCH_BUILD_NUMBER > 1); the check "
+            "compares the two",
+            f'set version = "{expected}"',
+        )
+
+
+def _lint_max_jobs(recipe: Any, facts: LintFacts) -> Iterator[Finding]:
+    if "MAX_JOBS" in recipe.env:
+        yield _emit(
+            "RF182",
+            "env.MAX_JOBS",
+            "parallelism does not change the wheel, but in [env] it is hashed: another MAX_JOBS "
+            "means a rebuild",
+            'remove it from [env] and add "MAX_JOBS" to [build] passthrough',
+        )
+    if not is_rocm(recipe) or not facts.ram_bytes:
+        return
+    raw = recipe.env.get("MAX_JOBS")
+    origin = "[env]"
+    if raw is None and "MAX_JOBS" in recipe.build.passthrough:
+        raw, origin = facts.host_env.get("MAX_JOBS"), "the host's MAX_JOBS (passthrough)"
+    if raw is None or not raw.strip().isdigit():
+        raw, origin = (str(facts.cpu_count) if facts.cpu_count else None), "the CPU count (default)"
+    if raw is None:
+        return
+    jobs = int(raw)
+    if jobs * BYTES_PER_JOB > facts.ram_bytes:
+        fit = max(1, facts.ram_bytes // BYTES_PER_JOB)
+        yield _emit(
+            "RF181",
+            "env.MAX_JOBS" if origin == "[env]" else "build.passthrough",
+            f"MAX_JOBS={jobs} from {origin} needs about {jobs * 4} GB at ~4 GB per compile job "
+            f"but this machine has {facts.ram_bytes / GIB:.0f} GB; the OOM killer stops compilers "
+            "(exit 137)",
+            f"pass MAX_JOBS={fit} (add MAX_JOBS to [build] passthrough and export it)",
+        )
+
+
+LINTS: tuple[Callable[[Any, LintFacts], Iterator[Finding]], ...] = (
+    _lint_allow,
+    _lint_arch_tokens,
+    _lint_arch_versions,
+    _lint_arch_presence,
+    _lint_cuda,
+    _lint_folklore,
+    _lint_runtime_env,
+    _lint_rccl,
+    _lint_steps,
+    _lint_cmake,
+    _lint_attention,
+    _lint_build_version,
+    _lint_max_jobs,
+)
+
+
+def lint_recipe(recipe: Any, facts: LintFacts | None = None) -> tuple[Finding, ...]:
+    """Run every lint over ``recipe``; acknowledged findings carry the recipe's reason."""
+    facts = facts or LintFacts()
+    allow = recipe.lint.allow
+    found = []
+    for lint in LINTS:
+        for f in lint(recipe, facts):
+            found.append(replace(f, allowed=allow[f.id]) if f.id in allow else f)
+    return tuple(found)
+
+
+def locate(recipe: Any, key: str) -> tuple[Path, int | None]:
+    """Return the file of the ``extends`` chain that declares ``key`` and its line there.
+
+    Only used to show findings; reads the recipe files again (tomllib gives no lines).
+    """
+    from rocmforge.recipe import parent_keys
+    from rocmforge.recipe_load import scan_lines
+
+    chain = list(recipe.extends_chain) or [recipe.file]
+    scanned = []
+    for file in reversed(chain):
+        try:
+            scanned.append((file, scan_lines(Path(file).read_text(encoding="utf-8"))))
+        except OSError:
+            scanned.append((file, {}))
+    for k in parent_keys(key):
+        for file, lines in scanned:
+            if k in lines:
+                return Path(file), lines[k]
+    return Path(recipe.file), None
+
+
+def to_problem(recipe: Any, finding: Finding) -> Problem:
+    """Return ``finding`` as a located :class:`~rocmforge.errors.Problem` (file, key, line)."""
+    file, line = locate(recipe, finding.key)
+    return Problem(file=file, key=finding.key, message=finding.text(), line=line)
+
+
+def enforce(recipe: Any, findings: tuple[Finding, ...]) -> tuple[Finding, ...]:
+    """Raise :class:`LintError` for unacknowledged errors; return the warnings to report."""
+    errors = tuple(f for f in findings if f.blocking)
+    if errors:
+        raise LintError(Path(recipe.file), errors, [to_problem(recipe, f) for f in errors])
+    return tuple(f for f in findings if f.severity == "warning" and f.allowed is None)
