@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rocmforge.lock import check_digests
+from rocmforge.lints import Finding, LintFacts, describe, preflight
 from rocmforge.progress import NullReporter, Reporter
 from rocmforge.recipe import Recipe
 from rocmforge.requirements import Fetcher
@@ -36,6 +37,7 @@ class PlanReport:
     cached: bool
     path: Path | None
     derivation: Mapping[str, Any]
+    lints: tuple[Finding, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """Return the report as JSON-ready data."""
@@ -47,6 +49,7 @@ class PlanReport:
             "cached": self.cached,
             "path": str(self.path) if self.path else None,
             "derivation": dict(self.derivation),
+            "lints": [f.to_json() for f in self.lints],
         }
 
 
@@ -82,8 +85,14 @@ class RealizeReport:
         }
 
 
-def plan(recipe: Recipe, *, store: Store, fetcher: Fetcher | None) -> PlanReport:
-    """Resolve ``recipe`` and report its derivation and hash, without building."""
+def plan(
+    recipe: Recipe, *, store: Store, fetcher: Fetcher | None, facts: LintFacts | None = None
+) -> PlanReport:
+    """Lint and resolve ``recipe`` and report its derivation and hash, without building.
+
+    Error lints raise :class:`~rocmforge.lints.LintError` before anything is fetched.
+    """
+    findings = preflight(recipe, facts)
     r = resolve(recipe, store=store, fetcher=fetcher)
     check_digests(recipe, r.requirements)
     drv = r.derivation
@@ -96,6 +105,7 @@ def plan(recipe: Recipe, *, store: Store, fetcher: Fetcher | None) -> PlanReport
         cached=entry is not None,
         path=entry.path if entry else None,
         derivation=drv.data,
+        lints=findings,
     )
 
 
@@ -143,9 +153,13 @@ def realize(
     reporter: Reporter | None = None,
     keep_failed: bool = False,
     link: Path | None = None,
+    facts: LintFacts | None = None,
 ) -> RealizeReport:
     """Return the store entry for ``recipe``, building it in the sandbox on a miss."""
     reporter = reporter or NullReporter()
+    for finding in preflight(recipe, facts):  # error lints stop here, before any fetch
+        if finding.allowed is None:
+            reporter.warning(describe(recipe, finding))
     started = time.monotonic()
     with store.shared_lock():
         r = resolve(recipe, store=store, fetcher=fetcher)
