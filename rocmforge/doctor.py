@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from rocmforge.lints import Finding, LintFacts, check_archs, lint_recipe, recipe_archs
+from rocmforge.recipe import Recipe
 
-_DEFINE = re.compile(r"^\s*#\s*define\s+(\w+)\s+(\d+)\s*$", re.MULTILINE)
 _GPU_NAME = re.compile(r"^\s*Name:\s+(gfx[0-9a-f]+)\b", re.MULTILINE)
 _GFX = re.compile(r"^(gfx[0-9a-f]+)\b")
 TOOL_TIMEOUT = 30.0
@@ -33,6 +33,7 @@ class RocmInstall:
 
     root: Path
     version: str | None
+    raw_version: str | None
     version_file: Path | None
     hip_clang: Path | None = None
     hip_clang_version: str | None = None
@@ -42,6 +43,7 @@ class RocmInstall:
         return {
             "root": str(self.root),
             "version": self.version,
+            "raw_version": self.raw_version,
             "version_file": str(self.version_file) if self.version_file else None,
             "hip_clang": str(self.hip_clang) if self.hip_clang else None,
             "hip_clang_version": self.hip_clang_version,
@@ -143,38 +145,18 @@ class DoctorReport:
 # --- ROCm installs ------------------------------------------------------------------------------
 
 
-def _defines(path: Path) -> dict[str, str]:
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return {}
-    return dict(_DEFINE.findall(text))
+def rocm_version(root: Path) -> tuple[str | None, str | None, Path | None]:
+    """Return ``(ROCm version, what the file says, file)`` for the ROCm under ``root``.
 
-
-def rocm_version(root: Path) -> tuple[str | None, Path | None]:
-    """Read the ROCm version under ``root`` and name the file it came from.
-
-    Tries ``include/rocm-core/rocm_version.h`` (ROCm >= 5.x under /opt), then
-    ``include/hip/hip_version.h`` (HIP's major.minor is the ROCm release; Debian ships only
-    this one), then ``.info/version``. Returns ``(None, None)`` when none is readable.
+    Uses :func:`rocmforge.toolchain_rocm.read_rocm_version` (``rocm_version.h``, then
+    ``hip_version.h`` whose third part is a HIP build number, then ``.info/version``).
     """
-    header = root / "include" / "rocm-core" / "rocm_version.h"
-    d = _defines(header)
-    if "ROCM_VERSION_MAJOR" in d and "ROCM_VERSION_MINOR" in d:
-        patch = d.get("ROCM_VERSION_PATCH", "0")
-        return f"{d['ROCM_VERSION_MAJOR']}.{d['ROCM_VERSION_MINOR']}.{patch}", header
-    header = root / "include" / "hip" / "hip_version.h"
-    d = _defines(header)
-    if "HIP_VERSION_MAJOR" in d and "HIP_VERSION_MINOR" in d:
-        patch = d.get("HIP_VERSION_PATCH", "0")
-        return f"{d['HIP_VERSION_MAJOR']}.{d['HIP_VERSION_MINOR']}.{patch}", header
-    info = root / ".info" / "version"
-    try:
-        text = info.read_text(encoding="utf-8").strip()
-    except OSError:
-        return None, None
-    m = re.match(r"^(\d+\.\d+(?:\.\d+)?)", text)
-    return (m.group(1), info) if m else (None, None)
+    from rocmforge.toolchain_rocm import read_rocm_version
+
+    found = read_rocm_version(root)
+    if found is None:
+        return None, None, None
+    return found.comparable, found.version, root / found.file
 
 
 def _clang_version(exe: Path) -> str | None:
@@ -226,7 +208,7 @@ def find_rocm(env: Mapping[str, str], sysroot: Path = Path("/")) -> tuple[RocmIn
         real = os.path.realpath(root)
         if real in seen or not root.is_dir():
             continue
-        version, file = rocm_version(root)
+        version, raw, file = rocm_version(root)
         if version is None:
             continue
         seen.add(real)
@@ -235,6 +217,7 @@ def find_rocm(env: Mapping[str, str], sysroot: Path = Path("/")) -> tuple[RocmIn
             RocmInstall(
                 root=root,
                 version=version,
+                raw_version=raw,
                 version_file=file,
                 hip_clang=clang,
                 hip_clang_version=_clang_version(clang) if clang else None,
@@ -334,26 +317,26 @@ def probe_machine(
         cpu_count=cpu_count(),
         bwrap=Path(bwrap) if bwrap else None,
         sandbox=runner.level,
-        sandbox_warning=getattr(runner, "warning", None),
+        sandbox_warning=runner.warning,
     )
 
 
 # --- recipes ------------------------------------------------------------------------------------
 
 
-def lint_facts(recipe: Any, env: Mapping[str, str] | None = None) -> LintFacts:
+def lint_facts(recipe: Recipe, env: Mapping[str, str] | None = None) -> LintFacts:
     """Cheap facts for linting ``recipe``: the ROCm version at its root, RAM, cores, host env."""
     env = os.environ if env is None else env
     version = None
-    root = getattr(recipe.toolchain, "root", None)
-    if recipe.toolchain.kind == "rocm" and root is not None and Path(root).is_dir():
-        version, _ = rocm_version(Path(root))
+    root = recipe.toolchain.root
+    if recipe.toolchain.kind == "rocm" and root is not None and root.is_dir():
+        version, _, _ = rocm_version(Path(root))
     return LintFacts(
         rocm_version=version, ram_bytes=ram_bytes(), cpu_count=cpu_count(), host_env=dict(env)
     )
 
 
-def coverage(recipe: Any, gpus: Sequence[str]) -> Coverage:
+def coverage(recipe: Recipe, gpus: Sequence[str]) -> Coverage:
     """Compare the archs ``recipe`` builds for (or checks) with the GPUs found."""
     archs = [t for _, t in recipe_archs(recipe)] or [t for _, t in check_archs(recipe)]
     bases = tuple(dict.fromkeys(a.split(":", 1)[0] for a in archs))
@@ -364,7 +347,7 @@ def coverage(recipe: Any, gpus: Sequence[str]) -> Coverage:
 
 
 def doctor(
-    recipe: Any | None = None,
+    recipe: Recipe | None = None,
     *,
     env: Mapping[str, str] | None = None,
     sysroot: Path = Path("/"),

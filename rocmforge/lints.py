@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from rocmforge.errors import Problem, RecipeError
+from rocmforge.recipe import Recipe
 
 Severity = Literal["error", "warning"]
 
@@ -237,7 +238,7 @@ def _version(text: str) -> Any:
         return None
 
 
-def _pins(recipe: Any) -> dict[str, tuple[str, str]]:
+def _pins(recipe: Recipe) -> dict[str, tuple[str, str]]:
     """Canonical name -> (key path, version) of each ``[requirements] build`` pin."""
     out = {}
     for i, item in enumerate(recipe.requirements.build):
@@ -248,19 +249,17 @@ def _pins(recipe: Any) -> dict[str, tuple[str, str]]:
     return out
 
 
-def _inputs_env(recipe: Any) -> set[str]:
+def _inputs_env(recipe: Recipe) -> set[str]:
     """The env var names through which declared extra inputs are made available."""
-    inputs = getattr(recipe, "inputs", None) or {}
-    values = inputs.values() if isinstance(inputs, Mapping) else inputs
-    return {e for v in values if isinstance(e := getattr(v, "env", None), str)}
+    return {spec.env for spec in recipe.inputs.values()}
 
 
-def is_rocm(recipe: Any) -> bool:
+def is_rocm(recipe: Recipe) -> bool:
     """A ROCm build: a ``rocm`` toolchain, or ``USE_ROCM`` switched on in ``[env]``."""
     return bool(recipe.toolchain.kind == "rocm" or _flag(recipe.env, "USE_ROCM"))
 
 
-def is_torch(recipe: Any) -> bool:
+def is_torch(recipe: Recipe) -> bool:
     """A PyTorch build (``[package] name = "torch"``)."""
     return bool(recipe.package.name.lower() == "torch")
 
@@ -270,7 +269,7 @@ def split_archs(value: str) -> list[str]:
     return [t for t in re.split(r"[;,\s]+", value) if t]
 
 
-def recipe_archs(recipe: Any) -> list[tuple[str, str]]:
+def recipe_archs(recipe: Recipe) -> list[tuple[str, str]]:
     """Every (key path, arch token) the recipe asks to compile for, in order."""
     out = []
     for name in ARCH_ENV:
@@ -279,20 +278,18 @@ def recipe_archs(recipe: Any) -> list[tuple[str, str]]:
     return out
 
 
-def check_archs(recipe: Any) -> list[tuple[str, str]]:
+def check_archs(recipe: Recipe) -> list[tuple[str, str]]:
     """Every (key path, arch) of ``[check] archs``."""
-    archs = getattr(recipe.check, "archs", ()) or ()
-    return [(f"check.archs[{i}]", a) for i, a in enumerate(archs)]
+    return [(f"check.archs[{i}]", a) for i, a in enumerate(recipe.check.archs)]
 
 
 def _base(token: str) -> str:
     return token.split(":", 1)[0]
 
 
-def declared_rocm(recipe: Any) -> str | None:
+def declared_rocm(recipe: Recipe) -> str | None:
     """The ROCm version the recipe declares (``[toolchain] rocm``), if any."""
-    value = getattr(recipe.toolchain, "rocm", None)
-    return value if isinstance(value, str) else None
+    return recipe.toolchain.rocm
 
 
 def can_target(arch: str, rocm_version: str) -> ArchSupport | None:
@@ -323,7 +320,7 @@ def _emit(
     )
 
 
-def _lint_allow(recipe: Any, facts: LintFacts) -> Iterator[Finding]:
+def _lint_allow(recipe: Recipe, facts: LintFacts) -> Iterator[Finding]:
     for lint_id in recipe.lint.allow:
         if lint_id not in RULES:
             yield _emit(
@@ -334,7 +331,7 @@ def _lint_allow(recipe: Any, facts: LintFacts) -> Iterator[Finding]:
             )
 
 
-def _lint_arch_tokens(recipe: Any, facts: LintFacts) -> Iterator[Finding]:
+def _lint_arch_tokens(recipe: Recipe, facts: LintFacts) -> Iterator[Finding]:
     for name, seps in ARCH_ENV.items():
         value = recipe.env.get(name)
         if value is None:
@@ -392,7 +389,7 @@ def _too_old(rule_id: str, key: str, arch: str, version: str, origin: str) -> Fi
     )
 
 
-def _lint_arch_versions(recipe: Any, facts: LintFacts) -> Iterator[Finding]:
+def _lint_arch_versions(recipe: Recipe, facts: LintFacts) -> Iterator[Finding]:
     archs = [(k, t) for k, t in recipe_archs(recipe) + check_archs(recipe) if ARCH_TOKEN.match(t)]
     declared = declared_rocm(recipe)
     if declared:
@@ -411,7 +408,7 @@ def _lint_arch_versions(recipe: Any, facts: LintFacts) -> Iterator[Finding]:
                     f"use a toolchain that supports {arch} or drop it",
                 )
     elif probed and not _same_release(probed, declared):
-        root = getattr(recipe.toolchain, "root", None)
+        root = recipe.toolchain.root
         origin = f"the toolchain found at {root}" if root else "the toolchain found"
         for key, arch in archs:
             if f := _too_old("RF103", key, arch, probed, origin):
@@ -424,7 +421,7 @@ def _same_release(probed: str, declared: str | None) -> bool:
     return a is not None and b is not None and a.release[:2] == b.release[:2]
 
 
-def _lint_arch_presence(recipe: Any, facts: LintFacts) -> Iterator[Finding]:
+def _lint_arch_presence(recipe: Recipe, facts: LintFacts) -> Iterator[Finding]:
     if is_torch(recipe) and is_rocm(recipe) and "PYTORCH_ROCM_ARCH" not in recipe.env:
         yield _emit(
             "RF105",
@@ -445,7 +442,7 @@ def _lint_arch_presence(recipe: Any, facts: LintFacts) -> Iterator[Finding]:
         )
 
 
-def _lint_cuda(recipe: Any, facts: LintFacts) -> Iterator[Finding]:
+def _lint_cuda(recipe: Recipe, facts: LintFacts) -> Iterator[Finding]:
     if not is_rocm(recipe):
         return
     use_cuda = _flag(recipe.env, "USE_CUDA")
@@ -475,7 +472,7 @@ def _lint_cuda(recipe: Any, facts: LintFacts) -> Iterator[Finding]:
         )
 
 
-def _lint_folklore(recipe: Any, facts: LintFacts) -> Iterator[Finding]:
+def _lint_folklore(recipe: Recipe, facts: LintFacts) -> Iterator[Finding]:
     env = recipe.env
     if "RCCL_HOME" in env:
         yield _emit(
@@ -515,7 +512,7 @@ def _lint_folklore(recipe: Any, facts: LintFacts) -> Iterator[Finding]:
         )
 
 
-def _lint_runtime_env(recipe: Any, facts: LintFacts) -> Iterator[Finding]:
+def _lint_runtime_env(recipe: Recipe, facts: LintFacts) -> Iterator[Finding]:
     for name in recipe.env:
         nccl = name.startswith("NCCL_") and name not in NCCL_BUILD_ENV
         if name not in RUNTIME_ENV and not nccl:
@@ -534,7 +531,7 @@ def _lint_runtime_env(recipe: Any, facts: LintFacts) -> Iterator[Finding]:
         )
 
 
-def _lint_rccl(recipe: Any, facts: LintFacts) -> Iterator[Finding]:
+def _lint_rccl(recipe: Recipe, facts: LintFacts) -> Iterator[Finding]:
     if not _flag(recipe.env, "USE_RCCL"):
         return
     for name in ("USE_NCCL", "USE_DISTRIBUTED"):
@@ -548,7 +545,7 @@ def _lint_rccl(recipe: Any, facts: LintFacts) -> Iterator[Finding]:
             )
 
 
-def _lint_steps(recipe: Any, facts: LintFacts) -> Iterator[Finding]:
+def _lint_steps(recipe: Recipe, facts: LintFacts) -> Iterator[Finding]:
     steps = recipe.build.steps
     if is_torch(recipe) and is_rocm(recipe):
         hipify = [i for i, s in enumerate(steps) if _HIPIFY.search(s)]
@@ -600,7 +597,7 @@ def _lint_steps(recipe: Any, facts: LintFacts) -> Iterator[Finding]:
                 )
 
 
-def _lint_cmake(recipe: Any, facts: LintFacts) -> Iterator[Finding]:
+def _lint_cmake(recipe: Recipe, facts: LintFacts) -> Iterator[Finding]:
     if not is_torch(recipe) or "CMAKE_POLICY_VERSION_MINIMUM" in recipe.env:
         return
     torch_version = _version(recipe.package.version)
@@ -631,7 +628,7 @@ def _lint_cmake(recipe: Any, facts: LintFacts) -> Iterator[Finding]:
         )
 
 
-def _lint_attention(recipe: Any, facts: LintFacts) -> Iterator[Finding]:
+def _lint_attention(recipe: Recipe, facts: LintFacts) -> Iterator[Finding]:
     if not (is_torch(recipe) and is_rocm(recipe)):
         return
     enabled = [n for n in ("USE_FLASH_ATTENTION", "USE_MEM_EFF_ATTENTION")
@@ -674,7 +671,7 @@ def _lint_attention(recipe: Any, facts: LintFacts) -> Iterator[Finding]:
         )
 
 
-def _lint_build_version(recipe: Any, facts: LintFacts) -> Iterator[Finding]:
+def _lint_build_version(recipe: Recipe, facts: LintFacts) -> Iterator[Finding]:
     value = recipe.env.get("PYTORCH_BUILD_VERSION")
     if value is None:
         return
@@ -701,7 +698,7 @@ def _lint_build_version(recipe: Any, facts: LintFacts) -> Iterator[Finding]:
         )
 
 
-def _lint_max_jobs(recipe: Any, facts: LintFacts) -> Iterator[Finding]:
+def _lint_max_jobs(recipe: Recipe, facts: LintFacts) -> Iterator[Finding]:
     if "MAX_JOBS" in recipe.env:
         yield _emit(
             "RF182",
@@ -733,7 +730,7 @@ def _lint_max_jobs(recipe: Any, facts: LintFacts) -> Iterator[Finding]:
         )
 
 
-LINTS: tuple[Callable[[Any, LintFacts], Iterator[Finding]], ...] = (
+LINTS: tuple[Callable[[Recipe, LintFacts], Iterator[Finding]], ...] = (
     _lint_allow,
     _lint_arch_tokens,
     _lint_arch_versions,
@@ -750,7 +747,7 @@ LINTS: tuple[Callable[[Any, LintFacts], Iterator[Finding]], ...] = (
 )
 
 
-def lint_recipe(recipe: Any, facts: LintFacts | None = None) -> tuple[Finding, ...]:
+def lint_recipe(recipe: Recipe, facts: LintFacts | None = None) -> tuple[Finding, ...]:
     """Run every lint over ``recipe``; acknowledged findings carry the recipe's reason."""
     facts = facts or LintFacts()
     allow = recipe.lint.allow
@@ -761,7 +758,7 @@ def lint_recipe(recipe: Any, facts: LintFacts | None = None) -> tuple[Finding, .
     return tuple(found)
 
 
-def locate(recipe: Any, key: str) -> tuple[Path, int | None]:
+def locate(recipe: Recipe, key: str) -> tuple[Path, int | None]:
     """Return the file of the ``extends`` chain that declares ``key`` and its line there.
 
     Only used to show findings; reads the recipe files again (tomllib gives no lines).
@@ -783,15 +780,35 @@ def locate(recipe: Any, key: str) -> tuple[Path, int | None]:
     return Path(recipe.file), None
 
 
-def to_problem(recipe: Any, finding: Finding) -> Problem:
+def to_problem(recipe: Recipe, finding: Finding) -> Problem:
     """Return ``finding`` as a located :class:`~rocmforge.errors.Problem` (file, key, line)."""
     file, line = locate(recipe, finding.key)
     return Problem(file=file, key=finding.key, message=finding.text(), line=line)
 
 
-def enforce(recipe: Any, findings: tuple[Finding, ...]) -> tuple[Finding, ...]:
+def enforce(recipe: Recipe, findings: tuple[Finding, ...]) -> tuple[Finding, ...]:
     """Raise :class:`LintError` for unacknowledged errors; return the warnings to report."""
     errors = tuple(f for f in findings if f.blocking)
     if errors:
         raise LintError(Path(recipe.file), errors, [to_problem(recipe, f) for f in errors])
     return tuple(f for f in findings if f.severity == "warning" and f.allowed is None)
+
+
+def describe(recipe: Recipe, finding: Finding) -> str:
+    """Return ``file:line: key: RF101 name: reason. Fix: ...`` for showing a finding."""
+    return str(to_problem(recipe, finding))
+
+
+def preflight(recipe: Recipe, facts: LintFacts | None = None) -> tuple[Finding, ...]:
+    """Lint ``recipe`` before anything is fetched: raise :class:`LintError` on errors it does not
+    acknowledge, else return every finding (warnings and acknowledged ones).
+
+    ``facts`` default to :func:`rocmforge.doctor.lint_facts` of this machine.
+    """
+    if facts is None:
+        from rocmforge.doctor import lint_facts
+
+        facts = lint_facts(recipe)
+    findings = lint_recipe(recipe, facts)
+    enforce(recipe, findings)
+    return findings

@@ -50,8 +50,8 @@ def render(report: Any, recipe: Any) -> list[str]:
     if not m.rocm:
         out.append("  ROCm:      not found ($ROCM_PATH, /opt/rocm, /opt/rocm-*, /usr checked)")
     for r in m.rocm:
-        source = f" (from {r.version_file})" if r.version_file else ""
-        out.append(f"  ROCm:      {r.version} at {r.root}{source}")
+        said = f"HIP {r.raw_version}, " if r.raw_version != r.version else ""
+        out.append(f"  ROCm:      {r.version} at {r.root} ({said}from {r.version_file})")
         clang = f"{r.hip_clang_version} ({r.hip_clang})" if r.hip_clang else "not found"
         out.append(f"  HIP clang: {clang}")
     if m.gpus:
