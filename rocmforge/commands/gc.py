@@ -1,0 +1,89 @@
+"""``rocmforge gc``: delete unrooted store entries and unused source caches, by policy."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from rocmforge.commands._common import add_json_option, add_store_option, emit_json, open_store
+from rocmforge.errors import UsageError
+
+
+def register(sub: Any) -> None:
+    """Add the ``gc`` command."""
+    p = sub.add_parser(
+        "gc",
+        help="delete unrooted entries (all, or by --keep-last/--older-than/--max-size)",
+        description=(
+            "Delete store entries no root keeps (result links of realize -o, pins, running "
+            "realizes and builds), then the source caches no kept entry uses. --keep-last and "
+            "--older-than keep what either of them keeps; --max-size then deletes the least "
+            "recently used unrooted entries until the entries fit. No policy: every unrooted "
+            "entry goes."
+        ),
+    )
+    add_store_option(p)
+    p.add_argument(
+        "--keep-last", type=int, metavar="N", help="keep the newest N entries of each package"
+    )
+    p.add_argument(
+        "--older-than", metavar="DURATION", help="delete entries not used for DURATION (30d, 12h)"
+    )
+    p.add_argument(
+        "--max-size", metavar="SIZE", help="delete least recently used until <= SIZE (500M, 20G)"
+    )
+    p.add_argument(
+        "--dry-run", action="store_true", help="show what would go and why; delete nothing"
+    )
+    p.add_argument(
+        "--keep-sources", action="store_true", help="keep git mirrors, wheels and tree caches"
+    )
+    add_json_option(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """``rocmforge gc``: plan, delete (unless ``--dry-run``) and report entries and bytes."""
+    from rocmforge.gc import Policies, collect_garbage, format_size, parse_size
+    from rocmforge.recipe import parse_duration
+
+    if args.keep_last is not None and args.keep_last < 0:
+        raise UsageError(f"--keep-last must be 0 or more, not {args.keep_last}")
+    try:
+        older = parse_duration(args.older_than) if args.older_than is not None else None
+    except ValueError as exc:
+        raise UsageError(f"--older-than: {exc}") from exc
+    try:
+        size = parse_size(args.max_size) if args.max_size is not None else None
+    except ValueError as exc:
+        raise UsageError(f"--max-size: {exc}") from exc
+    policies = Policies(keep_last=args.keep_last, older_than=older, max_size=size)
+    store = open_store(args)
+    report = collect_garbage(store, policies, dry_run=args.dry_run, keep_sources=args.keep_sources)
+    if args.json:
+        emit_json(report.to_json())
+        return 0
+    verb = "would delete" if report.dry_run else "deleted"
+    for d in report.plan.delete:
+        e = d.entry
+        print(f"{verb} {e.dirname}  {format_size(e.size)}  ({'; '.join(d.reasons)})")
+    for s in report.sources:
+        print(f"{verb} {s.kind} sources/{s.rel}  {format_size(s.size)}  (no kept entry uses it)")
+    for w in report.warnings:
+        print(f"warning: {w}", file=sys.stderr)
+    if report.sources_kept_because and not args.keep_sources:
+        print(f"note: source caches kept: {report.sources_kept_because}", file=sys.stderr)
+    if report.plan.over_by:
+        print(
+            f"note: the kept entries exceed --max-size by {format_size(report.plan.over_by)} "
+            "(the rest is rooted)",
+            file=sys.stderr,
+        )
+    kept = len(report.plan.keep)
+    print(
+        f"{'would free' if report.dry_run else 'freed'} {format_size(report.freed)}: "
+        f"{len(report.plan.delete)} entries, {len(report.sources)} source caches; "
+        f"{kept} entries kept ({format_size(report.plan.size_after)})"
+    )
+    return 0

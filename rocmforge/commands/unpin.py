@@ -1,0 +1,25 @@
+"""``rocmforge unpin NAME``: remove a named gc root (the entry itself stays until a gc)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from rocmforge.commands._common import add_store_option, open_store
+
+
+def register(sub: Any) -> None:
+    """Add the ``unpin`` command."""
+    p = sub.add_parser("unpin", help="remove a pin (gc may then collect its entry)")
+    p.add_argument("name", metavar="NAME")
+    add_store_option(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """``rocmforge unpin NAME``: remove the pin ``NAME``."""
+    from rocmforge.roots import unpin
+
+    removed = unpin(open_store(args), args.name)
+    print(f"unpinned {removed.name} (was {removed.entry or 'dangling'})")
+    return 0

@@ -1,0 +1,682 @@
+"""Garbage collection: a pure plan of what goes and why, then a separate deletion step.
+
+:func:`plan_gc` is a pure function of (entries, roots, policies, now) and says for every entry
+whether it goes and which policy decided; :func:`plan_sources` does the same for the source caches
+(git mirrors, requirement wheels, tree stat caches) given what the kept entries reference.
+:func:`delete` then removes, under :meth:`Store.exclusive_lock`, each doomed entry's index row
+first and its directory second (moved into ``trash/`` with one rename, so a crash leaves either
+a whole entry or none), never following a symlink. :func:`collect_garbage` ties it together.
+
+Policies combine like restic's ``forget``: ``--keep-last`` and ``--older-than`` are keep rules
+(an unrooted entry goes only if no given rule keeps it); ``--max-size`` then removes the least
+recently used unrooted entries until the entries fit. With no policy every unrooted entry goes.
+A root (result link, pin, running realize, build in progress) always stays.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import stat
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rocmforge.errors import StoreError
+from rocmforge.roots import RootSet, collect_roots
+from rocmforge.store import DERIVATION, HASH_LEN, META, Store, remove_tree
+
+if TYPE_CHECKING:
+    from rocmforge.resolve import Resolved
+
+_HASH_RE = re.compile(r"[0-9a-f]{32}")
+_SIZE_RE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([kmgtp]?)(?:i?b)?\s*", re.IGNORECASE)
+_UNITS = "KMGTP"
+
+
+# -- sizes and ages --------------------------------------------------------------------------------
+
+
+def parse_size(text: str) -> int:
+    """Parse ``"500M"``, ``"20G"``, ``"1.5T"``, ``"4096"`` (bytes; units are powers of 1024).
+
+    Raises :class:`ValueError` with a readable message.
+    """
+    m = _SIZE_RE.fullmatch(text)
+    if m is None:
+        raise ValueError(f"invalid size {text!r}; write e.g. '500M', '20G', '1.5T' or bytes")
+    unit = m.group(2).upper()
+    return int(float(m.group(1)) * (1024 ** (_UNITS.index(unit) + 1) if unit else 1))
+
+
+def format_size(n: int) -> str:
+    """Return ``n`` bytes in binary units: ``"512 B"``, ``"1.5 KiB"``, ``"20.0 GiB"``."""
+    if n < 1024:
+        return f"{n} B"
+    value = float(n)
+    for unit in _UNITS:
+        value /= 1024
+        if value < 1024 or unit == _UNITS[-1]:
+            return f"{value:.1f} {unit}iB"
+    raise AssertionError("unreachable")
+
+
+def format_age(seconds: float) -> str:
+    """Return a duration as its largest whole unit: ``"41d"``, ``"3h"``, ``"12m"``, ``"5s"``."""
+    s = max(0, int(seconds))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if s >= size:
+            return f"{s // size}{unit}"
+    return f"{s}s"
+
+
+# -- the pure plan ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EntryInfo:
+    """What gc needs to know of one entry: identity, size and times (seconds since the epoch)."""
+
+    hash: str
+    name: str
+    version: str
+    dirname: str
+    size: int
+    created: float
+    last_used: float
+
+    def to_json(self) -> dict[str, Any]:
+        """Return JSON-ready data."""
+        return {
+            "hash": self.hash,
+            "name": self.name,
+            "version": self.version,
+            "entry": self.dirname,
+            "bytes": self.size,
+            "created": self.created,
+            "last_used": self.last_used,
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Policies:
+    """The gc policies; all None means: delete every unrooted entry."""
+
+    keep_last: int | None = None
+    older_than: float | None = None
+    max_size: int | None = None
+
+    def describe(self) -> str:
+        """Return the policies as command-line flags (``"everything unrooted"`` if none)."""
+        parts = []
+        if self.keep_last is not None:
+            parts.append(f"--keep-last {self.keep_last}")
+        if self.older_than is not None:
+            parts.append(f"--older-than {format_age(self.older_than)}")
+        if self.max_size is not None:
+            parts.append(f"--max-size {format_size(self.max_size)}")
+        return " ".join(parts) or "everything unrooted"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Decision:
+    """One entry and why it goes (in :attr:`GcPlan.delete`) or stays (in :attr:`GcPlan.keep`)."""
+
+    entry: EntryInfo
+    reasons: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        """Return JSON-ready data."""
+        return {**self.entry.to_json(), "reasons": list(self.reasons)}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GcPlan:
+    """The outcome of :func:`plan_gc`: every entry exactly once, in ``delete`` or ``keep``."""
+
+    delete: tuple[Decision, ...]
+    keep: tuple[Decision, ...]
+    size_before: int
+    size_after: int
+    over_by: int = 0  # bytes the kept entries still exceed --max-size by (roots win)
+
+    @property
+    def freed(self) -> int:
+        """Bytes the deletion frees."""
+        return self.size_before - self.size_after
+
+
+def _rank_newest(entries: Iterable[EntryInfo]) -> dict[str, int]:
+    """Return each entry's position among its package's entries, newest created first (0)."""
+    by_name: dict[str, list[EntryInfo]] = defaultdict(list)
+    for e in entries:
+        by_name[e.name].append(e)
+    rank: dict[str, int] = {}
+    for group in by_name.values():
+        for i, e in enumerate(sorted(group, key=lambda e: (-e.created, e.hash))):
+            rank[e.hash] = i
+    return rank
+
+
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+def plan_gc(
+    entries: Sequence[EntryInfo],
+    roots: Mapping[str, Sequence[str]],
+    policies: Policies,
+    now: float,
+) -> GcPlan:
+    """Decide, purely, which entries go and why.
+
+    ``roots`` maps an input hash to why it is rooted. Rooted entries always stay. With
+    ``keep_last`` and/or ``older_than``, an unrooted entry goes when no given rule keeps it
+    (keep-last keeps the newest N by creation per package name; older-than keeps what was used
+    within the duration). With ``max_size``, the least recently used unrooted entries that are
+    left then go until the entries' total is at most ``max_size``. Without any policy, every
+    unrooted entry goes.
+    """
+    rank = _rank_newest(entries)
+    selective = policies.keep_last is not None or policies.older_than is not None
+    doomed: dict[str, tuple[str, ...]] = {}
+    kept: dict[str, tuple[str, ...]] = {}
+    for e in entries:
+        rooted = roots.get(e.hash)
+        if rooted:
+            kept[e.hash] = tuple(f"rooted: {r}" for r in rooted)
+            continue
+        if not selective:
+            if policies.max_size is None:
+                doomed[e.hash] = ("unrooted",)
+            else:
+                kept[e.hash] = ("within --max-size",)
+            continue
+        go: list[str] = []
+        stay: list[str] = []
+        if policies.keep_last is not None:
+            pos = f"{_ordinal(rank[e.hash] + 1)} newest of {e.name}"
+            (go if rank[e.hash] >= policies.keep_last else stay).append(
+                f"keep-last {policies.keep_last}: {pos}"
+            )
+        if policies.older_than is not None:
+            age = now - e.last_used
+            (go if age > policies.older_than else stay).append(
+                f"older-than {format_age(policies.older_than)}: last used {format_age(age)} ago"
+            )
+        if stay:
+            kept[e.hash] = tuple(stay)
+        else:
+            doomed[e.hash] = tuple(go)
+    total = sum(e.size for e in entries)
+    remaining = total - sum(e.size for e in entries if e.hash in doomed)
+    over_by = 0
+    if policies.max_size is not None and remaining > policies.max_size:
+        lru = sorted(
+            (e for e in entries if e.hash not in doomed and not roots.get(e.hash)),
+            key=lambda e: (e.last_used, e.created, e.hash),
+        )
+        limit = format_size(policies.max_size)
+        for e in lru:
+            if remaining <= policies.max_size:
+                break
+            doomed[e.hash] = (
+                f"max-size {limit}: least recently used (last used {format_age(now - e.last_used)}"
+                f" ago) while the entries hold {format_size(remaining)}",
+            )
+            del kept[e.hash]
+            remaining -= e.size
+        over_by = max(0, remaining - policies.max_size)
+    order = sorted(entries, key=lambda e: (e.name, e.created, e.hash))
+    return GcPlan(
+        delete=tuple(Decision(entry=e, reasons=doomed[e.hash]) for e in order if e.hash in doomed),
+        keep=tuple(Decision(entry=e, reasons=kept[e.hash]) for e in order if e.hash in kept),
+        size_before=total,
+        size_after=remaining,
+        over_by=over_by,
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SourceItem:
+    """One source cache under ``sources/``: ``git/<id>.git``, ``wheels/<file>``, ``trees/<id>``
+    (the ``.head`` and ``.files`` pair) or ``git-resolved/<key>.json`` (with its commit)."""
+
+    rel: str
+    size: int
+    commit: str | None = None
+
+    @property
+    def kind(self) -> str:
+        """``git mirror``, ``requirement wheel``, ``tree stat cache`` or ``git resolve cache``."""
+        top = self.rel.split("/", 1)[0]
+        return {
+            "git": "git mirror",
+            "wheels": "requirement wheel",
+            "trees": "tree stat cache",
+            "git-resolved": "git resolve cache",
+        }.get(top, top)
+
+    def to_json(self) -> dict[str, Any]:
+        """Return JSON-ready data."""
+        return {"source": self.rel, "kind": self.kind, "bytes": self.size}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SourceRefs:
+    """What the kept entries reference: source cache paths, commits, and whether that is all.
+
+    ``complete`` is False when a kept entry predates the ``sources`` field of ``meta.json``;
+    then its git mirrors and tree caches are unknown and none of those may go.
+    """
+
+    refs: frozenset[str] = frozenset()
+    commits: frozenset[str] = frozenset()
+    complete: bool = True
+
+
+def plan_sources(items: Iterable[SourceItem], refs: SourceRefs) -> tuple[SourceItem, ...]:
+    """Return the source caches no kept entry references (pure)."""
+    out = []
+    for item in items:
+        top = item.rel.split("/", 1)[0]
+        if top == "git-resolved":
+            unused = item.commit is not None and item.commit not in refs.commits
+        elif top == "wheels":
+            unused = item.rel not in refs.refs
+        else:
+            unused = refs.complete and item.rel not in refs.refs
+        if unused:
+            out.append(item)
+    return tuple(sorted(out, key=lambda i: i.rel))
+
+
+# -- reading the store -----------------------------------------------------------------------------
+
+
+def _is_entry_name(n: str) -> bool:
+    return len(n) > HASH_LEN + 1 and n[HASH_LEN] == "-" and bool(_HASH_RE.fullmatch(n[:HASH_LEN]))
+
+
+def _used_times(store: Store) -> dict[str, float]:
+    d = store.root / "used"
+    out: dict[str, float] = {}
+    try:
+        with os.scandir(d) as it:
+            for de in it:
+                try:
+                    out[de.name] = de.stat(follow_symlinks=False).st_mtime
+                except FileNotFoundError:
+                    continue
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        raise StoreError(f"cannot list {d}: {e}") from e
+    return out
+
+
+def gather_entries(store: Store) -> tuple[list[EntryInfo], list[str]]:
+    """Return every entry of ``entries/`` with its last use, and warnings about damaged ones.
+
+    Last use is the latest of: creation, the index's ``last_used`` and the mtime of
+    ``used/<hash>`` (touched by every cache hit, including the memo's fast path).
+    """
+    try:
+        names = sorted(n for n in os.listdir(store.entries_dir) if _is_entry_name(n))
+    except OSError as e:
+        raise StoreError(f"cannot list {store.entries_dir}: {e}") from e
+    used = _used_times(store)
+    indexed = {row.hash: row.last_used for row in store.index.rows()}
+    entries: list[EntryInfo] = []
+    warnings: list[str] = []
+    for n in names:
+        path = store.entries_dir / n
+        try:
+            with open(path / META, "rb") as f:
+                raw = f.read()
+            meta = json.loads(raw)
+            h, name, version = meta["hash"], meta["name"], meta["version"]
+            if f"{h}-{name}-{version}" != n:
+                raise ValueError(f"meta.json records {h}-{name}-{version}")
+            created = float(meta.get("created", 0.0))
+            size = int(meta.get("size", 0)) + len(raw)
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            if os.path.islink(path) or not os.path.isdir(path):
+                continue
+            warnings.append(f"damaged entry left alone: {path}: {e}")
+            continue
+        last = max(created, indexed.get(h, 0.0), used.get(h, 0.0))
+        entries.append(
+            EntryInfo(
+                hash=h,
+                name=name,
+                version=version,
+                dirname=n,
+                size=size,
+                created=created,
+                last_used=last,
+            )
+        )
+    return entries, warnings
+
+
+def _tree_size(path: str) -> int:
+    total = 0
+    for dirpath, _, filenames in os.walk(path):
+        for f in filenames:
+            try:
+                total += os.lstat(os.path.join(dirpath, f)).st_size
+            except FileNotFoundError:
+                continue
+    return total
+
+
+def gather_sources(store: Store) -> list[SourceItem]:
+    """Return the collectable source caches under ``sources/`` with their sizes."""
+    src = store.sources_dir
+    items: list[SourceItem] = []
+
+    def names(sub: str) -> list[str]:
+        try:
+            return sorted(n for n in os.listdir(src / sub) if not n.startswith("."))
+        except FileNotFoundError:
+            return []
+        except OSError as e:
+            raise StoreError(f"cannot list {src / sub}: {e}") from e
+
+    for n in names("git"):
+        if n.endswith(".git"):
+            items.append(SourceItem(rel=f"git/{n}", size=_tree_size(os.fspath(src / "git" / n))))
+    for n in names("wheels"):
+        if n.endswith(".whl"):
+            items.append(SourceItem(rel=f"wheels/{n}", size=os.lstat(src / "wheels" / n).st_size))
+    trees: dict[str, int] = defaultdict(int)
+    for n in names("trees"):
+        stem, dot, ext = n.rpartition(".")
+        if dot and ext in ("head", "files"):
+            trees[stem] += os.lstat(src / "trees" / n).st_size
+    items.extend(SourceItem(rel=f"trees/{s}", size=size) for s, size in sorted(trees.items()))
+    for n in names("git-resolved"):
+        if n.endswith(".json"):
+            p = src / "git-resolved" / n
+            try:
+                raw = p.read_bytes()
+                commit = json.loads(raw).get("commit")
+            except (OSError, ValueError, AttributeError):
+                continue
+            if isinstance(commit, str):
+                items.append(SourceItem(rel=f"git-resolved/{n}", size=len(raw), commit=commit))
+    return items
+
+
+def referenced_sources(store: Store, kept: Iterable[EntryInfo]) -> SourceRefs:
+    """Read what the kept entries reference: ``meta.json`` ``sources`` plus the derivation."""
+    refs: set[str] = set()
+    commits: set[str] = set()
+    complete = True
+    for e in kept:
+        path = store.entries_dir / e.dirname
+        try:
+            meta = json.loads((path / META).read_bytes())
+            drv = json.loads((path / DERIVATION).read_bytes())
+        except (OSError, ValueError) as exc:
+            raise StoreError(f"cannot read what {path} references: {exc}") from exc
+        listed = meta.get("sources")
+        if isinstance(listed, list):
+            refs.update(str(r) for r in listed)
+        else:
+            complete = False
+        for req in drv.get("requirements", []):
+            if isinstance(req, dict) and isinstance(req.get("wheel"), str):
+                refs.add(f"wheels/{req['wheel']}")
+        commit = (drv.get("source") or {}).get("commit")
+        if isinstance(commit, str):
+            commits.add(commit)
+    return SourceRefs(refs=frozenset(refs), commits=frozenset(commits), complete=complete)
+
+
+def source_refs(resolved: Resolved, sources_dir: Path) -> list[str]:
+    """Return the source caches a build of ``resolved`` used, relative to ``sources_dir``.
+
+    Recorded as ``sources`` in the entry's ``meta.json`` so gc keeps exactly these while the
+    entry stays: the requirement wheels, the git mirrors of the source and of every submodule
+    (recursively), and the tree stat cache of a path source.
+    """
+    from rocmforge.source_git import mirror_path, submodules_at
+    from rocmforge.source_path import _record_paths
+
+    refs = [f"wheels/{r.wheel.name}" for r in resolved.requirements]
+    spec, ident = resolved.recipe.source, resolved.source
+    if spec.kind == "git" and spec.git and ident.commit:
+        stack = [(spec.git, ident.commit)]
+        seen: set[tuple[str, str]] = set()
+        while stack:
+            url, commit = stack.pop()
+            mirror = mirror_path(url, sources_dir)
+            refs.append(f"git/{mirror.name}")
+            if not spec.submodules or (url, commit) in seen or not mirror.is_dir():
+                continue
+            seen.add((url, commit))
+            stack.extend((s.url, s.commit) for s in submodules_at(mirror, commit, url))
+    elif spec.kind == "path" and spec.path is not None:
+        head, _ = _record_paths(Path(os.path.abspath(spec.path)), sources_dir)
+        refs.append(f"trees/{head.stem}")
+    return sorted(set(refs))
+
+
+# -- deleting --------------------------------------------------------------------------------------
+
+
+def _remove_any(path: Path) -> None:
+    """Remove ``path``: a symlink or file is unlinked (never followed), a directory emptied."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(st.st_mode):
+        remove_tree(path)
+    else:
+        os.unlink(path)
+
+
+def delete(
+    store: Store,
+    plan: GcPlan,
+    sources: Sequence[SourceItem] = (),
+    stale_roots: Sequence[Path] = (),
+) -> None:
+    """Carry out ``plan``; the caller holds :meth:`Store.exclusive_lock`.
+
+    Index rows go first (one transaction), then each entry directory is made writable and
+    renamed into ``trash/`` (one atomic step per entry) and the trash is removed. Symlinks are
+    unlinked, never followed, so nothing outside the store is touched.
+    """
+    hashes = [d.entry.hash for d in plan.delete]
+    if hashes:
+        store.index.remove_many(hashes)
+    trash_root = store.root / "trash"
+    try:
+        for n in os.listdir(trash_root) if trash_root.is_dir() else ():
+            remove_tree(trash_root / n)  # left by a gc that crashed
+        trash = trash_root / f"gc-{os.getpid()}-{os.urandom(4).hex()}"
+        if plan.delete:
+            os.makedirs(trash)
+        for d in plan.delete:
+            path = store.entries_dir / d.entry.dirname
+            try:
+                st = os.lstat(path)
+            except FileNotFoundError:
+                continue
+            if stat.S_ISDIR(st.st_mode):
+                os.chmod(path, 0o700)  # renaming a directory needs write access to it
+                os.rename(path, trash / d.entry.dirname)
+            else:
+                os.unlink(path)
+        remove_tree(trash)
+        used = store.root / "used"
+        for h in hashes:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(used / h)
+        for item in sources:
+            path = store.sources_dir / item.rel
+            if item.rel.startswith("trees/"):
+                for ext in (".head", ".files"):
+                    _remove_any(path.with_name(path.name + ext))
+            else:
+                _remove_any(path)
+                if item.rel.startswith("git/"):
+                    _remove_any(path.with_suffix(".lock"))
+        for p in stale_roots:
+            _remove_any(p)
+    except OSError as e:
+        raise StoreError(f"gc: cannot delete from {store.root}: {e}") from e
+
+
+# -- the whole collection --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GcReport:
+    """What one gc did (or, with ``dry_run``, would do)."""
+
+    dry_run: bool
+    policies: Policies
+    plan: GcPlan
+    sources: tuple[SourceItem, ...] = ()
+    sources_kept_because: str | None = None
+    stale_roots: tuple[Path, ...] = ()
+    leftovers: tuple[Path, ...] = ()
+    warnings: tuple[str, ...] = field(default=())
+
+    @property
+    def freed(self) -> int:
+        """Bytes freed (or that would be): entries plus source caches."""
+        return self.plan.freed + sum(s.size for s in self.sources)
+
+    def to_json(self) -> dict[str, Any]:
+        """Return JSON-ready data."""
+        return {
+            "dry_run": self.dry_run,
+            "policies": self.policies.describe(),
+            "deleted": [d.to_json() for d in self.plan.delete],
+            "kept": [d.to_json() for d in self.plan.keep],
+            "sources": [s.to_json() for s in self.sources],
+            "sources_kept_because": self.sources_kept_because,
+            "stale_roots": [str(p) for p in self.stale_roots],
+            "leftover_build_dirs": [str(p) for p in self.leftovers],
+            "entries_bytes_before": self.plan.size_before,
+            "entries_bytes_after": self.plan.size_after,
+            "over_max_size_by": self.plan.over_by,
+            "freed_bytes": self.freed,
+            "warnings": list(self.warnings),
+        }
+
+
+def collect_garbage(
+    store: Store,
+    policies: Policies,
+    *,
+    now: float | None = None,
+    dry_run: bool = False,
+    keep_sources: bool = False,
+) -> GcReport:
+    """Plan and (unless ``dry_run``) delete, all under the store's exclusive lock.
+
+    The lock waits only for realizes that are looking up or returning an entry (they hold it
+    shared for milliseconds), never for a build: builds and running realizes are roots.
+    """
+    with store.exclusive_lock():
+        now = time.time() if now is None else now
+        entries, warnings = gather_entries(store)
+        roots: RootSet = collect_roots(store)
+        plan = plan_gc(entries, roots.by_hash, policies, now)
+        sources: tuple[SourceItem, ...] = ()
+        because: str | None = None
+        if keep_sources:
+            because = "--keep-sources"
+        elif roots.busy:
+            because = "; ".join(roots.busy)
+        else:
+            refs = referenced_sources(store, (d.entry for d in plan.keep))
+            if not refs.complete:
+                warnings.append(
+                    "some kept entries predate source tracking: their git mirrors and tree "
+                    "caches are unknown, so none of those were collected"
+                )
+            sources = plan_sources(gather_sources(store), refs)
+        leftovers: tuple[Path, ...] = ()
+        if not dry_run:
+            delete(store, plan, sources, roots.stale)
+            leftovers = tuple(store.clean_leftovers())
+        return GcReport(
+            dry_run=dry_run,
+            policies=policies,
+            plan=plan,
+            sources=sources,
+            sources_kept_because=because,
+            stale_roots=roots.stale,
+            leftovers=leftovers,
+            warnings=tuple(warnings),
+        )
+
+
+# -- disk usage ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Usage:
+    """How big the store is and what dominates it."""
+
+    areas: tuple[tuple[str, int], ...]  # (area, bytes), biggest first
+    packages: tuple[tuple[str, int, int], ...]  # (name, entries, bytes), biggest first
+    entries: tuple[tuple[EntryInfo, tuple[str, ...]], ...]  # biggest first, with root reasons
+
+    @property
+    def total(self) -> int:
+        """Bytes of the whole store."""
+        return sum(size for _, size in self.areas)
+
+    def to_json(self) -> dict[str, Any]:
+        """Return JSON-ready data."""
+        return {
+            "total_bytes": self.total,
+            "areas": [{"area": a, "bytes": s} for a, s in self.areas],
+            "packages": [{"name": n, "entries": c, "bytes": s} for n, c, s in self.packages],
+            "entries": [{**e.to_json(), "roots": list(r)} for e, r in self.entries],
+        }
+
+
+def disk_usage(store: Store) -> Usage:
+    """Measure the store: entries per package, each area (sources by kind, caches, logs)."""
+    entries, _ = gather_entries(store)
+    roots = collect_roots(store).by_hash
+    areas: dict[str, int] = {"entries": sum(e.size for e in entries)}
+    for item in gather_sources(store):
+        key = f"sources: {item.kind}s"
+        areas[key] = areas.get(key, 0) + item.size
+    for name in ("cache", "failed", "tmp", "trash", "used", "roots", "locks"):
+        areas[name] = _tree_size(os.fspath(store.root / name))
+    areas["index"] = sum(
+        os.lstat(p).st_size
+        for p in (store.index_path, Path(f"{store.index_path}-wal"))
+        if os.path.lexists(p)
+    )
+    pkgs: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for e in entries:
+        pkgs[e.name][0] += 1
+        pkgs[e.name][1] += e.size
+    return Usage(
+        areas=tuple(sorted(((a, s) for a, s in areas.items() if s), key=lambda x: -x[1])),
+        packages=tuple(
+            sorted(((n, c, s) for n, (c, s) in pkgs.items()), key=lambda x: (-x[2], x[0]))
+        ),
+        entries=tuple(
+            (e, roots.get(e.hash, ())) for e in sorted(entries, key=lambda e: (-e.size, e.dirname))
+        ),
+    )

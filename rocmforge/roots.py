@@ -1,0 +1,326 @@
+"""GC roots: result links, named pins, running realizes and builds in progress.
+
+Layout under the store root::
+
+    roots/auto/<blake3(link)[:32]>   symlink -> the user's result link (absolute path), made by
+                                     ``realize -o LINK``; the link roots whatever entry it points
+                                     into *now*, so a deleted or re-pointed link stops rooting
+    roots/pins/<name>                symlink -> ../../entries/<hash>-<name>-<version>
+    roots/live/<pid>-<rand>          temp roots of a running realize: ``root <hash>`` lines and a
+                                     ``busy`` line while it resolves or builds; flock held for the
+                                     process's lifetime, so an unheld file is stale
+    tmp/<hash>.<pid>.<rand>.lock     (store.py) a held lock is a build in progress
+
+Every write here happens under :meth:`Store.shared_lock` and gc reads under
+:meth:`Store.exclusive_lock`, so gc never sees half of a change.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rocmforge.errors import StoreError, UsageError
+from rocmforge.hashing import blake3_hex
+from rocmforge.store import HASH_LEN, Entry, Store
+
+_PIN_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+_HASH_RE = re.compile(r"[0-9a-f]{32}")
+_BUILD_LOCK_RE = re.compile(r"([0-9a-f]{32})\.(\d+)\.[0-9a-f]+\.lock")
+
+
+def roots_dir(store: Store) -> Path:
+    """Return ``roots/`` of ``store``."""
+    return store.root / "roots"
+
+
+def _auto_dir(store: Store) -> Path:
+    return store.root / "roots" / "auto"
+
+
+def _pins_dir(store: Store) -> Path:
+    return store.root / "roots" / "pins"
+
+
+def _live_dir(store: Store) -> Path:
+    return store.root / "roots" / "live"
+
+
+def _symlink_atomic(target: str, path: Path) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+    os.makedirs(path.parent, exist_ok=True)
+    os.symlink(target, tmp)
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _absolute_link(link: Path) -> Path:
+    """Return ``link`` made absolute with its parent's symlinks resolved (not the link's own)."""
+    link = Path(os.path.abspath(link))
+    return Path(os.path.realpath(link.parent)) / link.name
+
+
+def register_link(store: Store, link: Path) -> Path:
+    """Register the result link ``link`` as a root; return the ``roots/auto`` file.
+
+    Call with :meth:`Store.shared_lock` held, right after making the link.
+    """
+    absolute = _absolute_link(link)
+    name = blake3_hex(os.fsencode(absolute))[:HASH_LEN]
+    auto = _auto_dir(store) / name
+    try:
+        _symlink_atomic(os.fspath(absolute), auto)
+    except OSError as e:
+        raise StoreError(f"cannot register result link {absolute} as a gc root: {e}") from e
+    return auto
+
+
+def entry_of_path(store: Store, path: Path | str) -> str | None:
+    """Return the entry directory name that ``path`` (followed) lies in, or None."""
+    try:
+        real = os.path.realpath(path, strict=True)
+    except OSError:
+        return None
+    base = os.path.realpath(store.entries_dir) + os.sep
+    if not real.startswith(base):
+        return None
+    top = real[len(base) :].split(os.sep, 1)[0]
+    if len(top) > HASH_LEN and top[HASH_LEN] == "-" and _HASH_RE.fullmatch(top[:HASH_LEN]):
+        return top
+    return None
+
+
+# -- pins ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Pin:
+    """A named root: ``roots/pins/<name>`` pointing at one entry directory."""
+
+    name: str
+    entry: str | None  # the entry directory name; None if the pin no longer points at one
+    path: Path
+
+
+def check_pin_name(name: str) -> None:
+    """Raise :class:`UsageError` unless ``name`` is a valid pin name."""
+    if not _PIN_RE.fullmatch(name):
+        raise UsageError(
+            f"invalid pin name {name!r}: use letters, digits, '.', '_' and '-' "
+            "(starting with a letter or digit, at most 100 characters)"
+        )
+
+
+def pin(store: Store, name: str, entry: Entry) -> Pin:
+    """Create or replace the pin ``name`` pointing at ``entry``; call under the shared lock."""
+    check_pin_name(name)
+    path = _pins_dir(store) / name
+    try:
+        _symlink_atomic(os.path.join("..", "..", "entries", entry.path.name), path)
+    except OSError as e:
+        raise StoreError(f"cannot write pin {path}: {e}") from e
+    return Pin(name=name, entry=entry.path.name, path=path)
+
+
+def unpin(store: Store, name: str) -> Pin:
+    """Remove the pin ``name``; an unknown name raises :class:`UsageError`."""
+    check_pin_name(name)
+    for p in pins(store):
+        if p.name == name:
+            try:
+                os.unlink(p.path)
+            except OSError as e:
+                raise StoreError(f"cannot remove pin {p.path}: {e}") from e
+            return p
+    known = ", ".join(p.name for p in pins(store)) or "none"
+    raise UsageError(f"no pin named {name!r} in {store.root} (pins: {known})")
+
+
+def pins(store: Store) -> list[Pin]:
+    """Return every pin, sorted by name."""
+    d = _pins_dir(store)
+    try:
+        names = sorted(n for n in os.listdir(d) if not n.startswith("."))
+    except FileNotFoundError:
+        return []
+    except OSError as e:
+        raise StoreError(f"cannot list {d}: {e}") from e
+    return [Pin(name=n, entry=entry_of_path(store, d / n), path=d / n) for n in names]
+
+
+# -- temp roots of a running realize -------------------------------------------------------------
+
+
+class TempRoots:
+    """The temp roots of this process: entries it returned or is building, and a busy flag.
+
+    The file is created on first use (under the shared lock) and flock-held until :meth:`close`
+    (or process exit), so gc honours it exactly while its owner runs. While ``busy`` is set
+    (resolving or building) gc leaves every source cache alone: the owner may be using any of
+    them. Not thread-safe; one per process is enough.
+    """
+
+    __slots__ = ("_busy", "_fd", "_hashes", "path", "store")
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.path = _live_dir(store) / f"{os.getpid()}-{os.urandom(6).hex()}"
+        self._fd: int | None = None
+        self._hashes: dict[str, None] = {}
+        self._busy = False
+
+    def __enter__(self) -> TempRoots:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _write(self) -> None:
+        try:
+            if self._fd is None:
+                os.makedirs(self.path.parent, exist_ok=True)
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX)
+                except BaseException:
+                    os.close(fd)
+                    raise
+                self._fd = fd
+            lines = [f"root {h}\n" for h in self._hashes]
+            if self._busy:
+                lines.append("busy\n")
+            data = "".join(lines).encode()
+            os.ftruncate(self._fd, 0)
+            os.pwrite(self._fd, data, 0)
+        except OSError as e:
+            raise StoreError(f"cannot write temp gc roots {self.path}: {e}") from e
+
+    def add(self, hash: str) -> None:
+        """Protect entry ``hash`` until this object is closed; call under the shared lock."""
+        if hash not in self._hashes:
+            self._hashes[hash] = None
+            self._write()
+
+    def set_busy(self, busy: bool) -> None:
+        """Mark that source caches are in use (resolve, build); call under the shared lock."""
+        if busy != self._busy:
+            self._busy = busy
+            self._write()
+
+    def close(self) -> None:
+        """Drop every temp root (idempotent)."""
+        if self._fd is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.path)
+            os.close(self._fd)
+            self._fd = None
+
+
+# -- reading the roots (gc) ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RootSet:
+    """Everything that roots entries right now, as gc sees it under the exclusive lock.
+
+    ``by_hash`` maps an input hash to why it is rooted (``pin NAME``, ``link PATH``, ``realize
+    pid N``, ``build in progress``); ``busy`` says why source caches are in use (empty when
+    none); ``stale`` lists root files that root nothing any more (removed by a real gc).
+    """
+
+    by_hash: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    busy: tuple[str, ...] = ()
+    stale: tuple[Path, ...] = ()
+
+
+def _listdir(d: Path) -> list[str]:
+    try:
+        return sorted(os.listdir(d))
+    except FileNotFoundError:
+        return []
+    except OSError as e:
+        raise StoreError(f"cannot list {d}: {e}") from e
+
+
+def _held(path: Path) -> tuple[bool, bytes] | None:
+    """Return (held by someone, content) for a lock file, or None if it is gone."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise StoreError(f"cannot open {path}: {e}") from e
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True, os.pread(fd, 1 << 20, 0)
+        return False, b""
+    finally:
+        os.close(fd)
+
+
+def collect_roots(store: Store) -> RootSet:
+    """Read every root of ``store``; call under :meth:`Store.exclusive_lock`."""
+    by_hash: dict[str, list[str]] = {}
+    busy: list[str] = []
+    stale: list[Path] = []
+
+    def add(dirname: str | None, why: str) -> bool:
+        if dirname is None:
+            return False
+        by_hash.setdefault(dirname[:HASH_LEN], []).append(why)
+        return True
+
+    for n in _listdir(_pins_dir(store)):
+        if not n.startswith("."):
+            p = _pins_dir(store) / n
+            if not add(entry_of_path(store, p), f"pin {n}"):
+                stale.append(p)
+    auto = _auto_dir(store)
+    for n in _listdir(auto):
+        p = auto / n
+        try:
+            link = os.readlink(p)
+        except OSError:
+            stale.append(p)
+            continue
+        # The user's link must still be a symlink into an entry; anything else stops rooting.
+        if not (os.path.islink(link) and add(entry_of_path(store, link), f"link {link}")):
+            stale.append(p)
+    live = _live_dir(store)
+    for n in _listdir(live):
+        p = live / n
+        state = _held(p)
+        if state is None:
+            continue
+        held, content = state
+        if not held:
+            stale.append(p)
+            continue
+        pid = n.split("-", 1)[0]
+        for line in content.decode(errors="replace").splitlines():
+            word, _, arg = line.partition(" ")
+            if word == "root" and _HASH_RE.fullmatch(arg):
+                by_hash.setdefault(arg, []).append(f"realize pid {pid} running")
+            elif word == "busy":
+                busy.append(f"realize pid {pid} is resolving or building")
+    for n in _listdir(store.tmp_dir):
+        m = _BUILD_LOCK_RE.fullmatch(n)
+        if m is None:
+            continue
+        state = _held(store.tmp_dir / n)
+        if state is not None and state[0]:
+            by_hash.setdefault(m.group(1), []).append(f"build in progress (pid {m.group(2)})")
+            busy.append(f"build of {m.group(1)} in progress (pid {m.group(2)})")
+    return RootSet(
+        by_hash={h: tuple(w) for h, w in by_hash.items()}, busy=tuple(busy), stale=tuple(stale)
+    )
