@@ -20,6 +20,7 @@ import zstandard
 
 from rocmforge.check import check_wheels
 from rocmforge.errors import BuildError, BuildTimeout, RequirementError, RocmforgeError
+from rocmforge.gc import source_refs
 from rocmforge.hashing import file_blake3
 from rocmforge.progress import Reporter
 from rocmforge.provenance import PROVENANCE, make_statement, write_statement
@@ -242,6 +243,8 @@ def build(
             )
             write_statement(root / "entry" / PROVENANCE, statement)
             meta.update({"sandbox": runner.level, "build_seconds": round(seconds, 3)})
+            # Which source caches this entry needs: gc keeps exactly these while it stays.
+            meta["sources"] = source_refs(resolved, store.sources_dir)
             meta["files"] = _file_digests(root / "entry")
             entry = store.publish(
                 root / "entry", hash=drv.hash, name=drv.name, version=drv.version, meta=meta

@@ -20,6 +20,7 @@ from rocmforge.progress import NullReporter, Reporter
 from rocmforge.recipe import Recipe
 from rocmforge.requirements import Fetcher
 from rocmforge.resolve import Resolved, resolve
+from rocmforge.roots import TempRoots
 from rocmforge.store import Entry, Store
 
 if TYPE_CHECKING:
@@ -93,10 +94,11 @@ def plan(
     Error lints raise :class:`~rocmforge.lints.LintError` before anything is fetched.
     """
     findings = preflight(recipe, facts)
-    r = resolve(recipe, store=store, fetcher=fetcher)
-    check_digests(recipe, r.requirements)
-    drv = r.derivation
-    entry = store.lookup(drv.hash, drv.name, drv.version)
+    with store.shared_lock():  # gc must not remove a source cache resolve is filling
+        r = resolve(recipe, store=store, fetcher=fetcher)
+        check_digests(recipe, r.requirements)
+        drv = r.derivation
+        entry = store.lookup(drv.hash, drv.name, drv.version)
     return PlanReport(
         recipe=recipe.file,
         hash=drv.hash,
@@ -144,6 +146,43 @@ def _remember(store: Store, r: Resolved, entry: Entry) -> None:
     )
 
 
+def _finish(
+    store: Store,
+    r: Resolved,
+    entry: Entry,
+    roots: TempRoots,
+    link: Path | None,
+    *,
+    started: float,
+    sandbox: str | None,
+) -> RealizeReport:
+    """Protect, link, remember and report ``entry``; call under the shared lock."""
+    from rocmforge import memo
+    from rocmforge.roots import register_link
+
+    roots.add(entry.hash)
+    roots.set_busy(False)
+    made = None
+    if link is not None:
+        made = make_link(link, entry.path)
+        register_link(store, made)
+    _remember(store, r, entry)
+    memo.touch_used(str(store.root), entry.hash)
+    drv = r.derivation
+    return RealizeReport(
+        recipe=r.recipe.file,
+        hash=drv.hash,
+        name=drv.name,
+        version=drv.version,
+        path=entry.path,
+        wheels=entry.wheels,
+        cached=sandbox is None,
+        sandbox=sandbox,
+        seconds=time.monotonic() - started,
+        link=made,
+    )
+
+
 def realize(
     recipe: Recipe,
     *,
@@ -154,45 +193,54 @@ def realize(
     keep_failed: bool = False,
     link: Path | None = None,
     facts: LintFacts | None = None,
+    temp_roots: TempRoots | None = None,
 ) -> RealizeReport:
-    """Return the store entry for ``recipe``, building it in the sandbox on a miss."""
+    """Return the store entry for ``recipe``, building it in the sandbox on a miss.
+
+    The entry is protected from gc until ``temp_roots`` is closed (the CLI keeps one open until
+    it exits); without one, only until this call returns. The store's shared lock is held only
+    around the lookup and the return, never across a build: while resolving and building, this
+    process's temp roots mark the hash as rooted and the source caches as busy instead.
+    """
     reporter = reporter or NullReporter()
     for finding in preflight(recipe, facts):  # error lints stop here, before any fetch
         if finding.allowed is None:
             reporter.warning(describe(recipe, finding))
     started = time.monotonic()
-    with store.shared_lock():
+    roots = temp_roots if temp_roots is not None else TempRoots(store)
+    try:
+        with store.shared_lock():
+            roots.set_busy(True)  # gc leaves source caches alone while we resolve and build
         r = resolve(recipe, store=store, fetcher=fetcher)
         check_digests(recipe, r.requirements)
         drv = r.derivation
-        entry = store.lookup(drv.hash, drv.name, drv.version)
+        with store.shared_lock():
+            entry = store.lookup(drv.hash, drv.name, drv.version)
+            if entry is not None:
+                return _finish(store, r, entry, roots, link, started=started, sandbox=None)
+            roots.add(drv.hash)  # what we are about to build and publish
         sandbox = None
-        if entry is None:
-            with store.build_lock(drv.hash):
-                entry = store.lookup(drv.hash, drv.name, drv.version)
-                if entry is None:
-                    from rocmforge.build import build
+        with store.build_lock(drv.hash):
+            entry = store.lookup(drv.hash, drv.name, drv.version)
+            if entry is None:
+                from rocmforge.build import build
 
-                    store.clean_leftovers()
-                    runner = runner_factory()
-                    warning = getattr(runner, "warning", None)
-                    if warning:
-                        reporter.warning(warning)
-                    outcome = build(
-                        r, store=store, runner=runner, reporter=reporter, keep_failed=keep_failed
-                    )
-                    entry, sandbox = outcome.entry, outcome.sandbox
-        made = make_link(link, entry.path) if link is not None else None
-        _remember(store, r, entry)
-        return RealizeReport(
-            recipe=recipe.file,
-            hash=drv.hash,
-            name=drv.name,
-            version=drv.version,
-            path=entry.path,
-            wheels=entry.wheels,
-            cached=sandbox is None,
-            sandbox=sandbox,
-            seconds=time.monotonic() - started,
-            link=made,
-        )
+                store.clean_leftovers()
+                runner = runner_factory()
+                warning = getattr(runner, "warning", None)
+                if warning:
+                    reporter.warning(warning)
+                outcome = build(
+                    r, store=store, runner=runner, reporter=reporter, keep_failed=keep_failed
+                )
+                entry, sandbox = outcome.entry, outcome.sandbox
+        with store.shared_lock():
+            return _finish(store, r, entry, roots, link, started=started, sandbox=sandbox)
+    except BaseException:
+        if temp_roots is not None:
+            with store.shared_lock():
+                roots.set_busy(False)
+        raise
+    finally:
+        if temp_roots is None:
+            roots.close()

@@ -4,4 +4,4 @@ To add a command, write ``rocmforge/commands/NAME.py`` and list it in :data:`COM
 modules import the core lazily, inside ``run``, so parsing stays cheap.
 """
 
-COMMANDS = ("realize", "plan", "log", "lock", "audit", "doctor")
+COMMANDS = ("realize", "plan", "log", "lock", "audit", "explain", "doctor", "gc", "pin", "unpin", "pins", "du")

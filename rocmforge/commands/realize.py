@@ -51,6 +51,10 @@ def run(args: argparse.Namespace) -> int:
 
         return detect_runner(args.sandbox)
 
+    from rocmforge.roots import TempRoots
+
+    # Every entry printed stays rooted until the output is out (the flock dies with us anyway).
+    temp_roots = TempRoots(store)
     reports = []
     for i, recipe in enumerate(recipes):
         link = None
@@ -66,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
                 reporter=reporter,
                 keep_failed=args.keep_failed,
                 link=link,
+                temp_roots=temp_roots,
             )
         finally:
             reporter.close()
@@ -81,4 +86,6 @@ def run(args: argparse.Namespace) -> int:
         for r in reports:
             for w in r.wheels:
                 print(w)
+    sys.stdout.flush()
+    temp_roots.close()
     return 0
