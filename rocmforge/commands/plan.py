@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any
 
 from rocmforge.commands._common import add_json_option, add_store_option, emit_json, open_store
@@ -20,12 +21,17 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """``rocmforge plan RECIPE``: show the derivation, the hash and whether it is cached."""
+    from rocmforge.lints import describe
     from rocmforge.realize import plan
     from rocmforge.recipe_load import load_recipe
     from rocmforge.requirements import PipFetcher
 
     store = open_store(args)
-    report = plan(load_recipe(args.recipe), store=store, fetcher=PipFetcher())
+    recipe = load_recipe(args.recipe)
+    report = plan(recipe, store=store, fetcher=PipFetcher())
+    for finding in report.lints:
+        if finding.allowed is None:
+            print(f"warning: {describe(recipe, finding)}", file=sys.stderr)
     if args.json:
         emit_json(report.to_json())
         return 0
