@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rocmforge.lock import check_digests
 from rocmforge.lints import Finding, LintFacts, describe, preflight
+from rocmforge.lock import check_digests
 from rocmforge.progress import NullReporter, Reporter
 from rocmforge.recipe import Recipe
 from rocmforge.requirements import Fetcher
@@ -24,6 +24,7 @@ from rocmforge.roots import TempRoots
 from rocmforge.store import Entry, Store
 
 if TYPE_CHECKING:
+    from rocmforge.explain import Nearest
     from rocmforge.sandbox import Runner
 
 
@@ -39,6 +40,7 @@ class PlanReport:
     path: Path | None
     derivation: Mapping[str, Any]
     lints: tuple[Finding, ...] = ()
+    nearest: Nearest | None = None
 
     def to_json(self) -> dict[str, Any]:
         """Return the report as JSON-ready data."""
@@ -51,6 +53,7 @@ class PlanReport:
             "path": str(self.path) if self.path else None,
             "derivation": dict(self.derivation),
             "lints": [f.to_json() for f in self.lints],
+            "nearest": self.nearest.to_json() if self.nearest else None,
         }
 
 
@@ -108,7 +111,26 @@ def plan(
         path=entry.path if entry else None,
         derivation=drv.data,
         lints=findings,
+        nearest=None if entry else _nearest(store, drv.data),
     )
+
+
+def _nearest(store: Store, derivation: Mapping[str, Any]) -> Nearest | None:
+    """Return the cached build of the same package nearest to ``derivation`` (None if none)."""
+    from rocmforge.errors import RocmforgeError
+    from rocmforge.explain import nearest_cached
+
+    try:
+        return nearest_cached(store, derivation)
+    except RocmforgeError:
+        return None  # a diagnosis must never stop a plan or a build
+
+
+def _explain_miss(store: Store, derivation: Mapping[str, Any], reporter: Reporter) -> None:
+    """On a miss, tell the reporter which cached build is nearest and which keys differ."""
+    near = _nearest(store, derivation)
+    if near is not None:
+        reporter.warning(near.message())
 
 
 def make_link(link: Path, target: Path) -> Path:
@@ -226,6 +248,7 @@ def realize(
                 from rocmforge.build import build
 
                 store.clean_leftovers()
+                _explain_miss(store, drv.data, reporter)
                 runner = runner_factory()
                 warning = getattr(runner, "warning", None)
                 if warning:

@@ -39,4 +39,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"name:    {report.name} {report.version}")
     print(f"hash:    {report.hash}")
     print(f"cached:  {'yes, ' + str(report.path) if report.cached else 'no'}")
+    if report.nearest:
+        print(f"nearest cached build {report.nearest.hash[:12]} differs in:")
+        for d in report.nearest.differences:
+            print(f"  {d}")
     return 0

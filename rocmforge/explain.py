@@ -1,0 +1,233 @@
+"""``explain``: name, key by key, why two derivations differ.
+
+Derivations are flattened into dotted key paths — ``env.PYTORCH_ROCM_ARCH``,
+``source.submodules.third_party/fbgemm``, ``source.patches.fix.patch``, ``requirements.numpy``
+(its version; ``requirements.numpy.blake3`` when only the wheel changed), ``toolchain.cc.version``,
+``build.steps[0]`` — and compared. A key whose value differs hides the keys below it, so a bumped
+requirement shows as one line, not three.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rocmforge.errors import StoreError, UsageError
+
+if TYPE_CHECKING:
+    from rocmforge.requirements import Fetcher
+    from rocmforge.store import Store
+
+MAX_SHOWN = 8
+_DIGEST = re.compile(r"((?:blake3|sha256):)?([0-9a-f]{32,})")
+
+
+class _Absent:
+    """The value of a key one side does not have."""
+
+    def __repr__(self) -> str:
+        return "(absent)"
+
+
+ABSENT: Any = _Absent()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Difference:
+    """One key path whose value differs between A and B (``ABSENT`` where a side lacks it)."""
+
+    key: str
+    old: Any
+    new: Any
+
+    def to_json(self) -> dict[str, Any]:
+        """Return ``{"key", "a", "b"}``; an absent side is ``null`` with a flag."""
+        return {
+            "key": self.key,
+            "a": None if self.old is ABSENT else self.old,
+            "b": None if self.new is ABSENT else self.new,
+            "only_in": "b" if self.old is ABSENT else "a" if self.new is ABSENT else None,
+        }
+
+    def __str__(self) -> str:
+        return f"{self.key}: {show_value(self.key, self.old)} -> {show_value(self.key, self.new)}"
+
+
+def show_value(key: str, value: Any) -> str:
+    """Render one value for text output: quoted env values, shortened digests."""
+    if value is ABSENT:
+        return "(absent)"
+    if isinstance(value, str):
+        if key.startswith("env.") or not value or " " in value:
+            return json.dumps(value)
+        m = _DIGEST.fullmatch(value)
+        return f"{m.group(1) or ''}{m.group(2)[:12]}.." if m else value
+    return json.dumps(value, sort_keys=True)
+
+
+def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    """Flatten a derivation (or any part of one) into ``{dotted key path: scalar}``."""
+    out: dict[str, Any] = {}
+    if isinstance(value, Mapping):
+        if not value and prefix:
+            out[prefix] = {}
+        for k, v in value.items():
+            out.update(flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+    elif isinstance(value, list) and prefix in ("source.submodules", "source.patches"):
+        for item in value:
+            if isinstance(item, list) and len(item) == 2:
+                out[f"{prefix}.{item[0]}"] = item[1]
+    elif isinstance(value, list) and prefix == "requirements":
+        for item in value:
+            if isinstance(item, Mapping) and "name" in item:
+                key = f"requirements.{item['name']}"
+                out[key] = item.get("version")
+                for k, v in item.items():
+                    if k not in ("name", "version"):
+                        out[f"{key}.{k}"] = v
+    elif isinstance(value, list):
+        if not value and prefix:
+            out[prefix] = []
+        for i, item in enumerate(value):
+            out.update(flatten(item, f"{prefix}[{i}]"))
+    else:
+        out[prefix] = value
+    return out
+
+
+def _parents(key: str) -> list[str]:
+    out = []
+    for i, ch in enumerate(key):
+        if ch in ".[" and i:
+            out.append(key[:i])
+    return out
+
+
+def diff_derivations(a: Mapping[str, Any], b: Mapping[str, Any]) -> tuple[Difference, ...]:
+    """Return the key paths whose values differ between derivations ``a`` and ``b``, sorted."""
+    fa, fb = flatten(a), flatten(b)
+    differing = {
+        k for k in fa.keys() | fb.keys() if fa.get(k, ABSENT) != fb.get(k, ABSENT)
+    }
+    return tuple(
+        Difference(key=k, old=fa.get(k, ABSENT), new=fb.get(k, ABSENT))
+        for k in sorted(differing)
+        if not any(p in differing for p in _parents(k))
+    )
+
+
+def summarize(differences: tuple[Difference, ...], limit: int = MAX_SHOWN) -> str:
+    """Return ``"key: a -> b; ..."`` with at most ``limit`` items (and how many more)."""
+    shown = "; ".join(str(d) for d in differences[:limit])
+    more = len(differences) - limit
+    return shown + (f"; ... and {more} more" if more > 0 else "")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Side:
+    """One side of a comparison: what it was given as, its input hash and derivation."""
+
+    label: str
+    kind: str
+    hash: str | None
+    derivation: Mapping[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the side as JSON-ready data (without the derivation)."""
+        return {"target": self.label, "kind": self.kind, "hash": self.hash}
+
+
+def _read_derivation(path: Path) -> dict[str, Any]:
+    try:
+        value = json.loads((path / "derivation.json").read_bytes())
+    except (OSError, ValueError) as exc:
+        raise StoreError(f"{path / 'derivation.json'}: cannot read: {exc}") from exc
+    if not isinstance(value, dict):
+        raise StoreError(f"{path / 'derivation.json'}: not a JSON object")
+    return value
+
+
+def load_side(target: str, *, store: Store, fetcher: Fetcher | None) -> Side:
+    """Return the derivation named by ``target``: a wheel (its stamp), a recipe file (resolved),
+    or a store entry (input hash, unique prefix, entry directory name or a path inside it)."""
+    if target.endswith(".whl") and os.path.isfile(target):
+        from rocmforge.stamp import read_wheel_stamp
+
+        stamp = read_wheel_stamp(Path(target))
+        if stamp is None:
+            raise UsageError(f"{target}: the wheel has no rocmforge stamp; nothing to compare")
+        return Side(label=target, kind="wheel", hash=stamp.input_hash, derivation=stamp.derivation)
+    if os.path.isfile(target) and not _inside(store.entries_dir, target):
+        from rocmforge.recipe_load import load_recipe
+        from rocmforge.resolve import resolve
+
+        drv = resolve(load_recipe(target), store=store, fetcher=fetcher).derivation
+        return Side(label=target, kind="recipe", hash=drv.hash, derivation=drv.data)
+    entry = store.resolve(target)
+    return Side(
+        label=target, kind="store", hash=entry.hash, derivation=_read_derivation(entry.path)
+    )
+
+
+def _inside(root: Path, target: str) -> bool:
+    rel = os.path.relpath(os.path.realpath(target), os.path.realpath(root))
+    return not rel.startswith("..")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Nearest:
+    """The cached build of the same package that differs from a derivation in the fewest keys."""
+
+    hash: str
+    name: str
+    version: str
+    path: Path
+    differences: tuple[Difference, ...]
+
+    def message(self) -> str:
+        """One line for a reporter: which build, and what differs."""
+        return (
+            f"not in the store; nearest cached build {self.hash[:12]} ({self.name} "
+            f"{self.version}) differs in: {summarize(self.differences)}"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the finding as JSON-ready data."""
+        return {
+            "hash": self.hash,
+            "path": str(self.path),
+            "differences": [d.to_json() for d in self.differences],
+        }
+
+
+def nearest_cached(store: Store, derivation: Mapping[str, Any]) -> Nearest | None:
+    """Return the indexed build of the same package nearest to ``derivation``, or None.
+
+    Nearest means the fewest differing keys; ties go to the newest build. Entries whose
+    directory or derivation cannot be read are skipped (the index may lag behind the store).
+    """
+    name = (derivation.get("package") or {}).get("name")
+    if not isinstance(name, str):
+        return None
+    best: tuple[int, float, Nearest] | None = None
+    for row in store.index.by_name(name):
+        try:
+            other = _read_derivation(row.path)
+        except StoreError:
+            continue
+        diffs = diff_derivations(other, derivation)
+        if not diffs:
+            continue
+        key = (len(diffs), -row.created)
+        if best is None or key < best[:2]:
+            found = Nearest(
+                hash=row.hash, name=row.name, version=row.version, path=row.path,
+                differences=diffs,
+            )  # fmt: skip
+            best = (key[0], key[1], found)
+    return best[2] if best else None

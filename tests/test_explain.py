@@ -1,0 +1,121 @@
+"""``rocmforge explain`` and the "nearest cached build" note, against real builds and repos."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from conftest import DATA, TINY_RECIPE, commit_all, git, rf
+
+from rocmforge.explain import diff_derivations
+
+FLAGGED = TINY_RECIPE.replace("[build]\n", '[env]\nTINY_FLAG = "{flag}"\n\n[build]\n')
+
+
+def _recipe(tmp_path: Path, src: Path, flag: str) -> Path:
+    path = tmp_path / f"tiny-{flag}.toml"
+    path.write_text(FLAGGED.format(src=src, flag=flag))
+    return path
+
+
+def test_explain_names_exactly_the_env_flag_that_differs(
+    tmp_path: Path, tiny_src: Path, store: Path
+) -> None:
+    a, b = _recipe(tmp_path, tiny_src, "on"), _recipe(tmp_path, tiny_src, "off")
+    proc = rf("explain", a, b, "--store", store)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ['env.TINY_FLAG: "on" -> "off"']
+    data = json.loads(rf("explain", a, b, "--store", store, "--json").stdout)
+    assert data["identical"] is False
+    assert data["differences"] == [
+        {"key": "env.TINY_FLAG", "a": "on", "b": "off", "only_in": None}
+    ]
+    same = rf("explain", a, a, "--store", store)
+    assert same.returncode == 0 and same.stdout.startswith("identical derivations")
+
+
+def test_explain_accepts_hash_prefix_store_path_and_wheel(
+    tmp_path: Path, tiny_src: Path, store: Path
+) -> None:
+    a, b = _recipe(tmp_path, tiny_src, "on"), _recipe(tmp_path, tiny_src, "off")
+    built = json.loads(rf("realize", a, "--store", store, "--json").stdout)[0]
+    copy = tmp_path / "copied.whl"
+    shutil.copy(built["wheels"][0], copy)
+    for target in (built["hash"][:8], built["path"], str(copy)):
+        proc = rf("explain", target, b, "--store", store)
+        assert proc.returncode == 0, (target, proc.stderr)
+        assert proc.stdout.splitlines() == ['env.TINY_FLAG: "on" -> "off"'], target
+    same = rf("explain", str(copy), built["hash"], "--store", store)
+    assert same.stdout.startswith("identical derivations")
+    bad = rf("explain", "ffffffff", b, "--store", store)
+    assert bad.returncode == 2 and "no store entry" in bad.stderr
+
+
+def test_realize_and_plan_name_the_nearest_cached_build(
+    tmp_path: Path, tiny_src: Path, store: Path
+) -> None:
+    a, b = _recipe(tmp_path, tiny_src, "on"), _recipe(tmp_path, tiny_src, "off")
+    first = rf("realize", a, "--store", store)
+    assert first.returncode == 0 and "nearest cached build" not in first.stderr
+    built = json.loads(rf("realize", a, "--store", store, "--json").stdout)[0]
+
+    planned = json.loads(rf("plan", b, "--store", store, "--json").stdout)
+    assert planned["cached"] is False
+    assert planned["nearest"]["hash"] == built["hash"]
+    assert [d["key"] for d in planned["nearest"]["differences"]] == ["env.TINY_FLAG"]
+    text = rf("plan", b, "--store", store)
+    assert f"nearest cached build {built['hash'][:12]} differs in:" in text.stdout
+
+    second = rf("realize", b, "--store", store)
+    assert second.returncode == 0, second.stderr
+    assert f"nearest cached build {built['hash'][:12]}" in second.stderr
+    assert 'env.TINY_FLAG: "on" -> "off"' in second.stderr
+
+
+def test_explain_names_a_bumped_submodule(tmp_path: Path, store: Path) -> None:
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    (sub / "data.txt").write_text("1\n")
+    git(sub, "init", "-q")
+    commit_all(sub, "sub one")
+    repo = tmp_path / "repo"
+    (repo / "tiny").mkdir(parents=True)
+    shutil.copy(DATA / "mkwheel.py", repo / "mkwheel.py")
+    (repo / "tiny" / "__init__.py").write_text("")
+    git(repo, "init", "-q")
+    git(repo, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(sub), "third/sub")
+    c1 = commit_all(repo, "one")
+    (sub / "data.txt").write_text("2\n")
+    s2 = commit_all(sub, "sub two")
+    git(repo / "third" / "sub", "pull", "-q", "origin", "HEAD")
+    c2 = commit_all(repo, "bump sub")
+    recipes = []
+    for commit in (c1, c2):
+        path = tmp_path / f"{commit[:8]}.toml"
+        path.write_text(
+            TINY_RECIPE.replace('path = "{src}"', f'git = "{repo}"\nrev = "{commit}"\n'
+                                'submodules = true')
+        )  # fmt: skip
+        recipes.append(path)
+    data = json.loads(rf("explain", *recipes, "--store", store, "--json").stdout)
+    keys = {d["key"] for d in data["differences"]}
+    assert {"source.commit", "source.submodules.third/sub"} <= keys
+    assert keys <= {"source.commit", "source.submodules.third/sub", "source.epoch"}
+    bumped = next(d for d in data["differences"] if d["key"] == "source.submodules.third/sub")
+    assert bumped["b"] == s2
+
+
+def test_a_bumped_requirement_is_one_line() -> None:
+    def drv(version: str, digest: str) -> dict:
+        req = {"name": "numpy", "version": version, "wheel": f"numpy-{version}.whl"}
+        return {"requirements": [{**req, "blake3": digest}], "toolchain": {"cc": {"version": "12"}}}
+
+    (d,) = diff_derivations(drv("2.0.1", "aa"), drv("2.0.2", "bb"))
+    assert str(d) == "requirements.numpy: 2.0.1 -> 2.0.2"
+    (d,) = diff_derivations(drv("2.0.1", "aa"), drv("2.0.1", "bb"))
+    assert d.key == "requirements.numpy.blake3"
+    b = drv("2.0.1", "aa")
+    b["toolchain"]["cc"]["version"] = "13"
+    (d,) = diff_derivations(drv("2.0.1", "aa"), b)
+    assert str(d) == "toolchain.cc.version: 12 -> 13"
