@@ -172,7 +172,7 @@ def _stage(
         stamp_wheel(w, input_hash=resolved.derivation.hash, derivation=resolved.derivation.data)
         normalize_wheel(w, epoch=resolved.source.epoch)
     reporter.phase("check")
-    check_wheels(
+    found = check_wheels(
         wheels,
         recipe=resolved.recipe,
         toolchain=resolved.toolchain,
@@ -189,7 +189,7 @@ def _stage(
         records.append({"file": w.name, "size": (staged / w.name).stat().st_size, **d})
     with open(staged / "derivation.json", "wb") as f:
         f.write(json.dumps(resolved.derivation.data, indent=2, sort_keys=True).encode() + b"\n")
-    return {"wheels": records}
+    return {"wheels": records, **found}
 
 
 def build(

@@ -1,5 +1,7 @@
 """The check stage: the new wheel must carry the promised name and version, install into a
-fresh venv (offline) and import ``[check].import`` inside the sandbox. A failure publishes nothing.
+fresh venv (offline) and import ``[check].import`` inside the sandbox; with ``[check].archs``, every
+shared library's HIP offload bundles must hold exactly those GPU archs (no bundle at all fails).
+A failure publishes nothing.
 """
 
 from __future__ import annotations
@@ -7,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from rocmforge.errors import CheckError
 from rocmforge.recipe import Recipe
@@ -37,6 +39,47 @@ def check_names(wheels: Sequence[Path], recipe: Recipe) -> None:
     )
 
 
+def check_archs(
+    wheels: Sequence[Path], want: Sequence[str], *, workdir: Path, log: BinaryIO
+) -> dict[str, Any]:
+    """Read the GPU archs of every shared library in ``wheels``; enforce ``want`` if given.
+
+    Returns ``{wheel file: {library: {"bundles": N, "union": [...], "common": [...]}}}`` for
+    the libraries holding offload bundles. Without ``want`` an unreadable bundle is only logged.
+    """
+    from rocmforge.offload import LibraryArchs, OffloadError, arch_problems, wheel_archs
+
+    libs: dict[str, LibraryArchs] = {}
+    report: dict[str, Any] = {}
+    try:
+        for w in wheels:
+            found = wheel_archs(w, tmp_dir=workdir)
+            if found:
+                report[w.name] = {name: lib.to_json() for name, lib in found.items()}
+            for name, lib in found.items():
+                libs[name if len(wheels) == 1 else f"{w.name}:{name}"] = lib
+    except OffloadError as exc:
+        log.write(f"rocmforge: check: cannot read GPU archs: {exc}\n".encode())
+        if want:
+            raise CheckError(f"check failed: cannot read the GPU archs: {exc}") from exc
+        return {}
+    for name, lib in sorted(libs.items()):
+        log.write(
+            f"rocmforge: check: {name}: {len(lib.bundles)} offload bundle(s), archs "
+            f"{' '.join(sorted(lib.union))}; in every bundle: {' '.join(sorted(lib.common))}\n"
+            .encode()
+        )
+    if want:
+        problems = arch_problems(libs, want)
+        if problems:
+            raise CheckError(
+                f"check failed: [check] archs = {list(want)}: " + "; ".join(problems)
+            )
+        log.write(f"rocmforge: check: archs {' '.join(want)} verified\n".encode())
+    log.flush()
+    return report
+
+
 def check_wheels(
     wheels: Sequence[Path],
     *,
@@ -45,17 +88,23 @@ def check_wheels(
     runner: Runner,
     workdir: Path,
     log: BinaryIO,
-) -> None:
-    """Install ``wheels`` into a fresh venv under ``workdir`` and import the checked modules."""
+) -> dict[str, Any]:
+    """Install ``wheels`` into a fresh venv under ``workdir`` and import the checked modules.
+
+    Returns what the check found for the entry's meta: ``{"archs": {wheel: {library: {"bundles",
+    "union", "common"}}}}`` when some library holds GPU code, else ``{}``.
+    """
     check_names(wheels, recipe)
-    venv = workdir / "venv"
     workdir.mkdir(parents=True, exist_ok=True)
+    found = check_archs(wheels, recipe.check.archs, workdir=workdir, log=log)
+    meta: dict[str, Any] = {"archs": found} if found else {}
+    venv = workdir / "venv"
     create_venv(toolchain.python, venv, version=toolchain.fingerprint["python"]["version"])
     mount = Mount(host=venv, inside="/check/venv")
     inside = runner.sandbox_path(mount)
     install_wheels(wheels, venv, interpreter=f"{inside}/bin/python")
     if not recipe.check.imports:
-        return
+        return meta
     code = "; ".join(f"import {m}" for m in recipe.check.imports)
     log.write(f"rocmforge: check: {code}\n".encode())
     log.flush()
@@ -80,3 +129,4 @@ def check_wheels(
         raise CheckError(
             f"check failed: `{code}` in a fresh venv exited with status {result.returncode}"
         )
+    return meta
