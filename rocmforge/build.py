@@ -7,6 +7,7 @@ builds of one derivation give byte-identical wheels.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -192,6 +193,25 @@ def _stage(
     return {"wheels": records, **found}
 
 
+def _record_failure(exc: BuildError, resolved: Resolved, log_path: Path, failed: Path) -> None:
+    """Diagnose the failed log and store the diagnosis beside it (``failed/<...>.json``)."""
+    from rocmforge.diagnose import diagnose_log, failed_record_path, write_failed_record
+
+    drv = resolved.derivation
+    exc.diagnosis = diagnose_log(log_path, message=str(exc))
+    record = {
+        "hash": drv.hash,
+        "name": drv.name,
+        "version": drv.version,
+        "error": str(exc),
+        "log": failed.name,
+        "diagnosis": [d.to_json() for d in exc.diagnosis],
+    }
+    # The record is a convenience; the build error itself must surface even if it is not written.
+    with contextlib.suppress(OSError):
+        write_failed_record(failed_record_path(failed), record)
+
+
 def build(
     resolved: Resolved,
     *,
@@ -259,4 +279,5 @@ def build(
             if isinstance(exc, BuildError):
                 exc.log_tail, exc.log_path = tail, failed
                 exc.kept_dir = root if keep_failed else None
+                _record_failure(exc, resolved, log_path, failed)
             raise

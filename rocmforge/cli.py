@@ -45,6 +45,10 @@ def _render_error(exc: RocmforgeError) -> None:
             for line in exc.log_tail:
                 print(line, file=sys.stderr)
             print("---", file=sys.stderr)
+        for d in exc.diagnosis:
+            where = f" (log line {d.line})" if d.line else ""
+            print(f"cause: {d.cause}{where}", file=sys.stderr)
+            print(f"  fix: {d.fix}", file=sys.stderr)
         if exc.log_path:
             print(f"full log: {exc.log_path}  (rocmforge log FILE or zstdcat)", file=sys.stderr)
         if exc.kept_dir:

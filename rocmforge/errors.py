@@ -8,6 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rocmforge.diagnose import Diagnosis
 
 EXIT_BUILD_FAILED = 1
 EXIT_BAD_INPUT = 2
@@ -83,7 +87,10 @@ class StoreError(RocmforgeError):
 
 
 class BuildError(RocmforgeError):
-    """The build ran and failed (non-zero exit, timeout, no wheel, check failed)."""
+    """The build ran and failed (non-zero exit, timeout, no wheel, check failed).
+
+    ``diagnosis`` holds the known failures recognised in the log (cause and fix), if any.
+    """
 
     exit_code = EXIT_BUILD_FAILED
 
@@ -99,6 +106,7 @@ class BuildError(RocmforgeError):
         self.log_tail = log_tail
         self.log_path = log_path
         self.kept_dir = kept_dir
+        self.diagnosis: tuple[Diagnosis, ...] = ()
 
 
 class BuildTimeout(BuildError):

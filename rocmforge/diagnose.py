@@ -1,0 +1,282 @@
+"""Failure diagnosis: match a failed build's log against known ROCm / PyTorch failure strings.
+
+Each :class:`Pattern` pairs a regular expression over one log line with the cause and the fix
+(facts from ROCM.md). :func:`diagnose_log` streams the log once through a single combined regular
+expression and returns a :class:`Diagnosis` per pattern that matched, in the order their first
+evidence appears (the first error in a build log is usually the root cause). The build stage
+attaches the result to the :class:`~rocmforge.errors.BuildError` and stores it beside the failed
+log as ``store/failed/<hash>-<name>-<version>.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+#: At most this many diagnoses are reported for one failure.
+MAX_DIAGNOSES = 3
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Pattern:
+    """A known failure: an id, a regular expression over one log line, the cause and the fix.
+
+    ``cause`` and ``fix`` may use ``{0}`` for the first group the expression captured.
+    """
+
+    id: str
+    regex: str
+    cause: str
+    fix: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Diagnosis:
+    """A recognised failure: which pattern, its cause and fix, and the log line that showed it."""
+
+    id: str
+    cause: str
+    fix: str
+    evidence: str
+    line: int | None
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the diagnosis as JSON-ready data."""
+        return {
+            "id": self.id,
+            "cause": self.cause,
+            "fix": self.fix,
+            "evidence": self.evidence,
+            "line": self.line,
+        }
+
+
+PATTERNS: tuple[Pattern, ...] = (
+    Pattern(
+        id="hipify-missing",
+        regex=r"HIPConfig\.h\.in does not exist|'cuda_runtime\.h' file not found"
+        r"|cuda_runtime\.h: No such file or directory",
+        cause="the source was not hipified: tools/amd_build/build_amd.py did not run before the "
+        "build, so CMake and the compiler still see the CUDA sources",
+        fix='make the first step "python tools/amd_build/build_amd.py" (once, on a clean tree; '
+        "lint RF151)",
+    ),
+    Pattern(
+        id="cpu-only-build",
+        regex=r"ROCM_PATH environment variable is not set and /opt/rocm does not exist"
+        r"|Building without ROCm support|Torch not compiled with CUDA enabled",
+        cause="PyTorch found no ROCm and silently built for the CPU only",
+        fix='use [toolchain] kind = "rocm" with the right root (it sets ROCM_PATH) and '
+        'USE_ROCM = "1"; `rocmforge doctor` shows which ROCm this machine has',
+    ),
+    Pattern(
+        id="rocm-version-h",
+        regex=r"rocm_version\.h could not be found|rocm_version\.h['\"]? (?:file )?not found"
+        r"|rocm-core/rocm_version\.h: No such file",
+        cause="rocm_version.h was not found: ROCM_PATH points at the wrong directory or the "
+        "rocm-core package is missing",
+        fix="point [toolchain] root at a complete ROCm (with include/rocm-core) or install "
+        "rocm-core; check with `rocmforge doctor`",
+    ),
+    Pattern(
+        id="rocm-dev-package",
+        regex=r'Could not find a package configuration file provided by "([\w.+-]+)"',
+        cause='CMake cannot find the package "{0}": its development files (the ROCm dev package '
+        "for hipblaslt, rccl, miopen, hipsolver ...) are not installed under the ROCm root",
+        fix="install the {0} dev package of the same ROCm version as the toolchain (it provides "
+        "{0}Config.cmake under $ROCM_PATH/lib/cmake)",
+    ),
+    Pattern(
+        id="rccl-missing",
+        regex=r"cannot find -lrccl|librccl\.so[.\d]*: cannot open shared object file",
+        cause="RCCL is missing: the linker or loader cannot find librccl",
+        fix="install RCCL (rccl and rccl-dev) for the toolchain's ROCm version, or build with "
+        'USE_RCCL = "0" if you do not need distributed GPU communication',
+    ),
+    Pattern(
+        id="hip-runtime-h",
+        regex=r"hip_runtime\.h: No such file or directory|'hip/hip_runtime\.h' file not found",
+        cause="the HIP headers were not found: ROCm's headers are not installed or ROCM_PATH "
+        "points at the wrong directory",
+        fix="install the HIP dev package (hip-dev / libamdhip64-dev) or fix [toolchain] root; "
+        "check with `rocmforge doctor`",
+    ),
+    Pattern(
+        id="oom-killed",
+        regex=r"Killed signal terminated program (?:cc1plus|cc1|\S+)"
+        r"|clang frontend command failed due to signal"
+        r"|unable to execute command: Killed|\bError 137\b|exited with status 137\b"
+        r"|exited with status -9\b",
+        cause="a compiler was killed, almost always by the out-of-memory killer: too many "
+        "parallel compile jobs for this machine's RAM (~4 GB per job)",
+        fix="lower MAX_JOBS (add it to [build] passthrough and export e.g. MAX_JOBS=4; "
+        "lint RF181 estimates RAM / 4 GB)",
+    ),
+    Pattern(
+        id="cmake-4",
+        regex=r"Compatibility with CMake < 3\.5 has been removed from CMake",
+        cause="CMake >= 4 refuses the old cmake_minimum_required of this source (PyTorch <= 2.6 "
+        "and its third-party submodules)",
+        fix='pin "cmake==3.31.1" in [requirements] build, or set '
+        'CMAKE_POLICY_VERSION_MINIMUM = "3.5" in [env] (lint RF152)',
+    ),
+    Pattern(
+        id="submodules-missing",
+        regex=r"Did you run 'git submodule update --init --recursive'\?",
+        cause="the git submodules are not checked out",
+        fix="set submodules = true in [source] (rocmforge then checks them out recursively)",
+    ),
+    Pattern(
+        id="libstdcxx-headers",
+        regex=r"fatal error: '(cmath|cstdlib|cstddef|limits|type_traits|cstdint|new|utility)' "
+        r"file not found",
+        cause="ROCm's clang picked the newest GCC installation, whose libstdc++ headers ('{0}') "
+        "are not installed",
+        fix="install the libstdc++ dev package of the newest GCC on the machine (e.g. "
+        "libstdc++-12-dev), or remove the GCC without headers",
+    ),
+    Pattern(
+        id="mixed-rocm",
+        regex=r"undefined symbol: (hip\w*R0600\w*|hipMalloc\w*|rsmi_init\w*|hip\w+|rocblas\w+)",
+        cause="headers and runtime of two different ROCm versions were mixed (or stale objects "
+        "from another ROCm were linked): '{0}' is missing from the libraries loaded",
+        fix="build and run against one ROCm: no CPATH/CPLUS_INCLUDE_PATH (lint RF122), no "
+        "LD_LIBRARY_PATH to another ROCm, and the toolchain root matching the runtime",
+    ),
+    Pattern(
+        id="sandbox-no-tmp",
+        regex=r"unable to make temporary file",
+        cause="the compiler could not write a temporary file: the sandbox has no writable /tmp",
+        fix="give the build a writable /tmp (rocmforge's bwrap and unshare runners mount one; "
+        "a custom runner needs --tmpfs /tmp)",
+    ),
+    Pattern(
+        id="sandbox-no-dev",
+        regex=r"'/dev/null': No such file or directory",
+        cause="the sandbox has no /dev (clang-offload-bundler opens /dev/null)",
+        fix="mount /dev in the sandbox (bwrap --dev /dev, as rocmforge's runner does)",
+    ),
+    Pattern(
+        id="nvcc-picked",
+        regex=r"nvcc fatal\s*:\s*Unknown option '-?-offload-arch",
+        cause="hipcc chose nvcc (the CUDA platform) instead of HIP clang because a CUDA toolkit "
+        "is installed and HIP_PLATFORM was not set",
+        fix='use [toolchain] kind = "rocm" (it sets HIP_PLATFORM=amd) or set HIP_PLATFORM = "amd"',
+    ),
+    Pattern(
+        id="no-gpu-arch",
+        regex=r"No GPU arch specified for ROCm build",
+        cause="PYTORCH_ROCM_ARCH is unset and no GPU is visible in the sandbox to guess from",
+        fix='set PYTORCH_ROCM_ARCH = "gfx942" (the archs you deploy on; lint RF105)',
+    ),
+    Pattern(
+        id="cuda-and-rocm",
+        regex=r"Both CUDA and ROCm are enabled and found",
+        cause="a CUDA toolkit and ROCm were both found and USE_CUDA was not 0",
+        fix='set USE_CUDA = "0" in [env] (lint RF111)',
+    ),
+    Pattern(
+        id="arch-not-supported",
+        regex=r"invalid target ID '(gfx\w+)|cannot find ROCm device library for (?:target )?"
+        r"'?(gfx\w+)",
+        cause="this ROCm's clang cannot compile for {0} (too old a ROCm for that GPU)",
+        fix="use a ROCm that supports {0} or drop it from the archs (lints RF102/RF103)",
+    ),
+)
+
+_COMBINED = re.compile(
+    "|".join(f"(?P<p{i}>{p.regex})" for i, p in enumerate(PATTERNS)), re.IGNORECASE
+)
+_GROUP_INDEX = {f"p{i}": i for i in range(len(PATTERNS))}
+_GROUP_COUNT = [re.compile(p.regex).groups for p in PATTERNS]
+
+
+def _first_capture(match: re.Match[str], group: str) -> str:
+    start = match.re.groupindex[group]
+    for g in range(start + 1, start + 1 + _GROUP_COUNT[_GROUP_INDEX[group]]):
+        value = match.group(g)
+        if value:
+            return value
+    return ""
+
+
+def _lines(source: Iterable[str]) -> Iterable[tuple[int, str]]:
+    for number, line in enumerate(source, 1):
+        yield number, line.rstrip("\r\n")
+
+
+def diagnose_lines(lines: Iterable[str], *, message: str = "") -> tuple[Diagnosis, ...]:
+    """Diagnose a build from its log ``lines`` and the failure ``message`` (exit status, ...).
+
+    One diagnosis per matching pattern, ordered by where its first evidence is (the message
+    counts as coming after the log), at most :data:`MAX_DIAGNOSES`.
+    """
+    found: dict[int, Diagnosis] = {}
+    sources = [*(("log", n, s) for n, s in _lines(lines)), ("message", None, message)]
+    for _, number, text in sources:
+        if not text:
+            continue
+        for m in _COMBINED.finditer(text):
+            group = m.lastgroup
+            if group is None:
+                continue
+            index = _GROUP_INDEX[group]
+            if index in found:
+                continue
+            p = PATTERNS[index]
+            arg = _first_capture(m, group)
+            found[index] = Diagnosis(
+                id=p.id,
+                cause=p.cause.format(arg),
+                fix=p.fix.format(arg),
+                evidence=text.strip()[:300],
+                line=number,
+            )
+        if len(found) >= len(PATTERNS):
+            break
+    return tuple(found.values())[:MAX_DIAGNOSES]
+
+
+def diagnose_log(path: Path, *, message: str = "") -> tuple[Diagnosis, ...]:
+    """Diagnose a failed build from its plain-text log at ``path`` (streamed, never loaded whole).
+
+    A missing or unreadable log leaves only ``message`` to match.
+    """
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return diagnose_lines(f, message=message)
+    except OSError:
+        return diagnose_lines((), message=message)
+
+
+def failed_record_path(failed_log: Path) -> Path:
+    """``store/failed/<hash>-<name>-<version>.json`` beside ``...log.zst``."""
+    name = failed_log.name.removesuffix(".zst").removesuffix(".log")
+    return failed_log.with_name(name + ".json")
+
+
+def write_failed_record(path: Path, record: Mapping[str, Any]) -> None:
+    """Write the failed build's record (error, diagnosis) to ``path`` atomically."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(record, f, indent=2, sort_keys=True)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def read_failed_record(path: Path) -> dict[str, Any] | None:
+    """Return the record written by :func:`write_failed_record`, or None if absent/unreadable."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
