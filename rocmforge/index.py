@@ -319,6 +319,40 @@ class Index:
             "hash IN (SELECT hash FROM env WHERE key = ? AND value = ?)", (key, value)
         )
 
+    def query(
+        self,
+        *,
+        name: str | None = None,
+        version: str | None = None,
+        env_equals: Sequence[tuple[str, str]] = (),
+        env_contains: Sequence[tuple[str, str]] = (),
+        since: float | None = None,
+    ) -> list[IndexRow]:
+        """Return the rows matching every given filter, oldest first.
+
+        ``name`` compares case-insensitively; ``env_equals`` are ``(key, value)`` pairs that must
+        be set exactly; ``env_contains`` are ``(key, substring)`` pairs; ``since`` is the
+        earliest creation time.
+        """
+        clauses: list[str] = []
+        params: list[Any] = []
+        if name is not None:
+            clauses.append("name = ? COLLATE NOCASE")
+            params.append(name)
+        if version is not None:
+            clauses.append("version = ?")
+            params.append(version)
+        for key, value in env_equals:
+            clauses.append("hash IN (SELECT hash FROM env WHERE key = ? AND value = ?)")
+            params += [key, value]
+        for key, part in env_contains:
+            clauses.append("hash IN (SELECT hash FROM env WHERE key = ? AND instr(value, ?) > 0)")
+            params += [key, part]
+        if since is not None:
+            clauses.append("created >= ?")
+            params.append(since)
+        return self._rows(" AND ".join(clauses) or "1", params)
+
     def rows(self) -> list[IndexRow]:
         """Return every row, oldest first."""
         return self._rows("1", ())

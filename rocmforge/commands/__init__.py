@@ -4,4 +4,20 @@ To add a command, write ``rocmforge/commands/NAME.py`` and list it in :data:`COM
 modules import the core lazily, inside ``run``, so parsing stays cheap.
 """
 
-COMMANDS = ("realize", "plan", "log", "lock", "audit", "explain", "doctor", "gc", "pin", "unpin", "pins", "du")
+COMMANDS = (
+    "realize",
+    "plan",
+    "log",
+    "lock",
+    "audit",
+    "explain",
+    "query",
+    "list",
+    "show",
+    "doctor",
+    "gc",
+    "pin",
+    "unpin",
+    "pins",
+    "du",
+)

@@ -1,0 +1,31 @@
+"""``rocmforge list``: every store entry with size, age, last use and roots (from the index)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from rocmforge.commands._common import add_json_option, add_store_option, emit_json, open_store
+
+
+def register(sub: Any) -> None:
+    """Add the ``list`` command."""
+    p = sub.add_parser(
+        "list", help="list store entries: hash, name, version, size, created, last used, roots"
+    )
+    add_store_option(p)
+    add_json_option(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """``rocmforge list``: print every indexed entry, oldest first."""
+    from rocmforge.commands.query import print_table
+    from rocmforge.query import list_entries
+
+    entries = list_entries(open_store(args))
+    if args.json:
+        emit_json([e.to_json() for e in entries])
+    else:
+        print_table(entries)
+    return 0

@@ -1,0 +1,58 @@
+"""``rocmforge show TARGET``: everything about one store entry."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from rocmforge.commands._common import add_json_option, add_store_option, emit_json, open_store
+
+
+def register(sub: Any) -> None:
+    """Add the ``show`` command."""
+    p = sub.add_parser("show", help="show everything about one store entry")
+    p.add_argument(
+        "target", metavar="TARGET", help="input hash (prefix), entry name or path, or a wheel"
+    )
+    add_store_option(p)
+    add_json_option(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """``rocmforge show TARGET``: print the entry's identity, files, inputs and run facts."""
+    from rocmforge.commands.query import human_size, human_time
+    from rocmforge.explain import flatten, show_value
+    from rocmforge.provenance import run_facts
+
+    info = _show(args)
+    if args.json:
+        emit_json(info)
+        return 0
+    meta = info["meta"]
+    run = run_facts(info["provenance"])
+    print(f"{info['name']} {info['version']}  {info['hash']}")
+    print(f"  path         {info['path']}")
+    print(f"  size         {human_size(meta.get('size', 0))}")
+    print(f"  created      {human_time(meta.get('created', 0))} UTC")
+    print(f"  last used    {human_time(info['last_used'] or 0)} UTC")
+    print(f"  roots        {', '.join(info['roots']) or '-'}")
+    print(f"  indexed      {'yes' if info['indexed'] else 'no (run rocmforge verify)'}")
+    print(f"  sandbox      {meta.get('sandbox', '-')}")
+    if run.get("started"):
+        print(f"  built        {run['started']} .. {run['finished']} on {run['host']}")
+    for w in meta.get("wheels", []):
+        print(f"  wheel        {w['file']} ({human_size(w.get('size', 0))})")
+        print(f"    sha256     {w['sha256']}")
+        print(f"    blake3     {w['blake3']}")
+    if info["derivation"]:
+        print("  derivation")
+        for key, value in sorted(flatten(info["derivation"]).items()):
+            print(f"    {key} = {show_value(key, value) if key.startswith('env.') else value}")
+    return 0
+
+
+def _show(args: argparse.Namespace) -> dict[str, Any]:
+    from rocmforge.query import show_entry
+
+    return show_entry(open_store(args), args.target)

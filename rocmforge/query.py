@@ -1,0 +1,194 @@
+"""``query``, ``list`` and ``show``: the store's entries as the SQLite index knows them.
+
+Filters and listings come from the index (fast on 10,000 entries); last use also honours
+``used/<hash>`` (touched by every cache hit, including the memo's fast path) and roots come from
+:func:`rocmforge.roots.collect_roots`. ``show`` reads one entry's own files for everything else.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from rocmforge.errors import StoreError, UsageError
+from rocmforge.index import IndexRow
+from rocmforge.store import DERIVATION, META, Store
+
+_ENV_FILTER = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)([=~])(.*)$", re.DOTALL)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EnvFilter:
+    """``KEY=VALUE`` (exact) or ``KEY~SUBSTR`` (substring) on a hashed env flag."""
+
+    key: str
+    value: str
+    substring: bool
+
+
+def parse_env_filter(text: str) -> EnvFilter:
+    """Parse ``KEY=VALUE`` or ``KEY~SUBSTR``; anything else is a :class:`UsageError`."""
+    m = _ENV_FILTER.match(text)
+    if m is None:
+        raise UsageError(f"--env {text!r}: write KEY=VALUE (exact) or KEY~SUBSTR (substring)")
+    return EnvFilter(key=m.group(1), value=m.group(3), substring=m.group(2) == "~")
+
+
+def parse_since(text: str, *, now: float | None = None) -> float:
+    """Parse ``--since``: a duration back from now (``7d``, ``12h``) or an ISO date/time."""
+    from rocmforge.recipe import parse_duration
+
+    now = time.time() if now is None else now
+    try:
+        return now - parse_duration(text)
+    except ValueError:
+        pass
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise UsageError(
+            f"--since {text!r}: write a duration (7d, 12h, 30m) or a date (2025-01-31)"
+        ) from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return when.timestamp()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Listed:
+    """One entry as ``list`` and ``query`` show it."""
+
+    row: IndexRow
+    last_used: float
+    roots: tuple[str, ...] = field(default=())
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the entry as JSON-ready data."""
+        r = self.row
+        return {
+            "hash": r.hash,
+            "name": r.name,
+            "version": r.version,
+            "path": str(r.path),
+            "size": r.size,
+            "created": r.created,
+            "last_used": self.last_used,
+            "sandbox": r.sandbox,
+            "roots": list(self.roots),
+            "wheels": [
+                {"file": w.filename, "sha256": w.sha256, "blake3": w.blake3} for w in r.wheels
+            ],
+        }
+
+
+def _used_times(store: Store) -> dict[str, float]:
+    """Return the mtime of each ``used/<hash>`` marker (the memo touches them on every hit)."""
+    out: dict[str, float] = {}
+    try:
+        with os.scandir(store.root / "used") as it:
+            for de in it:
+                try:
+                    out[de.name] = de.stat(follow_symlinks=False).st_mtime
+                except FileNotFoundError:
+                    continue
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        raise StoreError(f"cannot list {store.root / 'used'}: {exc}") from exc
+    return out
+
+
+def _roots(store: Store) -> Mapping[str, tuple[str, ...]]:
+    try:
+        from rocmforge.roots import collect_roots
+    except ImportError:  # a rocmforge without gc roots
+        return {}
+    return collect_roots(store).by_hash
+
+
+def _listed(store: Store, rows: Sequence[IndexRow]) -> list[Listed]:
+    used = _used_times(store)
+    roots = _roots(store)
+    return [
+        Listed(
+            row=r,
+            last_used=max(r.last_used, used.get(r.hash, 0.0)),
+            roots=roots.get(r.hash, ()),
+        )
+        for r in rows
+    ]
+
+
+def query_entries(
+    store: Store,
+    *,
+    name: str | None = None,
+    version: str | None = None,
+    env: Sequence[EnvFilter] = (),
+    since: float | None = None,
+) -> list[Listed]:
+    """Return the indexed entries matching every filter, oldest first."""
+    rows = store.index.query(
+        name=name,
+        version=version,
+        env_equals=[(f.key, f.value) for f in env if not f.substring],
+        env_contains=[(f.key, f.value) for f in env if f.substring],
+        since=since,
+    )
+    return _listed(store, rows)
+
+
+def list_entries(store: Store) -> list[Listed]:
+    """Return every indexed entry, oldest first."""
+    return _listed(store, store.index.rows())
+
+
+def _json_file(path: Path) -> dict[str, Any] | None:
+    try:
+        value = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise StoreError(f"{path}: cannot read: {exc}") from exc
+    return value if isinstance(value, dict) else None
+
+
+def find_entry_dir(store: Store, target: str) -> Path:
+    """Return the entry directory named by ``target``: a hash (prefix), entry name or path, or a
+    wheel file whose digest the index knows (a copy made anywhere)."""
+    if target.endswith(".whl") and os.path.isfile(target):
+        from rocmforge.hashing import file_blake3
+
+        rows = store.index.by_wheel_digest(file_blake3(target))
+        if not rows:
+            raise UsageError(f"{target}: this wheel is not in the store (try rocmforge audit)")
+        return rows[0].path
+    return store.resolve(target).path
+
+
+def show_entry(store: Store, target: str) -> dict[str, Any]:
+    """Return everything known about one entry: meta, derivation, provenance, index, roots."""
+    path = find_entry_dir(store, target)
+    meta = _json_file(path / META) or {}
+    entry_hash = str(meta.get("hash", path.name[:32]))
+    row = store.index.get(entry_hash)
+    listed = _listed(store, [row]) if row is not None else []
+    return {
+        "hash": entry_hash,
+        "name": meta.get("name"),
+        "version": meta.get("version"),
+        "path": str(path),
+        "meta": meta,
+        "derivation": _json_file(path / DERIVATION),
+        "provenance": _json_file(path / "provenance.json"),
+        "indexed": row is not None,
+        "last_used": listed[0].last_used if listed else meta.get("created"),
+        "roots": list(listed[0].roots) if listed else list(_roots(store).get(entry_hash, ())),
+    }
