@@ -1,0 +1,101 @@
+"""Failure diagnosis: each known failure string on a real-looking log excerpt, and end to end."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import DATA, TINY_RECIPE, rf
+
+from rocmforge.diagnose import PATTERNS, diagnose_lines, diagnose_log, failed_record_path
+
+LOGS = DATA / "logs"
+
+
+def _expected(log: Path) -> str:
+    """The pattern id a log excerpt must produce: its file name up to a known id."""
+    ids = sorted((p.id for p in PATTERNS), key=len, reverse=True)
+    return next(i for i in ids if log.stem.startswith(i))
+
+
+EXCERPTS = sorted(p for p in LOGS.glob("*.log") if p.stem != "unrecognised")
+
+
+@pytest.mark.parametrize("log", EXCERPTS, ids=[p.stem for p in EXCERPTS])
+def test_each_excerpt_is_diagnosed(log: Path) -> None:
+    found = diagnose_log(log)
+    assert found, f"{log.name}: nothing recognised"
+    first = found[0]
+    assert first.id == _expected(log)
+    assert first.cause and first.fix
+    assert first.line is not None
+    assert first.evidence in log.read_text().splitlines()[first.line - 1]
+
+
+def test_every_pattern_has_an_excerpt() -> None:
+    covered = {_expected(p) for p in EXCERPTS}
+    assert covered == {p.id for p in PATTERNS}
+
+
+def test_captured_names_reach_cause_and_fix() -> None:
+    [dev] = diagnose_log(LOGS / "rocm-dev-package.log")
+    assert '"hipblaslt"' in dev.cause and "hipblaslt dev package" in dev.fix
+    [arch] = diagnose_log(LOGS / "arch-not-supported-devlib.log")
+    assert "gfx1100" in arch.cause
+    mixed = diagnose_log(LOGS / "mixed-rocm.log")[0]
+    assert "hipGetDevicePropertiesR0600" in mixed.cause
+    cxx = diagnose_log(LOGS / "libstdcxx-headers.log")[0]
+    assert "'cmath'" in cxx.cause
+
+
+def test_oom_from_the_exit_status_alone() -> None:
+    [d] = diagnose_lines(
+        ["[12/900] Building CXX object foo.o"], message="step 2/2 exited with status 137"
+    )
+    assert d.id == "oom-killed" and d.line is None and "MAX_JOBS" in d.fix
+
+
+def test_order_follows_the_log_and_duplicates_collapse() -> None:
+    lines = [
+        "CMake Error: File /b/aten/src/ATen/hip/HIPConfig.h.in does not exist.",
+        "c++: fatal error: Killed signal terminated program cc1plus",
+        "CMake Error: File /b/other/HIPConfig.h.in does not exist.",
+    ]
+    found = diagnose_lines(lines)
+    assert [d.id for d in found] == ["hipify-missing", "oom-killed"]
+    assert found[0].line == 1
+
+
+def test_unrecognised_failure_gives_nothing() -> None:
+    assert diagnose_log(LOGS / "unrecognised.log") == ()
+    assert diagnose_log(LOGS / "does-not-exist.log") == ()
+
+
+def test_failed_record_path() -> None:
+    log = Path("/s/failed/abc-tiny-0.1.log.zst")
+    assert failed_record_path(log) == Path("/s/failed/abc-tiny-0.1.json")
+
+
+def test_failed_build_prints_cause_and_fix_and_stores_them(tmp_path: Path, tiny_src: Path) -> None:
+    step = "echo \\\"nvcc fatal   : Unknown option '--offload-arch=gfx90a'\\\"; exit 1"
+    text = TINY_RECIPE.format(src=tiny_src).replace(
+        'steps = ["python mkwheel.py $OUT tiny 0.1"]', f'steps = ["{step}"]'
+    )
+    recipe = tmp_path / "fails.toml"
+    recipe.write_text(text)
+    store = tmp_path / "store"
+    proc = rf("realize", recipe, "--store", store)
+    assert proc.returncode == 1, proc.stderr
+    err = proc.stderr
+    tail_at = err.index("nvcc fatal")
+    cause_at = err.index("cause: hipcc chose nvcc")
+    assert tail_at < cause_at
+    assert 'fix: use [toolchain] kind = "rocm" (it sets HIP_PLATFORM=amd)' in err
+    [record_file] = (store / "failed").glob("*.json")
+    [log] = (store / "failed").glob("*.log.zst")
+    assert failed_record_path(log) == record_file
+    record = json.loads(record_file.read_text())
+    assert record["name"] == "tiny" and record["log"] == log.name
+    assert record["diagnosis"][0]["id"] == "nvcc-picked"
+    assert "exited with status 1" in record["error"]
