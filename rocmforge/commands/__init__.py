@@ -14,6 +14,7 @@ COMMANDS = (
     "query",
     "list",
     "show",
+    "verify",
     "doctor",
     "gc",
     "pin",

@@ -1,0 +1,221 @@
+"""``verify``: re-hash published files against their recorded digests; check index vs entries.
+
+Problem kinds:
+
+- ``missing``: a file recorded in ``meta.json`` is gone, or the index lists an entry whose
+  directory is gone;
+- ``modified``: a file's digest or size differs from ``meta.json``, or ``derivation.json`` no longer
+  hashes to the entry's input hash;
+- ``orphaned``: something in ``entries/`` that no entry accounts for (a stray file or directory, a
+  file inside an entry that its ``meta.json`` does not record);
+- ``unindexed`` / ``stale-index``: an entry the index does not know, or knows with other digests;
+- ``damaged``: an entry whose ``meta.json`` cannot be read.
+
+``entries/`` is the truth: ``--repair-index`` rebuilds the index from it
+(:meth:`Store.rebuild_index`)
+and verifies again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rocmforge.errors import StoreError
+from rocmforge.hashing import blake3_hex, canonical_json, file_blake3, file_digests
+from rocmforge.store import DERIVATION, META, Entry, Store
+
+_ENTRY_NAME = re.compile(r"[0-9a-f]{32}-.+")
+INDEX_KINDS = frozenset({"unindexed", "stale-index"})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class VerifyProblem:
+    """One problem found: its kind, the path concerned and what is wrong."""
+
+    kind: str
+    path: Path
+    detail: str
+
+    def to_json(self) -> dict[str, str]:
+        """Return the problem as JSON-ready data."""
+        return {"kind": self.kind, "path": str(self.path), "detail": self.detail}
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.path}: {self.detail}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class VerifyReport:
+    """What ``verify`` checked and found (after a repair, what is left and what it fixed)."""
+
+    entries: int
+    files: int
+    problems: tuple[VerifyProblem, ...]
+    repaired: tuple[VerifyProblem, ...] = field(default=())
+
+    @property
+    def ok(self) -> bool:
+        """True when nothing is wrong."""
+        return not self.problems
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the report as JSON-ready data."""
+        return {
+            "ok": self.ok,
+            "entries": self.entries,
+            "files": self.files,
+            "problems": [p.to_json() for p in self.problems],
+            "repaired": [p.to_json() for p in self.repaired],
+        }
+
+
+class _Checker:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.problems: list[VerifyProblem] = []
+        self.files = 0
+
+    def add(self, kind: str, path: Path, detail: str) -> None:
+        self.problems.append(VerifyProblem(kind=kind, path=path, detail=detail))
+
+    def entry(self, entry: Entry) -> None:
+        meta = entry.meta
+        known = {META}
+        for w in meta.get("wheels", []):
+            path = entry.path / str(w.get("file"))
+            known.add(path.name)
+            self._wheel(path, w)
+        files = meta.get("files")
+        if isinstance(files, dict):
+            for name, digest in sorted(files.items()):
+                known.add(str(name))
+                self._file(entry.path / str(name), str(digest))
+        self._derivation(entry)
+        if isinstance(files, dict):
+            try:
+                present = sorted(os.listdir(entry.path))
+            except OSError as exc:
+                self.add("damaged", entry.path, f"cannot list: {exc}")
+                return
+            for name in present:
+                if name not in known:
+                    self.add("orphaned", entry.path / name, "not recorded in meta.json")
+        self._index(entry)
+
+    def _wheel(self, path: Path, record: dict[str, Any]) -> None:
+        try:
+            size = os.stat(path).st_size
+            b3, sha = file_digests(path)
+        except FileNotFoundError:
+            self.add("missing", path, "wheel recorded in meta.json is gone")
+            return
+        except OSError as exc:
+            self.add("damaged", path, f"cannot read: {exc}")
+            return
+        self.files += 1
+        if (b3, sha) != (record.get("blake3"), record.get("sha256")):
+            self.add("modified", path, f"digest differs from meta.json (blake3 now {b3[:16]}..)")
+        elif "size" in record and size != record["size"]:
+            self.add("modified", path, f"size {size} differs from meta.json ({record['size']})")
+
+    def _file(self, path: Path, digest: str) -> None:
+        try:
+            b3 = file_blake3(path)
+        except FileNotFoundError:
+            self.add("missing", path, "file recorded in meta.json is gone")
+            return
+        except OSError as exc:
+            self.add("damaged", path, f"cannot read: {exc}")
+            return
+        self.files += 1
+        if b3 != digest:
+            self.add("modified", path, f"blake3 differs from meta.json (now {b3[:16]}..)")
+
+    def _derivation(self, entry: Entry) -> None:
+        path = entry.path / DERIVATION
+        if any(p.path == path for p in self.problems):
+            return
+        try:
+            data = json.loads(path.read_bytes())
+        except FileNotFoundError:
+            self.add("missing", path, "the entry has no derivation")
+            return
+        except (OSError, ValueError) as exc:
+            self.add("modified", path, f"not readable JSON: {exc}")
+            return
+        if blake3_hex(canonical_json(data))[: len(entry.hash)] != entry.hash:
+            self.add("modified", path, f"no longer hashes to the input hash {entry.hash}")
+
+    def _index(self, entry: Entry) -> None:
+        row = self.store.index.get(entry.hash)
+        if row is None:
+            self.add("unindexed", entry.path, "the index does not know this entry")
+            return
+        indexed = {(w.filename, w.blake3) for w in row.wheels}
+        recorded = {(str(w.get("file")), str(w.get("blake3"))) for w in entry.meta["wheels"]}
+        if indexed != recorded or Path(row.path) != entry.path:
+            self.add("stale-index", entry.path, "the index records other wheels or another path")
+
+
+def _check(store: Store, targets: Sequence[str]) -> tuple[int, _Checker]:
+    c = _Checker(store)
+    count = 0
+    if targets:
+        for target in targets:
+            c.entry(store.resolve(target))
+            count += 1
+        return count, c
+    try:
+        names = sorted(os.listdir(store.entries_dir))
+    except OSError as exc:
+        raise StoreError(f"cannot list {store.entries_dir}: {exc}") from exc
+    seen: set[str] = set()
+    for name in names:
+        path = store.entries_dir / name
+        if not _ENTRY_NAME.fullmatch(name) or not path.is_dir() or path.is_symlink():
+            c.add("orphaned", path, "not a store entry")
+            continue
+        try:
+            entry = store.resolve(name)
+        except StoreError as exc:
+            c.add("damaged", path, str(exc))
+            continue
+        seen.add(entry.hash)
+        c.entry(entry)
+        count += 1
+    for row in store.index.rows():
+        if row.hash not in seen:
+            c.add("missing", Path(row.path), "indexed entry is gone from entries/")
+    return count, c
+
+
+def verify_store(
+    store: Store, targets: Sequence[str] = (), *, repair_index: bool = False
+) -> VerifyReport:
+    """Verify the whole store, or only the entries named by ``targets``.
+
+    With ``repair_index`` the index is rebuilt from ``entries/`` when it disagrees with them,
+    and the store is verified again; ``repaired`` lists what the rebuild fixed.
+    """
+    count, c = _check(store, targets)
+    first = tuple(c.problems)
+    index_trouble = any(
+        p.kind in INDEX_KINDS or (p.kind == "missing" and "indexed" in p.detail) for p in first
+    )
+    if not (repair_index and index_trouble):
+        return VerifyReport(entries=count, files=c.files, problems=first)
+    store.rebuild_index()
+    count, c = _check(store, targets)
+    after = tuple(c.problems)
+    return VerifyReport(
+        entries=count,
+        files=c.files,
+        problems=after,
+        repaired=tuple(p for p in first if p not in after),
+    )
