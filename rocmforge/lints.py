@@ -390,7 +390,12 @@ def _too_old(rule_id: str, key: str, arch: str, version: str, origin: str) -> Fi
 
 
 def _lint_arch_versions(recipe: Recipe, facts: LintFacts) -> Iterator[Finding]:
-    archs = [(k, t) for k, t in recipe_archs(recipe) + check_archs(recipe) if ARCH_TOKEN.match(t)]
+    archs: list[tuple[str, str]] = []
+    seen: set[str] = set()
+    for key, token in recipe_archs(recipe) + check_archs(recipe):  # each arch once, build first
+        if ARCH_TOKEN.match(token) and _base(token) not in seen:
+            seen.add(_base(token))
+            archs.append((key, token))
     declared = declared_rocm(recipe)
     if declared:
         for key, arch in archs:
@@ -659,8 +664,8 @@ def _lint_attention(recipe: Recipe, facts: LintFacts) -> Iterator[Finding]:
                 "which fails without network",
                 fix,
             )
-    bad = sorted({_base(t) for _, t in recipe_archs(recipe) if ARCH_TOKEN.match(t)}
-                 - AOTRITON_ARCHS)  # fmt: skip
+    built = {_base(t) for _, t in recipe_archs(recipe) if ARCH_TOKEN.match(t)}
+    bad = sorted((built & KNOWN_ARCHS) - AOTRITON_ARCHS)  # unknown ones are RF104's
     if bad:
         yield _emit(
             "RF162",

@@ -1,0 +1,438 @@
+"""Lints: each rule fires on a minimal bad recipe, stays quiet on a good one and on the shipped
+recipes; acknowledged lints do not stop a build; an error lint stops realize before any fetch."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from conftest import REPO, TINY_RECIPE, rf
+
+from rocmforge.errors import RecipeError
+from rocmforge.lints import (
+    GIB,
+    RULES,
+    Finding,
+    LintError,
+    LintFacts,
+    enforce,
+    lint_recipe,
+    preflight,
+)
+from rocmforge.recipe import Recipe
+from rocmforge.recipe_load import load_recipe, parse_recipe_text
+
+# A PyTorch ROCm recipe that every lint accepts; each case below breaks one thing.
+GOOD = """\
+schema = 1
+
+[package]
+name = "torch"
+version = "2.5.1+rocm6.2"
+
+[source]
+path = "src"
+
+[toolchain]
+kind = "rocm"
+rocm = "6.2.4"
+root = "/opt/rocm-6.2.4"
+
+[requirements]
+build = ["setuptools==75.6.0", "cmake==3.31.1"]
+
+[inputs.aotriton]
+path = "aotriton"
+env = "AOTRITON_INSTALLED_PREFIX"
+
+[env]
+USE_ROCM = "1"
+USE_CUDA = "0"
+USE_RCCL = "1"
+USE_NCCL = "1"
+PYTORCH_ROCM_ARCH = "gfx942"
+PYTORCH_BUILD_VERSION = "2.5.1+rocm6.2"
+PYTORCH_BUILD_NUMBER = "0"
+
+[build]
+steps = ["python tools/amd_build/build_amd.py", "python setup.py bdist_wheel -d $OUT"]
+passthrough = ["MAX_JOBS"]
+
+[check]
+archs = ["gfx942"]
+"""
+
+BIG = LintFacts(ram_bytes=1024 * GIB, cpu_count=2, host_env={})
+
+
+def env(name: str, value: str) -> Callable[[str], str]:
+    """Set ``[env] name = value`` (replacing an existing line)."""
+
+    def edit(text: str) -> str:
+        lines = [ln for ln in text.splitlines() if not ln.startswith(f"{name} = ")]
+        i = lines.index("[env]")
+        lines.insert(i + 1, f'{name} = "{value}"')
+        return "\n".join(lines) + "\n"
+
+    return edit
+
+
+def drop(prefix: str) -> Callable[[str], str]:
+    """Remove every line starting with ``prefix``."""
+    return lambda text: "\n".join(ln for ln in text.splitlines() if not ln.startswith(prefix))
+
+
+def sub(old: str, new: str) -> Callable[[str], str]:
+    """Replace ``old`` (which must occur) by ``new``."""
+
+    def edit(text: str) -> str:
+        assert old in text, old
+        return text.replace(old, new)
+
+    return edit
+
+
+def chain(*edits: Callable[[str], str]) -> Callable[[str], str]:
+    """Apply ``edits`` in order."""
+
+    def edit(text: str) -> str:
+        for e in edits:
+            text = e(text)
+        return text
+
+    return edit
+
+
+ARCHS = 'archs = ["gfx942"]'
+BUILD_STEP = '"python setup.py bdist_wheel -d $OUT"'
+HIPIFY = '"python tools/amd_build/build_amd.py", '
+
+# (lint id, expected severity, edit, facts, a word the message must contain)
+CASES: dict[str, tuple[str, str, Callable[[str], str], LintFacts, str]] = {
+    "unknown-allow": (
+        "RF001",
+        "error",
+        lambda t: t + '[lint]\nallow = { RF999 = "x" }\n',
+        BIG,
+        "RF999",
+    ),
+    "comma": (
+        "RF101",
+        "error",
+        chain(env("PYTORCH_ROCM_ARCH", "gfx90a,gfx942"), drop("archs")),
+        BIG,
+        "','",
+    ),
+    "cmake-list-space": (
+        "RF101",
+        "error",
+        chain(env("AMDGPU_TARGETS", "gfx942 gfx90a"), drop("archs")),
+        BIG,
+        "spaces",
+    ),
+    "upper": ("RF101", "error", env("PYTORCH_ROCM_ARCH", "GFX942"), BIG, "gfx942"),
+    "feature": ("RF101", "error", env("PYTORCH_ROCM_ARCH", "gfx90a:xnack"), BIG, "xnack"),
+    "old-rocm": ("RF102", "error", sub('rocm = "6.2.4"', 'rocm = "5.7.1"'), BIG, ">= 6.0"),
+    "unverified": (
+        "RF102",
+        "warning",
+        chain(
+            env("PYTORCH_ROCM_ARCH", "gfx950"),
+            sub(ARCHS, 'archs = ["gfx950"]'),
+            env("USE_FLASH_ATTENTION", "0"),
+            env("USE_MEM_EFF_ATTENTION", "0"),
+        ),
+        BIG,
+        "unverified",
+    ),
+    "probed-old": ("RF103", "error", lambda t: t, LintFacts(rocm_version="5.2"), "5.2"),
+    "targets": (
+        "RF103",
+        "error",
+        lambda t: t,
+        LintFacts(targets=frozenset({"gfx90a", "gfx940"})),
+        "cannot target gfx942",
+    ),
+    "typo": (
+        "RF104",
+        "warning",
+        chain(env("PYTORCH_ROCM_ARCH", "gfx9420"), drop("archs")),
+        BIG,
+        "gfx9420",
+    ),
+    "no-arch": (
+        "RF105",
+        "error",
+        chain(drop("PYTORCH_ROCM_ARCH"), drop("archs")),
+        BIG,
+        "No GPU arch specified",
+    ),
+    "check-mismatch": ("RF106", "error", sub(ARCHS, 'archs = ["gfx90a"]'), BIG, "gfx90a"),
+    "cuda-on": ("RF111", "error", env("USE_CUDA", "1"), BIG, "Both CUDA and ROCm"),
+    "cuda-unset": ("RF111", "error", drop("USE_CUDA"), BIG, "explicit"),
+    "cudnn": ("RF112", "warning", env("USE_CUDNN", "0"), BIG, "MIOpen"),
+    "rccl-home": ("RF121", "warning", env("RCCL_HOME", "/opt/rocm/rccl"), BIG, "find_package"),
+    "cpath": ("RF122", "warning", env("CPATH", "/opt/rocm/include"), BIG, "two ROCm versions"),
+    "cplus": ("RF122", "warning", env("CPLUS_INCLUDE_PATH", "/opt/rocm/include"), BIG, "headers"),
+    "hip-path": ("RF123", "warning", env("HIP_PATH", "/opt/rocm/hip"), BIG, "build_amd.py"),
+    "hcc": ("RF124", "warning", env("HCC_AMDGPU_TARGET", "gfx942"), BIG, "PYTORCH_ROCM_ARCH"),
+    "visible": ("RF131", "error", env("HIP_VISIBLE_DEVICES", "0"), BIG, "runs"),
+    "nccl": ("RF131", "error", env("NCCL_SOCKET_IFNAME", "eth0"), BIG, "NCCL_SOCKET_IFNAME"),
+    "hsa": ("RF131", "error", env("HSA_OVERRIDE_GFX_VERSION", "9.4.2"), BIG, "hash"),
+    "net-plugin": ("RF131", "error", env("RCCL_NET_PLUGIN", "none"), BIG, "NCCL_NET_PLUGIN"),
+    "log-level": ("RF131", "error", env("AMD_LOG_LEVEL", "4"), BIG, "AMD_LOG_LEVEL"),
+    "no-nccl": ("RF141", "error", env("USE_NCCL", "0"), BIG, "USE_NCCL"),
+    "no-distributed": ("RF141", "error", env("USE_DISTRIBUTED", "OFF"), BIG, "USE_DISTRIBUTED"),
+    "no-hipify": ("RF151", "error", sub(HIPIFY, ""), BIG, "HIPConfig.h.in"),
+    "hipify-late": (
+        "RF151",
+        "error",
+        sub(f"{HIPIFY}{BUILD_STEP}", f'{BUILD_STEP}, "python tools/amd_build/build_amd.py"'),
+        BIG,
+        "before",
+    ),
+    "hipify-twice": ("RF151", "error", sub(HIPIFY, HIPIFY * 2), BIG, "once"),
+    "pep517-torch": (
+        "RF151",
+        "error",
+        sub(f"steps = [{HIPIFY}{BUILD_STEP}]", "steps = []"),
+        BIG,
+        "hipify",
+    ),
+    "cmake4": ("RF152", "error", sub("cmake==3.31.1", "cmake==4.0.2"), BIG, "CMake < 3.5"),
+    "cmake-unpinned": ("RF152", "warning", sub(', "cmake==3.31.1"', ""), BIG, "not pinned"),
+    "setuptools80": (
+        "RF153",
+        "error",
+        sub("setuptools==75.6.0", "setuptools==80.9.0"),
+        BIG,
+        "< 80",
+    ),
+    "setuptools-unpinned": (
+        "RF153",
+        "warning",
+        sub('"setuptools==75.6.0", ', ""),
+        BIG,
+        "not pinned",
+    ),
+    "no-aotriton": (
+        "RF161",
+        "error",
+        chain(drop("[inputs"), drop('path = "aotriton"'), drop('env = "AOT')),
+        BIG,
+        "downloads",
+    ),
+    "aotriton-env": (
+        "RF161",
+        "warning",
+        chain(
+            drop("[inputs"),
+            drop('path = "aotriton"'),
+            drop('env = "AOT'),
+            env("AOTRITON_INSTALLED_PREFIX", "/opt/rocm/aotriton"),
+        ),
+        BIG,
+        "not hashed",
+    ),
+    "aotriton-arch": (
+        "RF162",
+        "warning",
+        chain(env("PYTORCH_ROCM_ARCH", "gfx942;gfx1100"), drop("archs")),
+        BIG,
+        "gfx1100",
+    ),
+    "bad-version": (
+        "RF171",
+        "error",
+        env("PYTORCH_BUILD_VERSION", "2.5.1-rocm 6.2"),
+        BIG,
+        "PEP 440",
+    ),
+    "version-mismatch": (
+        "RF172",
+        "error",
+        sub('version = "2.5.1+rocm6.2"', 'version = "2.5.1"'),
+        BIG,
+        "2.5.1+rocm6.2",
+    ),
+    "post": ("RF172", "error", env("PYTORCH_BUILD_NUMBER", "3"), BIG, ".post3"),
+    "ram-default": (
+        "RF181",
+        "warning",
+        lambda t: t,
+        LintFacts(ram_bytes=8 * GIB, cpu_count=64),
+        "CPU count",
+    ),
+    "ram-host": (
+        "RF181",
+        "warning",
+        lambda t: t,
+        LintFacts(ram_bytes=16 * GIB, cpu_count=2, host_env={"MAX_JOBS": "8"}),
+        "passthrough",
+    ),
+    "max-jobs-env": (
+        "RF182",
+        "warning",
+        chain(sub('passthrough = ["MAX_JOBS"]', ""), env("MAX_JOBS", "8")),
+        BIG,
+        "hashed",
+    ),
+}
+
+
+def _load(text: str, tmp_path: Path) -> Recipe:
+    return parse_recipe_text(text, file=tmp_path / "r.toml")
+
+
+def test_good_recipe_is_clean(tmp_path: Path) -> None:
+    assert lint_recipe(_load(GOOD, tmp_path), BIG) == ()
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_lint_fires(case: str, tmp_path: Path) -> None:
+    lint_id, severity, edit, facts, word = CASES[case]
+    findings = lint_recipe(_load(edit(GOOD), tmp_path), facts)
+    assert [f.id for f in findings] == [lint_id], findings
+    f = findings[0]
+    assert f.severity == severity and f.name == RULES[lint_id].name
+    assert word in f.message or word in f.fix, f
+    assert f.key and f.fix and f.allowed is None
+
+
+def test_every_rule_has_a_case() -> None:
+    assert {c[0] for c in CASES.values()} == set(RULES)
+
+
+def test_runtime_env_spares_build_time_nccl_locators(tmp_path: Path) -> None:
+    recipe = _load(env("NCCL_ROOT", "/opt/nccl")(GOOD), tmp_path)
+    assert lint_recipe(recipe, BIG) == ()
+
+
+def test_lints_only_rocm_rules_on_rocm_builds(tmp_path: Path, tiny_src: Path) -> None:
+    text = TINY_RECIPE.format(src=tiny_src).replace("[build]", '[env]\nCPATH = "/x"\n\n[build]')
+    assert lint_recipe(_load(text, tmp_path), LintFacts(ram_bytes=GIB, cpu_count=64)) == ()
+
+
+def test_acknowledged_lint_is_kept_with_its_reason_and_does_not_block(tmp_path: Path) -> None:
+    text = env("USE_CUDA", "1")(GOOD) + '\n[lint]\nallow = { RF111 = "no CUDA here" }\n'
+    recipe = _load(text, tmp_path)
+    [f] = lint_recipe(recipe, BIG)
+    assert f.id == "RF111" and f.allowed == "no CUDA here" and not f.blocking
+    assert enforce(recipe, (f,)) == ()
+
+
+def test_lint_error_names_file_line_key_and_fix(tmp_path: Path) -> None:
+    file = tmp_path / "r.toml"
+    file.write_text(env("USE_CUDA", "1")(GOOD))
+    recipe = load_recipe(file)
+    with pytest.raises(LintError) as info:
+        preflight(recipe, BIG)
+    assert isinstance(info.value, RecipeError) and info.value.exit_code == 2
+    [problem] = info.value.problems
+    assert problem.file == file and problem.key == "env.USE_CUDA"
+    assert (
+        file.read_text()
+        .splitlines()[problem.line - 1 if problem.line else 0]
+        .startswith("USE_CUDA")
+    )
+    assert "RF111 use-cuda" in problem.message and "Fix: set USE_CUDA" in problem.message
+
+
+def test_finding_in_a_base_recipe_names_the_base(tmp_path: Path) -> None:
+    (tmp_path / "base.toml").write_text('schema = 1\n\n[env]\nRCCL_HOME = "/opt/rocm"\n')
+    (tmp_path / "top.toml").write_text(
+        'schema = 1\nextends = "base.toml"\n'
+        + TINY_RECIPE.removeprefix("schema = 1\n").format(src=tmp_path)
+    )
+    recipe = load_recipe(tmp_path / "top.toml")
+    [f] = lint_recipe(recipe, BIG)
+    from rocmforge.lints import to_problem
+
+    p = to_problem(recipe, f)
+    assert p.file == tmp_path / "base.toml" and p.line == 4
+
+
+SHIPPED = sorted((REPO / "recipes").glob("*.toml"))
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=[p.name for p in SHIPPED])
+def test_shipped_recipes_are_clean(path: Path) -> None:
+    try:
+        recipe = load_recipe(path)
+    except RecipeError as e:
+        if any(p.key in ("package", "source") for p in e.problems):
+            pytest.skip(f"{path.name} is a base recipe (no package/source)")
+        raise
+    findings: tuple[Finding, ...] = lint_recipe(recipe, BIG)
+    assert [f for f in findings if f.allowed is None] == [], findings
+
+
+# --- through the real CLI ---------------------------------------------------------------------
+
+
+def _tiny(tmp_path: Path, tiny_src: Path, extra: str) -> Path:
+    path = tmp_path / "tiny.toml"
+    text = TINY_RECIPE.format(src=tiny_src).replace("[build]", f"{extra}\n[build]")
+    text = text.replace(
+        "[build]\n", '[requirements]\nbuild = ["setuptools==75.6.0"]\n\n[build]\n', 1
+    )
+    path.write_text(text)
+    return path
+
+
+def test_error_lint_stops_realize_before_anything_is_fetched(
+    tmp_path: Path, tiny_src: Path
+) -> None:
+    recipe = _tiny(tmp_path, tiny_src, '[env]\nHIP_VISIBLE_DEVICES = "0"\n')
+    store = tmp_path / "store"
+    # Any fetch would fail loudly: the only index is an empty directory.
+    empty = tmp_path / "empty-index"
+    empty.mkdir()
+    for command in ("realize", "plan"):
+        proc = rf(
+            command,
+            recipe,
+            "--store",
+            store,
+            env={"ROCMFORGE_PIP_ARGS": f"--no-index --find-links {empty}"},
+        )
+        assert proc.returncode == 2, proc.stderr
+        errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
+        assert len(errors) == 1 and "RF131 runtime-env" in errors[0], proc.stderr
+        assert f"{recipe}:" in errors[0] and "env.HIP_VISIBLE_DEVICES" in errors[0]
+        assert "note: " in proc.stderr and "[lint] allow" in proc.stderr
+        assert "Traceback" not in proc.stderr
+    fetched = [p for p in (store / "sources").rglob("*") if p.is_file()] if store.exists() else []
+    assert fetched == []
+    assert not (store / "entries").exists() or not any((store / "entries").iterdir())
+    assert not (store / "failed").exists() or not any((store / "failed").iterdir())
+
+
+def test_acknowledged_error_lint_builds(tmp_path: Path, tiny_src: Path) -> None:
+    recipe = _tiny(
+        tmp_path,
+        tiny_src,
+        '[env]\nHIP_VISIBLE_DEVICES = "0"\n\n[lint]\n'
+        'allow = { RF131 = "the test harness reads it" }\n',
+    )
+    proc = rf("realize", recipe, "--store", tmp_path / "store")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().endswith(".whl")
+    assert "RF131" not in proc.stderr
+
+
+def test_warning_lint_is_printed_and_does_not_stop(tmp_path: Path, tiny_src: Path) -> None:
+    recipe = _tiny(tmp_path, tiny_src, '[env]\nRCCL_HOME = "/opt/rocm"\n')
+    proc = rf("realize", recipe, "--store", tmp_path / "store")
+    assert proc.returncode == 0, proc.stderr
+    warnings = [
+        ln for ln in proc.stderr.splitlines() if ln.startswith("warning:") and "RF121" in ln
+    ]
+    assert len(warnings) == 1 and "env.RCCL_HOME" in warnings[0], proc.stderr
+    plan = rf("plan", recipe, "--store", tmp_path / "store", "--json")
+    assert plan.returncode == 0, plan.stderr
+    assert "RF121" in plan.stderr
+    import json
+
+    assert [f["id"] for f in json.loads(plan.stdout)["lints"]] == ["RF121"]
