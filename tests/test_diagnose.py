@@ -99,3 +99,11 @@ def test_failed_build_prints_cause_and_fix_and_stores_them(tmp_path: Path, tiny_
     assert record["name"] == "tiny" and record["log"] == log.name
     assert record["diagnosis"][0]["id"] == "nvcc-picked"
     assert "exited with status 1" in record["error"]
+
+
+def test_every_pattern_is_documented() -> None:
+    from conftest import REPO
+
+    doc = (REPO / "docs" / "lints.md").read_text()
+    for p in PATTERNS:
+        assert f"| {p.id} |" in doc, p.id

@@ -436,3 +436,9 @@ def test_warning_lint_is_printed_and_does_not_stop(tmp_path: Path, tiny_src: Pat
     import json
 
     assert [f["id"] for f in json.loads(plan.stdout)["lints"]] == ["RF121"]
+
+
+def test_every_lint_id_is_documented() -> None:
+    doc = (REPO / "docs" / "lints.md").read_text()
+    for rule in RULES.values():
+        assert f"| {rule.id} | {rule.name} |" in doc, rule.id
