@@ -132,11 +132,15 @@ def _run_steps(
         Mount(host=root / "out", inside="/build/out", writable=True),
         Mount(host=root / "home", inside="/build/home", writable=True),
         *(Mount(host=p, inside=str(p)) for p in resolved.toolchain.mounts),
+        *(Mount(host=i.host, inside=i.inside) for i in resolved.inputs),
     ]
     names = ("src", "venv", "out", "home")
     paths = {name: runner.sandbox_path(m) for name, m in zip(names, mounts[:4], strict=True)}
     paths["tmp"] = "/tmp" if paths["src"] == "/build/src" else str(root / "tmp")
     env = build_env(resolved, paths=paths, host_env=os.environ)
+    for inp in resolved.inputs:  # read-only at /inputs/NAME, named by its variable
+        at = runner.sandbox_path(Mount(host=inp.host, inside=inp.inside))
+        env[inp.env] = f"{at}/{inp.subdir}" if inp.subdir else at
     steps = resolved.recipe.build.steps
     commands = [["/bin/sh", "-euc", s] for s in steps] or [
         [f"{paths['venv']}/bin/python", "-c", PEP517_FRONTEND, paths["out"]]

@@ -41,8 +41,14 @@ def make_derivation(
     source: SourceIdentity,
     toolchain: Mapping[str, Any],
     requirements: Sequence[ResolvedRequirement],
+    inputs: Mapping[str, Any] | None = None,
+    provisional: Sequence[str] = (),
 ) -> Derivation:
-    """Assemble the derivation document for ``recipe`` from its resolved inputs and hash it."""
+    """Assemble the derivation document for ``recipe`` from its resolved inputs and hash it.
+
+    ``inputs`` (name -> identity of each ``[inputs.NAME]``) is present only when the recipe has
+    some; ``provisional`` lists what ``plan`` could not resolve, which makes the hash provisional.
+    """
     data: dict[str, Any] = {
         "builder": BUILDER,
         "system": f"{platform.machine()}-linux",
@@ -53,6 +59,10 @@ def make_derivation(
         "env": dict(recipe.env),
         "build": {"steps": list(recipe.build.steps)} if recipe.build.steps else {"pep517": True},
     }
+    if inputs:
+        data["inputs"] = dict(inputs)
+    if provisional:
+        data["provisional"] = list(provisional)
     return Derivation(
         name=recipe.package.name,
         version=recipe.package.version,

@@ -41,10 +41,12 @@ class PlanReport:
     derivation: Mapping[str, Any]
     lints: tuple[Finding, ...] = ()
     nearest: Nearest | None = None
+    provisional: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """Return the report as JSON-ready data."""
         return {
+            "provisional": list(self.provisional),
             "recipe": str(self.recipe),
             "hash": self.hash,
             "name": self.name,
@@ -98,11 +100,13 @@ def plan(
     """
     findings = preflight(recipe, facts)
     with store.shared_lock():  # gc must not remove a source cache resolve is filling
-        r = resolve(recipe, store=store, fetcher=fetcher)
-        check_digests(recipe, r.requirements)
+        r = resolve(recipe, store=store, fetcher=fetcher, provisional=True)
+        if not r.provisional:
+            check_digests(recipe, r.requirements)
         drv = r.derivation
         entry = store.lookup(drv.hash, drv.name, drv.version)
     return PlanReport(
+        provisional=r.provisional,
         recipe=recipe.file,
         hash=drv.hash,
         name=drv.name,
@@ -156,8 +160,12 @@ def _remember(store: Store, r: Resolved, entry: Entry) -> None:
             *map(str, recipe.source.patches),
             *r.toolchain.guards,
             *(str(q.wheel) for q in r.requirements),
+            *(str(s.path) for s in recipe.inputs.values() if s.path and not s.path.is_dir()),
         ],
-        trees=[str(recipe.source.path)] if recipe.source.kind == "path" else [],
+        trees=[
+            *([str(recipe.source.path)] if recipe.source.kind == "path" else []),
+            *(str(i.host) for i in r.inputs if i.kind == "tree"),
+        ],
         result={
             "hash": r.derivation.hash,
             "name": r.derivation.name,

@@ -6,11 +6,15 @@ Everything here is cheap on a warm machine (stat caches only), which is what mak
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from rocmforge.derivation import Derivation, make_derivation
-from rocmforge.recipe import Recipe
+from rocmforge.errors import RequirementError, SourceError, ToolchainError
+from rocmforge.inputs import ResolvedInput, UrlFetcher, UrllibFetcher, resolve_inputs
+from rocmforge.patches import patch_digests
+from rocmforge.recipe import Recipe, ToolchainSpec
 from rocmforge.requirements import Fetcher, ResolvedRequirement, resolve_requirements
-from rocmforge.sources import SourceIdentity, identify_source
+from rocmforge.sources import SourceIdentity, identify_source, needs_fetch
 from rocmforge.store import Store
 from rocmforge.toolchain import Toolchain, resolve_toolchain
 
@@ -24,21 +28,84 @@ class Resolved:
     toolchain: Toolchain
     requirements: tuple[ResolvedRequirement, ...]
     derivation: Derivation
+    inputs: tuple[ResolvedInput, ...] = ()
+    provisional: tuple[str, ...] = ()
 
 
-def resolve(recipe: Recipe, *, store: Store, fetcher: Fetcher | None) -> Resolved:
-    """Resolve every input of ``recipe``; fetch what is missing through ``fetcher``."""
-    toolchain = resolve_toolchain(recipe.toolchain, cache_dir=store.cache_dir)
-    source = identify_source(recipe.source, cache=store.sources_dir)
-    requirements = resolve_requirements(
-        recipe.requirements.build,
-        python_version=toolchain.python_version,
-        wheel_dir=store.sources_dir / "wheels",
-        cache_dir=store.cache_dir,
-        fetcher=fetcher,
+def _unresolved_toolchain(spec: ToolchainSpec, why: str) -> Toolchain:
+    declared = {"kind": spec.kind, "python": spec.python}
+    if spec.kind == "rocm":
+        declared["rocm"] = spec.rocm or ""
+    return Toolchain(
+        fingerprint={**declared, "provisional": why},
+        python=Path(spec.python),
+        python_prefix=Path("/"),
+        python_version=spec.python,
     )
+
+
+def resolve(
+    recipe: Recipe,
+    *,
+    store: Store,
+    fetcher: Fetcher | None,
+    url_fetcher: UrlFetcher | None = None,
+    provisional: bool = False,
+) -> Resolved:
+    """Resolve every input of ``recipe``; fetch what is missing through ``fetcher``.
+
+    With ``provisional=True`` (``plan``), what cannot be resolved here without a large download
+    or a missing toolchain is noted in ``Resolved.provisional`` (and in the derivation) instead
+    of raising: a toolchain that is not installed, a remote git source not yet in the mirror
+    cache (never cloned just to plan), and - once anything is provisional - requirements and
+    archive inputs not fetched yet. Such a hash names no real build.
+    """
+    notes: list[str] = []
+    try:
+        toolchain = resolve_toolchain(recipe.toolchain, cache_dir=store.cache_dir)
+    except ToolchainError as exc:
+        if not provisional:
+            raise
+        notes.append(f"toolchain: {exc}")
+        toolchain = _unresolved_toolchain(recipe.toolchain, str(exc))
+    spec = recipe.source
+    if provisional and needs_fetch(spec, cache=store.sources_dir):
+        what = "submodules not resolved: " if spec.submodules else ""
+        notes.append(f"source: commit {spec.rev} ({what}not fetched yet)")
+        source = SourceIdentity(kind="git", commit=spec.rev, patches=patch_digests(spec.patches))
+    else:
+        source = identify_source(spec, cache=store.sources_dir)
+    try:
+        requirements = resolve_requirements(
+            recipe.requirements.build,
+            python_version=toolchain.python_version,
+            wheel_dir=store.sources_dir / "wheels",
+            cache_dir=store.cache_dir,
+            fetcher=None if notes else fetcher,
+        )
+    except RequirementError as exc:
+        if not provisional:
+            raise
+        notes.append(f"requirements: {exc}")
+        requirements = ()
+    try:
+        inputs = resolve_inputs(
+            recipe.inputs,
+            cache=store.sources_dir,
+            fetcher=None if notes else (url_fetcher or UrllibFetcher()),
+        )
+    except SourceError as exc:
+        if not provisional:
+            raise
+        notes.append(f"inputs: {exc}")
+        inputs = ()
     derivation = make_derivation(
-        recipe, source=source, toolchain=toolchain.fingerprint, requirements=requirements
+        recipe,
+        source=source,
+        toolchain=toolchain.fingerprint,
+        requirements=requirements,
+        inputs={i.name: i.to_json() for i in inputs},
+        provisional=notes,
     )
     return Resolved(
         recipe=recipe,
@@ -46,4 +113,6 @@ def resolve(recipe: Recipe, *, store: Store, fetcher: Fetcher | None) -> Resolve
         toolchain=toolchain,
         requirements=requirements,
         derivation=derivation,
+        inputs=inputs,
+        provisional=tuple(notes),
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import tempfile
 from dataclasses import dataclass
@@ -115,6 +116,22 @@ def identify_source(spec: SourceSpec, *, cache: Path) -> SourceIdentity:
             kind="git", commit=rev, submodules=subs, patches=patches, epoch=epoch
         )
     raise SourceError(f"unknown source kind {spec.kind!r}")
+
+
+def is_remote_url(url: str) -> bool:
+    """Return True if fetching ``url`` needs the network (not a local path or ``file://``)."""
+    if url.startswith("file://"):
+        return False
+    return "://" in url or bool(re.match(r"^[^/@:]+@[^/:]+:", url))
+
+
+def needs_fetch(spec: SourceSpec, *, cache: Path) -> bool:
+    """Return True if identifying ``spec`` would download from the network (a remote git
+    source whose commit and submodules are not resolved in the cache yet)."""
+    if spec.kind != "git" or not spec.git or not is_remote_url(spec.git) or spec.rev is None:
+        return False
+    resolved = _resolved_path(spec.git, spec.rev, spec.submodules, cache)
+    return _read_resolved(resolved, spec.rev) is None
 
 
 def _prepare_dest(dest: Path) -> None:

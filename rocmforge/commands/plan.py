@@ -37,7 +37,13 @@ def run(args: argparse.Namespace) -> int:
         return 0
     print(json.dumps(report.derivation, indent=2, sort_keys=True))
     print(f"name:    {report.name} {report.version}")
-    print(f"hash:    {report.hash}")
+    if report.provisional:
+        print(f"hash:    {report.hash} (provisional: not everything could be resolved here)")
+        for note in report.provisional:
+            print(f"  - {note}")
+        print("  `rocmforge realize` resolves these (or stops on them) before building")
+    else:
+        print(f"hash:    {report.hash}")
     print(f"cached:  {'yes, ' + str(report.path) if report.cached else 'no'}")
     if report.nearest:
         print(f"nearest cached build {report.nearest.hash[:12]} differs in:")

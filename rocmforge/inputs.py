@@ -1,0 +1,212 @@
+"""Extra inputs: fixed directories or archives a build needs besides its source (``[inputs.NAME]``).
+
+The build has no network, so anything it would download (a prebuilt AOTriton, a model file) must
+be an input: a directory (content-hashed like a ``path`` source, with the same stat cache), or an
+archive given by ``path`` or by ``url`` + ``sha256`` (blake3 of the archive bytes; the sha256, when
+given, is checked). Archives are fetched and unpacked once into the store's source cache. Each input
+is mounted read-only in the sandbox at ``/inputs/NAME`` and its ``env`` variable names that path.
+Only the content, the name, ``env`` and ``subdir`` enter the derivation — never a path or URL.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import shutil
+import tarfile
+import tempfile
+import urllib.error
+import urllib.request
+import zipfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO, Protocol
+
+from rocmforge.errors import SourceError
+from rocmforge.hashing import CHUNK, file_digests
+from rocmforge.recipe import InputSpec
+from rocmforge.source_path import tree_digest
+from rocmforge.statcache import StatCache
+
+INSIDE = "/inputs"
+_ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar.xz", ".txz", ".tar.bz2", ".tar.zst", ".tar", ".zip")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResolvedInput:
+    """One identified input: its digest and the host directory that gets mounted."""
+
+    name: str
+    env: str
+    kind: str
+    digest: str
+    host: Path
+    subdir: str | None = None
+
+    @property
+    def inside(self) -> str:
+        """Where a relocating sandbox mounts the input."""
+        return f"{INSIDE}/{self.name}"
+
+    def to_json(self) -> dict[str, Any]:
+        """What enters the derivation: kind, content digest, variable and subdir (no path)."""
+        return {"kind": self.kind, "digest": self.digest, "env": self.env, "subdir": self.subdir}
+
+
+class UrlFetcher(Protocol):
+    """Downloads ``url`` into the open file ``out``."""
+
+    def fetch(self, url: str, out: BinaryIO) -> None:
+        """Write the bytes at ``url`` into ``out``; raise :class:`SourceError` on failure."""
+        ...
+
+
+class UrllibFetcher:
+    """Fetch with :mod:`urllib` (http, https, file)."""
+
+    def fetch(self, url: str, out: BinaryIO) -> None:
+        """Stream ``url`` into ``out``."""
+        try:
+            with urllib.request.urlopen(url, timeout=60) as resp:
+                shutil.copyfileobj(resp, out, CHUNK)
+        except (OSError, urllib.error.URLError, ValueError) as exc:
+            raise SourceError(f"cannot download {url}: {exc}") from exc
+
+
+def archive_suffix(name: str) -> str | None:
+    """Return the archive suffix of ``name`` (``.tar.gz``, ``.zip`` ...) or None."""
+    low = name.lower()
+    return next((s for s in _ARCHIVE_SUFFIXES if low.endswith(s)), None)
+
+
+def _digest_file(path: Path, cache: Path) -> tuple[str, str]:
+    """Return ``(blake3, sha256)`` of ``path``, cached by its stat signature."""
+    sc = StatCache(cache / "inputs.json")
+    key = f"file|{path}"
+    hit = sc.get(key)
+    if hit is None:
+        try:
+            b3, sha = file_digests(path)
+        except OSError as exc:
+            raise SourceError(f"cannot read input {path}: {exc}") from exc
+        hit = [b3, sha]
+        sc.put(key, hit, [path])
+    return str(hit[0]), str(hit[1])
+
+
+def _extract(archive: Path, suffix: str, dest: Path) -> None:
+    """Unpack ``archive`` into ``dest`` (absent), atomically: a temp dir renamed at the end."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".unpack-", dir=dest.parent))
+    try:
+        if suffix == ".zip":
+            with zipfile.ZipFile(archive) as zf:
+                for member in zf.namelist():
+                    if member.startswith("/") or ".." in Path(member).parts:
+                        raise SourceError(f"{archive}: unsafe member {member!r}")
+                zf.extractall(tmp)
+        elif suffix == ".tar.zst":
+            import zstandard
+
+            with (
+                open(archive, "rb") as f,
+                zstandard.ZstdDecompressor().stream_reader(f) as r,
+                tarfile.open(fileobj=r, mode="r|") as tf,
+            ):
+                tf.extractall(tmp, filter="data")
+        else:
+            with tarfile.open(archive, "r:*") as tf:
+                tf.extractall(tmp, filter="data")
+        for dirpath, dirnames, filenames in os.walk(tmp):
+            for n in dirnames + filenames:
+                p = os.path.join(dirpath, n)
+                if not os.path.islink(p):
+                    mode = os.stat(p).st_mode
+                    os.chmod(p, (mode | 0o444 | (0o111 if mode & 0o111 else 0)) & 0o755)
+        os.replace(tmp, dest)
+    except (OSError, tarfile.TarError, zipfile.BadZipFile) as exc:
+        raise SourceError(f"cannot unpack input archive {archive}: {exc}") from exc
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _download(spec: InputSpec, cache: Path, fetcher: UrlFetcher | None) -> Path:
+    assert spec.url is not None and spec.sha256 is not None
+    suffix = archive_suffix(spec.url.split("?")[0]) or ".tar.gz"
+    target = cache / "inputs" / "archives" / f"{spec.sha256}{suffix}"
+    if target.exists():
+        return target
+    if fetcher is None:
+        raise SourceError(f"inputs.{spec.name}: {spec.url} has not been fetched yet")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".dl-", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            fetcher.fetch(spec.url, out)
+            out.flush()
+            os.fsync(out.fileno())
+        sha = hashlib.sha256()
+        with open(tmp, "rb") as f:
+            while chunk := f.read(CHUNK):
+                sha.update(chunk)
+        if sha.hexdigest() != spec.sha256:
+            raise SourceError(
+                f"inputs.{spec.name}: {spec.url} has sha256 {sha.hexdigest()}, "
+                f"the recipe expects {spec.sha256}"
+            )
+        os.replace(tmp, target)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+    return target
+
+
+def resolve_input(spec: InputSpec, *, cache: Path, fetcher: UrlFetcher | None) -> ResolvedInput:
+    """Identify ``spec`` (hash a directory, or fetch, check and unpack an archive)."""
+    where = f"inputs.{spec.name}"
+    if spec.path is not None and spec.path.is_dir():
+        digest = tree_digest(spec.path, cache=cache)
+        host, kind = spec.path, "tree"
+    else:
+        if spec.path is not None:
+            if not spec.path.is_file():
+                raise SourceError(f"{where}.path: {spec.path} does not exist")
+            archive = spec.path
+        else:
+            archive = _download(spec, cache, fetcher)
+        suffix = archive_suffix(archive.name) or archive_suffix(spec.url or "")
+        if suffix is None:
+            raise SourceError(
+                f"{where}: {archive.name} is neither a directory nor an archive ("
+                + ", ".join(_ARCHIVE_SUFFIXES)
+                + ")"
+            )
+        b3, sha = _digest_file(archive, cache)
+        if spec.sha256 is not None and sha != spec.sha256:
+            raise SourceError(
+                f"{where}: {archive} has sha256 {sha}, the recipe expects {spec.sha256}"
+            )
+        host = cache / "inputs" / "unpacked" / b3[:32]
+        if not host.is_dir():
+            _extract(archive, suffix, host)
+        digest, kind = b3, "archive"
+    if spec.subdir is not None and not (host / spec.subdir).is_dir():
+        raise SourceError(f"{where}.subdir: {spec.subdir!r} is not a directory in the input")
+    return ResolvedInput(
+        name=spec.name,
+        env=spec.env,
+        kind=kind,
+        digest=f"blake3:{digest}",
+        host=host,
+        subdir=spec.subdir,
+    )
+
+
+def resolve_inputs(
+    specs: Mapping[str, InputSpec], *, cache: Path, fetcher: UrlFetcher | None
+) -> tuple[ResolvedInput, ...]:
+    """Resolve every ``[inputs.NAME]`` of a recipe, sorted by name."""
+    return tuple(resolve_input(specs[n], cache=cache, fetcher=fetcher) for n in sorted(specs))
