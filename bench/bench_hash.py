@@ -47,7 +47,7 @@ def make_tree(root: Path, files: int, big: int, big_mb: int) -> int:
 
 
 def list_files(root: Path) -> list[str]:
-    out = []
+    out: list[str] = []
     for dirpath, dirnames, filenames in os.walk(root):
         if ".git" in dirnames:
             dirnames.remove(".git")

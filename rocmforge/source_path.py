@@ -20,12 +20,14 @@ import os
 import shutil
 import stat
 import subprocess
+import sys
 import tempfile
+import threading
 import time
-from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from collections import deque
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn, TypeVar
 
 import blake3
 
@@ -33,37 +35,57 @@ from rocmforge.errors import SourceError
 from rocmforge.hashing import blake3_hex
 from rocmforge.source_git import git_env
 
-RECORD_VERSION = 1
+RECORD_VERSION = 2
 TREE_TAG = b"rocmforge-tree-v1\0"
 BIG_FILE = 1 << 22
 # Timestamps this close to the scan start may hide a same-tick rewrite; such digests are not reused.
 RACY_SLACK_NS = 50_000_000
+# Below this many entries a scan stays in this process: a fork costs more than it saves.
+PARALLEL_MIN_ENTRIES = 4096
+MAX_WORKERS = 8
 
 # rel -> (size, mtime_ns, ino, ctime_ns, kind, digest-or-link-target); size -1 marks "do not trust".
 FileRec = tuple[int, int, int, int, str, str]
+# What a scan records of one file before reading it: (rel, size, mtime_ns, ino, ctime_ns, mode).
+_Stat = tuple[str, int, int, int, int, int]
+_T = TypeVar("_T")
+
+_local = threading.local()
+_IN_WORKER = False
+
+
+def _buffer(size: int) -> memoryview:
+    """Return this thread's reusable read buffer, at least ``size`` bytes long."""
+    buf: bytearray | None = getattr(_local, "buf", None)
+    if buf is None or len(buf) < size:
+        buf = bytearray(max(size, 1 << 16))
+        _local.buf = buf
+    return memoryview(buf)
 
 
 def digest_file(path: str, size: int) -> str:
     """Return the blake3 hex of a file's content; ``size`` (from stat) only sizes the first read.
 
-    Big files are memory-mapped and hashed with blake3's threads (the GIL is released); small
-    ones are read whole with raw ``os`` calls, which costs far less than a buffered file object.
+    Big files are memory-mapped and hashed with blake3's threads (one thread in a forked scan
+    worker, where blake3's pool does not exist); small ones are read with raw ``os`` calls into
+    a reused buffer, which costs far less than a buffered file object or a fresh bytes object.
     """
     if size >= BIG_FILE:
-        h = blake3.blake3(max_threads=blake3.blake3.AUTO)
+        h = blake3.blake3(max_threads=1 if _IN_WORKER else blake3.blake3.AUTO)
         h.update_mmap(path)
         return str(h.hexdigest())
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
-        data = os.read(fd, size + 1)
-        if len(data) > size:  # grew since stat: read the rest
-            chunks = [data]
+        view = _buffer(size + 1)
+        n = os.readv(fd, [view[: size + 1]])
+        if n > size:  # grew since stat: read the rest
+            chunks = [bytes(view[:n])]
             while chunk := os.read(fd, 1 << 20):
                 chunks.append(chunk)
-            data = b"".join(chunks)
+            return str(blake3.blake3(b"".join(chunks)).hexdigest())
     finally:
         os.close(fd)
-    return str(blake3.blake3(data).hexdigest())
+    return str(blake3.blake3(view[:n]).hexdigest())
 
 
 def _kind(mode: int) -> str | None:
@@ -196,80 +218,260 @@ _OTHERS = ["ls-files", "-z", "--others", "--exclude-standard"]
 _CACHED = ["ls-files", "-z", "-s"]
 
 
-class _Scan:
-    """One scan of a tree: collects entries, notes what needs hashing, builds the new record."""
+def _workers() -> int:
+    try:
+        n = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        n = os.cpu_count() or 1
+    return max(1, min(n, MAX_WORKERS))
 
-    def __init__(self, root: Path, old_files: dict[str, FileRec]) -> None:
-        self.root = root
-        self.old_files = old_files
-        self.files: dict[str, FileRec] = {}
-        self.todo: list[tuple[str, os.stat_result, str]] = []  # (rel, stat, kind)
-        self.git: dict[str, dict[str, Any]] = {}
-        self.worktrees: list[tuple[Path, str]] = []
-        self.cutoff = time.time_ns() - RACY_SLACK_NS
 
-    def add(self, rel: str, st: os.stat_result) -> None:
-        kind = _kind(st.st_mode)
-        if kind is None:
+def _run_in_worker(fn: Callable[[_T], Any], part: _T, w: int) -> NoReturn:
+    """Body of a forked worker: run ``fn(part)``, send the marshal'd outcome, leave at once."""
+    global _IN_WORKER
+    _IN_WORKER = True
+    code = 1
+    try:
+        try:
+            out: tuple[str, Any] = ("ok", fn(part))
+        except SourceError as exc:
+            out = ("source", str(exc))
+        except BaseException as exc:
+            out = ("bug", f"{type(exc).__name__}: {exc}")
+        view = memoryview(marshal.dumps(out))
+        while view:
+            view = view[os.write(w, view):]
+        code = 0
+    finally:
+        os._exit(code)
+
+
+def _collect(pid: int, r: int) -> Any:
+    chunks = []
+    while chunk := os.read(r, 1 << 20):
+        chunks.append(chunk)
+    _, status = os.waitpid(pid, 0)
+    if status != 0 or not chunks:
+        raise SourceError(f"path scan worker {pid} failed (wait status {status})")
+    kind, value = marshal.loads(b"".join(chunks))
+    if kind == "source":
+        raise SourceError(value)
+    if kind != "ok":
+        raise RuntimeError(f"path scan worker {pid}: {value}")
+    return value
+
+
+def _fork_map(fn: Callable[[_T], Any], parts: list[_T]) -> list[Any]:
+    """Return ``[fn(p) for p in parts]``: the first part here, each other one in a forked child.
+
+    Threads cannot help (the per-file work is Python code under the GIL); ``fork`` gives each
+    part a core without pickling the inputs. Children use no threads, run no atexit handlers and
+    return their result marshal'd through a pipe.
+    """
+    if len(parts) <= 1:
+        return [fn(p) for p in parts]
+    kids: dict[int, int] = {}
+    try:
+        for part in parts[1:]:
+            r, w = os.pipe()
+            try:
+                pid = os.fork()
+            except OSError:
+                os.close(r)
+                os.close(w)
+                raise
+            if pid == 0:
+                os.close(r)
+                _run_in_worker(fn, part, w)
+            os.close(w)
+            kids[pid] = r
+        results = [fn(parts[0])]
+        for pid, r in list(kids.items()):
+            try:
+                results.append(_collect(pid, r))
+            finally:
+                del kids[pid]
+                os.close(r)
+        return results
+    except OSError as exc:
+        raise SourceError(f"path scan: cannot run a worker: {exc}") from exc
+    finally:
+        for pid, r in kids.items():  # only after an error: stop and reap the rest
+            os.close(r)
+            try:
+                os.kill(pid, 9)
+                os.waitpid(pid, 0)
+            except OSError:
+                pass
+
+
+class _Job:
+    """One share of a scan: files to stat, directories to walk, and what to do with them."""
+
+    __slots__ = ("base", "cutoff", "dirs", "full", "loose", "old")
+
+    def __init__(
+        self,
+        *,
+        base: str,
+        loose: list[str],
+        dirs: list[str],
+        full: bool,
+        old: dict[str, FileRec],
+        cutoff: int,
+    ) -> None:
+        self.base = base  # root with a trailing "/"
+        self.loose = loose  # relative paths to lstat
+        self.dirs = dirs  # relative prefixes ("" or "a/b/") of directories to walk, .git skipped
+        self.full = full  # False: only the stat signature; True: also compare and hash
+        self.old = old
+        self.cutoff = cutoff
+
+
+# sig, racy seen, rels, their records, big files left to hash (stat + kind)
+_PartResult = tuple[bytes, bool, list[str], list[FileRec], list[tuple[_Stat, str]]]
+
+
+def _scan_part(job: _Job) -> _PartResult:
+    """Stat every file of ``job``; with ``job.full`` also reuse or make each file's record.
+
+    The signature is the blake3 of the stat facts in scan order (marshal version 2 has neither
+    references nor interning flags, so equal lists give equal bytes in any process). Small files
+    are hashed here; big ones are returned for the caller, which has every core for them.
+    """
+    base, old, cutoff, full = job.base, job.old, job.cutoff, job.full
+    stats: list[_Stat] = []
+    rels: list[str] = []
+    recs: list[FileRec] = []
+    big: list[tuple[_Stat, str]] = []
+    racy_seen = False
+    lstat = os.lstat
+    isreg, islnk = stat.S_ISREG, stat.S_ISLNK
+
+    def visit(rel: str, st: os.stat_result) -> None:
+        nonlocal racy_seen
+        mode = st.st_mode
+        if isreg(mode):
+            kind = "x" if mode & 0o111 else "f"
+        elif islnk(mode):
+            kind = "l"
+        else:
             return
-        prev = self.old_files.get(rel)
+        fact = (rel, st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns, mode)
+        stats.append(fact)
+        if not full:
+            return
+        _, size, mtime, ino, ctime, _ = fact
+        prev = old.get(rel)
         if (
             prev is not None
-            and prev[0] == st.st_size
-            and prev[1] == st.st_mtime_ns
-            and prev[2] == st.st_ino
-            and prev[3] == st.st_ctime_ns
+            and prev[0] == size
+            and prev[1] == mtime
+            and prev[2] == ino
+            and prev[3] == ctime
             and prev[4] == kind
         ):
-            self.files[rel] = prev
-        elif kind == "l":
-            try:
-                target = os.readlink(os.path.join(self.root, rel))
-            except OSError as exc:
-                raise SourceError(f"{self.root / rel}: cannot read link: {exc}") from exc
-            self.files[rel] = self._rec(st, kind, target)
-        else:
-            self.todo.append((rel, st, kind))
+            rels.append(rel)
+            recs.append(prev)
+            return
+        racy = (mtime if mtime > ctime else ctime) >= cutoff
+        racy_seen = racy_seen or racy
+        if kind != "l" and size >= BIG_FILE:
+            big.append((fact, kind))
+            return
+        path = base + rel
+        try:
+            content = os.readlink(path) if kind == "l" else digest_file(path, size)
+        except FileNotFoundError:
+            stats.pop()  # removed since the stat: not part of the tree
+            return
+        except OSError as exc:
+            raise SourceError(f"{path}: cannot read: {exc}") from exc
+        rels.append(rel)
+        recs.append((-1 if racy else size, mtime, ino, ctime, kind, content))
 
-    def _rec(self, st: os.stat_result, kind: str, digest: str) -> FileRec:
-        racy = max(st.st_mtime_ns, st.st_ctime_ns) >= self.cutoff
-        return (-1 if racy else st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns, kind, digest)
+    for rel in job.loose:
+        try:
+            st = lstat(base + rel)
+        except FileNotFoundError:
+            continue  # tracked but deleted in the work tree, or removed since listed
+        except OSError as exc:
+            raise SourceError(f"{base + rel}: cannot stat: {exc}") from exc
+        visit(rel, st)
 
-    def add_paths(self, rels: Iterable[str], prefix: str) -> None:
-        lstat = os.lstat
-        base = os.fspath(self.root)
-        for rel in rels:
-            full = prefix + rel
-            try:
-                st = lstat(os.path.join(base, full))
-            except FileNotFoundError:
-                continue  # tracked but deleted in the work tree
-            except OSError as exc:
-                raise SourceError(f"{self.root / full}: cannot stat: {exc}") from exc
-            self.add(full, st)
-
-    def walk(self, top: str, prefix: str) -> None:
-        """Add every file under ``top`` (not a git work tree), skipping ``.git``."""
+    def walk(prefix: str) -> None:
+        top = base + prefix
         try:
             with os.scandir(top) as it:
                 entries = list(it)
         except OSError as exc:
             raise SourceError(f"{top}: cannot list directory: {exc}") from exc
         for e in entries:
-            if e.name == ".git":
-                continue
-            rel = prefix + e.name
+            name = e.name
             try:
                 if e.is_dir(follow_symlinks=False):
-                    self.walk(e.path, rel + "/")
+                    if name != ".git":
+                        walk(prefix + name + "/")
                     continue
                 st = e.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue
             except OSError as exc:
                 raise SourceError(f"{e.path}: cannot stat: {exc}") from exc
-            self.add(rel, st)
+            if name != ".git":
+                visit(prefix + name, st)
 
-    def git_tree(self, wt: Path, prefix: str) -> None:
-        """Add the listing of the git work tree at ``wt`` (``prefix`` from root), recursively."""
+    for prefix in job.dirs:
+        walk(prefix)
+    sig = blake3.blake3(marshal.dumps(stats, 2)).digest()
+    return sig, racy_seen, rels, recs, big
+
+
+def _plan_walk(base: str, workers: int) -> list[tuple[list[str], list[str]]]:
+    """Split a plain tree into ``(loose files, directories)`` shares, one per worker.
+
+    Directories are listed breadth first here until the tree is known to be big enough to be
+    worth a fork and there are several directories per worker; small trees get one share. The
+    split depends only on the directory listings, so an unchanged tree is split the same way.
+    """
+    if workers == 1:
+        return [([], [""])]
+    loose: list[str] = []
+    todo: deque[str] = deque([""])
+    seen = 0
+    while todo and (seen < PARALLEL_MIN_ENTRIES or len(todo) < 4 * workers):
+        prefix = todo.popleft()
+        try:
+            with os.scandir(base + prefix) as it:
+                for e in it:
+                    seen += 1
+                    try:
+                        is_dir = e.is_dir(follow_symlinks=False)
+                    except OSError:
+                        is_dir = False
+                    if is_dir:
+                        if e.name != ".git":
+                            todo.append(prefix + e.name + "/")
+                    elif e.name != ".git":
+                        loose.append(prefix + e.name)
+        except OSError as exc:
+            raise SourceError(f"{base + prefix}: cannot list directory: {exc}") from exc
+    if seen < PARALLEL_MIN_ENTRIES and not todo:
+        return [(loose, [])]
+    dirs = list(todo)
+    return [(loose[k::workers], dirs[k::workers]) for k in range(workers)]
+
+
+class _GitListing:
+    """The listing of a git work tree and the git state its fast path compares against."""
+
+    def __init__(self) -> None:
+        self.rels: list[str] = []
+        self.git: dict[str, dict[str, Any]] = {}
+        self.worktrees: list[tuple[Path, str]] = []
+
+    def add(self, wt: Path, prefix: str) -> None:
+        """List the git work tree at ``wt`` (``prefix`` from root), submodules recursively."""
         gitdir = _find_gitdir(wt)
         index = _index_stat(gitdir) if gitdir is not None else None
         cached, others = _git_many(wt, [_CACHED, _OTHERS])
@@ -284,64 +486,42 @@ class _Scan:
                 checked_out = os.path.exists(os.path.join(wt, rel, ".git"))
                 subs.append((rel, checked_out))
                 if checked_out:
-                    self.git_tree(wt / rel, prefix + rel + "/")
+                    self.add(wt / rel, prefix + rel + "/")
             else:
                 tracked.add(rel)
         untracked = [r for r in _split_z(others) if not r.endswith("/")]
-        self.add_paths(sorted(tracked.union(untracked)), prefix)
+        self.rels.extend(prefix + r for r in sorted(tracked.union(untracked)))
         self.git[prefix] = {
             "index": index,
-            "dirty": [],  # filled by finish_git(), after the files were read
+            "dirty": [],  # filled by finish(), after the files were read
             "untracked": sorted(untracked),
             "subs": sorted(set(subs)),
         }
         self.worktrees.append((wt, prefix))
 
-    def finish_git(self) -> None:
+    def finish(self) -> None:
         """Record git's dirty files, asked after hashing so an edit during the scan shows up."""
         for wt, prefix in self.worktrees:
             (dirty,) = _git_many(wt, [_DIRTY])
             self.git[prefix]["dirty"] = sorted(_split_z(dirty))
 
-    def hash_todo(self) -> None:
-        """Hash the files the stat cache could not vouch for.
-
-        Big files go to one worker thread (mmap, GIL released, blake3's own threads) while this
-        thread reads and hashes the small ones; a pool for small files measured slower (GIL).
-        """
-        if not self.todo:
-            return
-        base = os.fspath(self.root)
-        big = [i for i, (_, st, _) in enumerate(self.todo) if st.st_size >= BIG_FILE]
-        small = [i for i, (_, st, _) in enumerate(self.todo) if st.st_size < BIG_FILE]
-
-        def run(indexes: list[int]) -> list[str]:
-            return [
-                digest_file(os.path.join(base, self.todo[i][0]), self.todo[i][1].st_size)
-                for i in indexes
-            ]
-
-        try:
-            with ThreadPoolExecutor(max_workers=1) as pool:
-                big_future = pool.submit(run, big)
-                results = list(zip(small, run(small), strict=True))
-                results += zip(big, big_future.result(), strict=True)
-        except OSError as exc:
-            raise SourceError(f"{self.root}: cannot read file: {exc}") from exc
-        for i, d in results:
-            rel, st, kind = self.todo[i]
-            self.files[rel] = self._rec(st, kind, d)
-        self.todo = []
-
 
 def _tree_digest(files: dict[str, FileRec]) -> str:
-    h = blake3.blake3(TREE_TAG)
-    parts = []
-    for rel in sorted(files, key=os.fsencode):
-        r = files[rel]
-        parts.append(b"%s\0%s\0%s\0" % (os.fsencode(rel), r[4].encode(), os.fsencode(r[5])))
-    h.update(b"".join(parts))
-    return str(h.hexdigest())
+    """Hash ``rel NUL kind NUL digest NUL`` for every file in byte order of ``rel``.
+
+    Without surrogate escapes, UTF-8 byte order is code point order, so the paths sort as
+    ``str`` and the whole listing is encoded once; otherwise each path is sorted by its bytes.
+    """
+    rels = list(files)
+    try:
+        if sys.getfilesystemencoding().lower().replace("-", "") != "utf8":
+            raise UnicodeError
+        "".join(rels).encode("utf-8")
+        rels.sort()
+    except UnicodeError:
+        rels.sort(key=os.fsencode)
+    text = "".join([f"{rel}\0{files[rel][4]}\0{files[rel][5]}\0" for rel in rels])
+    return str(blake3.blake3(TREE_TAG + os.fsencode(text)).hexdigest())
 
 
 def _git_unchanged(root: Path, head: dict[str, Any], prefix: str, wt: Path) -> bool:
@@ -378,6 +558,20 @@ def _git_unchanged(root: Path, head: dict[str, Any], prefix: str, wt: Path) -> b
     )
 
 
+def _jobs(
+    base: str, shares: list[tuple[list[str], list[str]]], *, full: bool,
+    old: dict[str, FileRec], cutoff: int,
+) -> list[_Job]:
+    return [
+        _Job(base=base, loose=loose, dirs=dirs, full=full, old=old, cutoff=cutoff)
+        for loose, dirs in shares
+    ]
+
+
+def _signature(results: list[_PartResult]) -> str:
+    return blake3_hex(b"".join(r[0] for r in results))
+
+
 def _scan_tree(
     root: Path, cache: Path, *, need_files: bool
 ) -> tuple[str, dict[str, FileRec]]:
@@ -388,41 +582,76 @@ def _scan_tree(
     if not stat.S_ISDIR(st.st_mode):
         raise SourceError(f"path source {root}: not a directory")
     root = Path(os.path.abspath(root))
+    base = os.path.join(os.fspath(root), "")
     head_path, files_path = _record_paths(root, cache)
     head = _load_head(head_path, root)
     in_git = _find_gitdir(root) is not None
-    if in_git and head and _git_unchanged(root, head, "", root):
-        files = _load_files(files_path, head) if need_files else {}
-        if files or not need_files:
-            return head["digest"], files
-    old_files = _load_files(files_path, head)
-    scan = _Scan(root, old_files)
+    workers = _workers()
+    cutoff = time.time_ns() - RACY_SLACK_NS
+    listing: _GitListing | None = None
+    files: dict[str, FileRec]
     if in_git:
-        scan.git_tree(root, "")
+        if head and _git_unchanged(root, head, "", root):
+            files = _load_files(files_path, head) if need_files else {}
+            if files or not need_files:
+                return head["digest"], files
+        listing = _GitListing()
+        listing.add(root, "")
+        rels = listing.rels
+        n = workers if len(rels) >= PARALLEL_MIN_ENTRIES else 1
+        shares: list[tuple[list[str], list[str]]] = [(rels[k::n], []) for k in range(n)]
     else:
-        scan.walk(os.fspath(root), "")
-    scan.hash_todo()
-    scan.finish_git()
-    if head and scan.files == old_files and head.get("git", {}) == scan.git:
-        return head["digest"], scan.files
-    digest = _tree_digest(scan.files)
+        shares = _plan_walk(base, workers)
+        if head.get("sig"):
+            # Plain tree: stat everything but load no file table; equal stat facts, same tree.
+            quick = _fork_map(_scan_part, _jobs(base, shares, full=False, old={}, cutoff=cutoff))
+            if _signature(quick) == head["sig"]:
+                files = _load_files(files_path, head) if need_files else {}
+                if files or not need_files:
+                    return head["digest"], files
+    old_files = _load_files(files_path, head)
+    results = _fork_map(_scan_part, _jobs(base, shares, full=True, old=old_files, cutoff=cutoff))
+    files = {}
+    racy_seen = False
+    big: list[tuple[_Stat, str]] = []
+    for _, racy, rels_part, recs, big_part in results:
+        files.update(zip(rels_part, recs, strict=True))
+        racy_seen = racy_seen or racy
+        big.extend(big_part)
+    for (rel, size, mtime, ino, ctime, _), kind in big:
+        try:
+            digest = digest_file(base + rel, size)
+        except OSError as exc:
+            raise SourceError(f"{base + rel}: cannot read: {exc}") from exc
+        racy = max(mtime, ctime) >= cutoff
+        racy_seen = racy_seen or racy
+        files[rel] = (-1 if racy else size, mtime, ino, ctime, kind, digest)
+    git_state: dict[str, dict[str, Any]] = {}
+    if listing is not None:
+        listing.finish()
+        git_state = listing.git
+    sig = None if racy_seen or listing is not None else _signature(results)
+    same_files = bool(head) and files == old_files
+    if same_files and head.get("git", {}) == git_state and head.get("sig") == sig:
+        return head["digest"], files
+    digest = head["digest"] if same_files else _tree_digest(files)
     hot = {
-        prefix + rel: scan.files[prefix + rel]
-        for prefix, rec in scan.git.items()
+        prefix + rel: files[prefix + rel]
+        for prefix, rec in git_state.items()
         for rel in (*rec["dirty"], *rec["untracked"])
-        if prefix + rel in scan.files
+        if prefix + rel in files
     }
-    if head and scan.files == old_files:
+    if same_files:
         token = head["token"]
     else:
         token = blake3_hex(os.urandom(16))
-        _write_atomic(files_path, marshal.dumps((token, scan.files)))
+        _write_atomic(files_path, marshal.dumps((token, files)))
     _write_atomic(
         head_path,
         marshal.dumps({"v": RECORD_VERSION, "root": os.fspath(root), "token": token,
-                       "digest": digest, "git": scan.git, "hot": hot}),
+                       "digest": digest, "git": git_state, "hot": hot, "sig": sig}),
     )
-    return digest, scan.files
+    return digest, files
 
 
 def tree_digest(root: Path, *, cache: Path) -> str:

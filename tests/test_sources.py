@@ -345,7 +345,11 @@ def test_git_hit_is_offline_and_runs_no_git(
         return real_run(*a, **k)  # type: ignore[call-overload]
 
     monkeypatch.setattr(subprocess, "run", run_spy)
-    monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: calls.append(a) or real_popen(*a, **k))
+    def popen_spy(*a: object, **k: object) -> object:
+        calls.append(a)
+        return real_popen(*a, **k)  # type: ignore[call-overload]
+
+    monkeypatch.setattr(subprocess, "Popen", popen_spy)
     assert identify_source(spec, cache=cache) == first
     assert calls == []
     # Materialising works from the mirrors alone, origin gone.
@@ -548,3 +552,109 @@ def test_tree_digest_is_pinned_in_a_git_work_tree(tmp_path: Path) -> None:
     git(repo, "add", "-A")
     git(repo, "rm", "-q", "--cached", "Zed")  # untracked but not ignored: still listed
     assert source_path.tree_digest(repo, cache=tmp_path / "cache") == PINNED_TREE_DIGEST
+
+
+@pytest.fixture
+def parallel(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make even a small tree take the forked multi-worker path, with small 'big' files."""
+    monkeypatch.setattr(source_path, "PARALLEL_MIN_ENTRIES", 8)
+    monkeypatch.setattr(source_path, "BIG_FILE", 4096)
+    monkeypatch.setattr(source_path, "_workers", lambda: 3)
+
+
+def make_wide_tree(root: Path) -> None:
+    for i in range(120):
+        p = root / f"d{i % 7}" / f"s{i % 5}" / f"f{i}.c"
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(bytes([i % 251]) * (i * 97))  # some above the patched BIG_FILE
+    (root / "d0" / "tool").write_text("#!/bin/sh\n")
+    (root / "d0" / "tool").chmod(0o755)
+    os.symlink("../d1", root / "d0" / "up")
+
+
+def test_parallel_scan_hashes_like_the_serial_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    src = tmp_path / "src"
+    make_wide_tree(src)
+    make_pinned_tree(src / "pinned")
+    serial = source_path.tree_digest(src, cache=tmp_path / "c1")
+    listing = source_path.tree_listing(src, cache=tmp_path / "c1")
+    serial_files = {k: v[4:] for k, v in listing.items()}
+    monkeypatch.setattr(source_path, "PARALLEL_MIN_ENTRIES", 8)
+    monkeypatch.setattr(source_path, "BIG_FILE", 4096)
+    monkeypatch.setattr(source_path, "_workers", lambda: 3)
+    assert source_path.tree_digest(src, cache=tmp_path / "c2") == serial
+    listing = source_path.tree_listing(src, cache=tmp_path / "c2")
+    assert {k: v[4:] for k, v in listing.items()} == serial_files
+    assert source_path.tree_digest(src / "pinned", cache=tmp_path / "c2") == PINNED_TREE_DIGEST
+
+
+@pytest.mark.usefixtures("parallel")
+def test_parallel_warm_scan_loads_no_table_and_sees_edits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    src = tmp_path / "src"
+    make_wide_tree(src)
+    cache = tmp_path / "cache"
+    settle()
+    first = source_path.tree_digest(src, cache=cache)
+    loads: list[Path] = []
+    real_load = source_path._load_files
+
+    def spy(path: Path, head: dict[str, object]) -> dict[str, source_path.FileRec]:
+        loads.append(path)
+        return real_load(path, head)
+
+    monkeypatch.setattr(source_path, "_load_files", spy)
+    assert source_path.tree_digest(src, cache=cache) == first
+    assert loads == []  # the stat signature matched: the 120-entry table stayed on disk
+    target = src / "d3" / "s3" / "f3.c"  # 291 bytes, rewritten with the same size
+    before = target.read_bytes()
+    target.write_bytes(b"x" * len(before))
+    edited = source_path.tree_digest(src, cache=cache)
+    assert edited != first
+    target.write_bytes(before)
+    assert source_path.tree_digest(src, cache=cache) == first
+    (src / "d6" / "new").write_text("")
+    assert source_path.tree_digest(src, cache=cache) not in (first, edited)
+
+
+@pytest.mark.usefixtures("parallel")
+def test_parallel_git_scan_hashes_like_the_plain_copy(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    make_wide_tree(repo)
+    (repo / ".gitignore").write_text("*.o\n")
+    commit(repo)
+    (repo / "d2" / "junk.o").write_text("ignored")
+    (repo / "d2" / "untracked.txt").write_text("counted")
+    copy = tmp_path / "copy"
+    shutil.copytree(repo, copy, symlinks=True, ignore=shutil.ignore_patterns(".git", "*.o"))
+    assert source_path.tree_digest(repo, cache=tmp_path / "c") == source_path.tree_digest(
+        copy, cache=tmp_path / "c"
+    )
+
+
+@pytest.mark.usefixtures("parallel")
+@pytest.mark.parametrize("how", ["error", "crash"])
+def test_parallel_worker_failure_is_a_source_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    src = tmp_path / "src"
+    make_wide_tree(src)
+    parent = os.getpid()
+    real = source_path.digest_file
+
+    def failing(path: str, size: int) -> str:
+        if os.getpid() != parent and path.endswith("f7.c"):  # only inside a forked worker
+            if how == "crash":
+                os._exit(3)
+            raise OSError(5, "Input/output error", path)
+        return real(path, size)
+
+    monkeypatch.setattr(source_path, "digest_file", failing)
+    match = "f7.c: cannot read" if how == "error" else "worker .* failed"
+    with pytest.raises(SourceError, match=match):
+        source_path.tree_digest(src, cache=tmp_path / "c")
