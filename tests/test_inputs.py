@@ -1,0 +1,161 @@
+"""Extra inputs (``[inputs.NAME]``): hashed into the derivation, read-only at ``/inputs/NAME`` in
+the sandbox with their variable; archives by path or URL (loopback HTTP) with sha256; and ``plan``
+staying offline with a provisional hash."""
+
+from __future__ import annotations
+
+import hashlib
+import http.server
+import json
+import tarfile
+import threading
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import TINY_RECIPE, rf
+
+# The build step proves what the build sees: the variable, the content, and that it is read-only.
+STEP = (
+    'test "$AOT" = "{want}" && cp "$AOT/lib/data.txt" tiny/seen.txt && '
+    'if touch "$AOT/new" 2>/dev/null; then echo WRITABLE; exit 1; fi && '
+    "python mkwheel.py $OUT tiny 0.1"
+)
+
+
+def recipe(tmp_path: Path, src: Path, inp: str, want: str = "/inputs/aot") -> Path:
+    text = TINY_RECIPE.format(src=src).replace(
+        'steps = ["python mkwheel.py $OUT tiny 0.1"]',
+        f"steps = [{json.dumps(STEP.format(want=want))}]",
+    )
+    path = tmp_path / "r.toml"
+    path.write_text(text + f"\n[inputs.aot]\n{inp}\n")
+    return path
+
+
+def plan_hash(path: Path, store: Path) -> str:
+    proc = rf("plan", path, "--store", store, "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["provisional"] == []
+    return str(data["hash"])
+
+
+def realize_wheel(path: Path, store: Path) -> zipfile.ZipFile:
+    proc = rf("realize", path, "--store", store, "--json")
+    assert proc.returncode == 0, proc.stderr
+    [report] = json.loads(proc.stdout)
+    return zipfile.ZipFile(report["wheels"][0])
+
+
+@pytest.fixture
+def aot(tmp_path: Path) -> Path:
+    d = tmp_path / "aotriton"
+    (d / "lib").mkdir(parents=True)
+    (d / "lib" / "data.txt").write_text("kernels v1\n")
+    return d
+
+
+def test_directory_input(tmp_path: Path, tiny_src: Path, aot: Path) -> None:
+    store = tmp_path / "store"
+    r = recipe(tmp_path, tiny_src, f'path = "{aot}"\nenv = "AOT"')
+    h1 = plan_hash(r, store)
+    drv = json.loads(rf("plan", r, "--store", store, "--json").stdout)["derivation"]
+    assert drv["inputs"]["aot"]["env"] == "AOT"
+    assert drv["inputs"]["aot"]["kind"] == "tree"
+    assert str(aot) not in json.dumps(drv)  # the content is hashed, not the path
+    with realize_wheel(r, store) as whl:
+        assert whl.read("tiny/seen.txt") == b"kernels v1\n"
+    (aot / "lib" / "data.txt").write_text("kernels v2\n")
+    h2 = plan_hash(r, store)
+    assert h2 != h1
+    with realize_wheel(r, store) as whl:  # the memo must not answer with the old build
+        assert whl.read("tiny/seen.txt") == b"kernels v2\n"
+    moved = tmp_path / "elsewhere"
+    aot.rename(moved)
+    assert plan_hash(recipe(tmp_path, tiny_src, f'path = "{moved}"\nenv = "AOT"'), store) == h2
+
+
+def make_tar(tmp_path: Path, text: str) -> Path:
+    top = tmp_path / "pkg" / "aotriton" / "lib"
+    top.mkdir(parents=True, exist_ok=True)
+    (top / "data.txt").write_text(text)
+    archive = tmp_path / "aotriton.tar.gz"
+    with tarfile.open(archive, "w:gz") as tf:
+        tf.add(tmp_path / "pkg" / "aotriton", "aotriton")
+    return archive
+
+
+def test_archive_input_with_subdir_and_sha256(tmp_path: Path, tiny_src: Path) -> None:
+    store = tmp_path / "store"
+    archive = make_tar(tmp_path, "packed\n")
+    sha = hashlib.sha256(archive.read_bytes()).hexdigest()
+    inp = f'path = "{archive}"\nsha256 = "{sha}"\nenv = "AOT"\nsubdir = "aotriton"'
+    r = recipe(tmp_path, tiny_src, inp, want="/inputs/aot/aotriton")
+    with realize_wheel(r, store) as whl:
+        assert whl.read("tiny/seen.txt") == b"packed\n"
+    bad = recipe(tmp_path, tiny_src, inp.replace(sha, "0" * 64), want="/inputs/aot/aotriton")
+    proc = rf("realize", bad, "--store", store)
+    assert proc.returncode == 2 and sha in proc.stderr and "0" * 64 in proc.stderr
+
+
+@pytest.fixture
+def http_dir(tmp_path: Path) -> Iterator[tuple[str, list[str]]]:
+    """A loopback HTTP server over tmp_path/www; yields its base URL and the paths requested."""
+    root = tmp_path / "www"
+    root.mkdir()
+    seen: list[str] = []
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def __init__(self, *a: object, **kw: object) -> None:
+            super().__init__(*a, directory=str(root), **kw)  # type: ignore[arg-type]
+
+        def log_message(self, *args: object) -> None:
+            seen.append(self.path)
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    t = threading.Thread(target=server.serve_forever, daemon=True)
+    t.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", seen
+    finally:
+        server.shutdown()
+
+
+def test_url_input_fetched_once(
+    tmp_path: Path, tiny_src: Path, http_dir: tuple[str, list[str]]
+) -> None:
+    base, seen = http_dir
+    archive = make_tar(tmp_path, "from the net\n")
+    (tmp_path / "www" / "aot.tar.gz").write_bytes(archive.read_bytes())
+    sha = hashlib.sha256(archive.read_bytes()).hexdigest()
+    inp = f'url = "{base}/aot.tar.gz"\nsha256 = "{sha}"\nenv = "AOT"\nsubdir = "aotriton"'
+    r = recipe(tmp_path, tiny_src, inp, want="/inputs/aot/aotriton")
+    store = tmp_path / "store"
+    with realize_wheel(r, store) as whl:
+        assert whl.read("tiny/seen.txt") == b"from the net\n"
+    assert plan_hash(r, store)  # resolved from the cache
+    assert len([p for p in seen if "aot.tar.gz" in p]) == 1
+    wrong = recipe(tmp_path, tiny_src, inp.replace(sha, "1" * 64), want="/inputs/aot/aotriton")
+    proc = rf("realize", wrong, "--store", tmp_path / "store2")
+    assert proc.returncode == 2 and sha in proc.stderr
+
+
+def test_plan_never_clones_a_remote_source(tmp_path: Path) -> None:
+    r = tmp_path / "remote.toml"
+    r.write_text(
+        'schema = 1\n[package]\nname = "x"\nversion = "1"\n'
+        '[source]\ngit = "https://invalid.example/big.git"\n'
+        'rev = "a8d6afb511a69687bbb2b7e88a3cf67917e1697e"\nsubmodules = true\n'
+        '[toolchain]\nkind = "rocm"\nrocm = "6.2.4"\nroot = "/nonexistent/rocm"\n'
+    )
+    proc = rf("plan", r, "--store", tmp_path / "store")
+    assert proc.returncode == 0, proc.stderr
+    assert "provisional" in proc.stdout
+    assert "commit a8d6afb511a69687bbb2b7e88a3cf67917e1697e (submodules not resolved" in proc.stdout
+    assert "/nonexistent/rocm does not exist" in proc.stdout
+    data = json.loads(rf("plan", r, "--store", tmp_path / "store", "--json").stdout)
+    assert len(data["provisional"]) == 2
+    assert data["derivation"]["provisional"] == data["provisional"]
+    assert not list((tmp_path / "store").rglob("*.git"))
