@@ -335,10 +335,11 @@ def gather_entries(store: Store) -> tuple[list[EntryInfo], list[str]]:
     indexed = {row.hash: row.last_used for row in store.index.rows()}
     entries: list[EntryInfo] = []
     warnings: list[str] = []
+    base = os.fspath(store.entries_dir)
     for n in names:
-        path = store.entries_dir / n
+        path = os.path.join(base, n)
         try:
-            with open(path / META, "rb") as f:
+            with open(os.path.join(path, META), "rb") as f:
                 raw = f.read()
             meta = json.loads(raw)
             h, name, version = meta["hash"], meta["name"], meta["version"]
@@ -485,6 +486,58 @@ def _remove_any(path: Path) -> None:
         os.unlink(path)
 
 
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+PURGE_THREADS = 8  # unlinking is syscall-bound: threads overlap the filesystem's journal waits
+
+
+def _purge_dir(name: str, parent_fd: int) -> None:
+    """Remove directory ``name`` (relative to ``parent_fd``) and everything below it.
+
+    Works on descriptors opened with ``O_NOFOLLOW``: a symlink anywhere below is unlinked, never
+    followed, and a directory swapped for a symlink fails instead of leading outside. Only the
+    directories are made writable, just before they are emptied.
+    """
+    fd = os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
+    try:
+        os.fchmod(fd, 0o700)
+        with os.scandir(fd) as it:
+            children = [(de.name, de.is_dir(follow_symlinks=False)) for de in it]
+        for child, is_dir in children:
+            if is_dir:
+                _purge_dir(child, fd)
+            else:
+                os.unlink(child, dir_fd=fd)
+    finally:
+        os.close(fd)
+    os.rmdir(name, dir_fd=parent_fd)
+
+
+def _purge_children(directory: Path) -> None:
+    """Remove every child of ``directory`` (in parallel), then ``directory`` itself."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    fd = os.open(directory, _DIR_FLAGS)
+    try:
+        with os.scandir(fd) as it:
+            names = [(de.name, de.is_dir(follow_symlinks=False)) for de in it]
+
+        def one(item: tuple[str, bool]) -> None:
+            if item[1]:
+                _purge_dir(item[0], fd)
+            else:
+                os.unlink(item[0], dir_fd=fd)
+
+        if len(names) > 16:
+            with ThreadPoolExecutor(PURGE_THREADS) as pool:
+                list(pool.map(one, names))
+        else:
+            for item in names:
+                one(item)
+    finally:
+        os.close(fd)
+    os.rmdir(directory)
+
+
 def delete(
     store: Store,
     plan: GcPlan,
@@ -503,22 +556,38 @@ def delete(
     trash_root = store.root / "trash"
     try:
         for n in os.listdir(trash_root) if trash_root.is_dir() else ():
-            remove_tree(trash_root / n)  # left by a gc that crashed
+            left = trash_root / n  # left by a gc that crashed
+            if os.path.isdir(left) and not os.path.islink(left):
+                _purge_children(left)
+            else:
+                os.unlink(left)
         trash = trash_root / f"gc-{os.getpid()}-{os.urandom(4).hex()}"
         if plan.delete:
             os.makedirs(trash)
-        for d in plan.delete:
-            path = store.entries_dir / d.entry.dirname
-            try:
-                st = os.lstat(path)
-            except FileNotFoundError:
-                continue
-            if stat.S_ISDIR(st.st_mode):
-                os.chmod(path, 0o700)  # renaming a directory needs write access to it
-                os.rename(path, trash / d.entry.dirname)
-            else:
-                os.unlink(path)
-        remove_tree(trash)
+        entries_fd = os.open(store.entries_dir, _DIR_FLAGS)
+        trash_fd = os.open(trash, _DIR_FLAGS) if plan.delete else -1
+        try:
+            for d in plan.delete:
+                name = d.entry.dirname
+                try:
+                    st = os.lstat(name, dir_fd=entries_fd)
+                except FileNotFoundError:
+                    continue
+                if stat.S_ISDIR(st.st_mode):
+                    fd = os.open(name, _DIR_FLAGS, dir_fd=entries_fd)
+                    try:
+                        os.fchmod(fd, 0o700)  # renaming a directory needs write access to it
+                    finally:
+                        os.close(fd)
+                    os.rename(name, name, src_dir_fd=entries_fd, dst_dir_fd=trash_fd)
+                else:
+                    os.unlink(name, dir_fd=entries_fd)
+        finally:
+            os.close(entries_fd)
+            if trash_fd >= 0:
+                os.close(trash_fd)
+        if plan.delete:
+            _purge_children(trash)
         used = store.root / "used"
         for h in hashes:
             with contextlib.suppress(FileNotFoundError):
