@@ -143,6 +143,8 @@ def main() -> None:
                 "-c",
                 "core.looseCompression=0",
                 "-c",
+                "gc.auto=0",  # no background repack of 60k loose objects during the timing
+                "-c",
                 "user.name=b",
                 "-c",
                 "user.email=b@b",

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import marshal
 import os
+import select
 import shutil
+import signal
 import stat
 import subprocess
 import sys
@@ -43,6 +45,7 @@ RACY_SLACK_NS = 50_000_000
 # Below this many entries a scan stays in this process: a fork costs more than it saves.
 PARALLEL_MIN_ENTRIES = 4096
 MAX_WORKERS = 8
+_MSG_MAX = select.PIPE_BUF - 4
 
 # rel -> (size, mtime_ns, ino, ctime_ns, kind, digest-or-link-target); size -1 marks "do not trust".
 FileRec = tuple[int, int, int, int, str, str]
@@ -177,36 +180,92 @@ def _index_stat(gitdir: Path) -> tuple[int, int, int, int] | None:
     return (st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns)
 
 
-def _git_many(cwd: Path, commands: list[list[str]]) -> list[bytes]:
-    """Run several read-only git queries concurrently in ``cwd``; return their outputs."""
-    env = git_env()
-    procs: list[subprocess.Popen[bytes]] = []
-    try:
-        for args in commands:
-            procs.append(
-                subprocess.Popen(
-                    ["git", "-c", "safe.directory=*", "--no-optional-locks", *args],
-                    cwd=cwd, env=env, stdin=subprocess.DEVNULL,
-                    stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+class _GitRun:
+    """Read-only git queries running concurrently in one directory."""
+
+    def __init__(self, cwd: Path, commands: list[list[str]]) -> None:
+        self.cwd = cwd
+        self.commands = commands
+        self.procs: list[subprocess.Popen[bytes]] = []
+        env = git_env()
+        try:
+            for args in commands:
+                self.procs.append(
+                    subprocess.Popen(
+                        ["git", "-c", "safe.directory=*", "--no-optional-locks", *args],
+                        cwd=cwd,
+                        env=env,
+                        stdin=subprocess.DEVNULL,
+                        stdout=subprocess.PIPE,
+                        stderr=subprocess.PIPE,
+                    )
                 )
-            )
+        except OSError as exc:
+            self.close()
+            raise SourceError(f"{cwd}: cannot run git: {exc}") from exc
+
+    def wait(self) -> list[bytes]:
+        """Return each query's output; raise SourceError naming the first that failed."""
         outs = []
-        for args, p in zip(commands, procs, strict=True):
-            out, err = p.communicate()
-            if p.returncode != 0:
-                line = err.decode(errors="replace").strip().splitlines()[:1]
-                raise SourceError(
-                    f"{cwd}: git {' '.join(args)} failed: {line[0] if line else p.returncode}"
-                )
-            outs.append(out)
+        try:
+            for args, p in zip(self.commands, self.procs, strict=True):
+                out, err = p.communicate()
+                if p.returncode != 0:
+                    line = err.decode(errors="replace").strip().splitlines()[:1]
+                    raise SourceError(
+                        f"{self.cwd}: git {' '.join(args)} failed: "
+                        f"{line[0] if line else p.returncode}"
+                    )
+                outs.append(out)
+        except OSError as exc:
+            raise SourceError(f"{self.cwd}: cannot run git: {exc}") from exc
+        finally:
+            self.close()
         return outs
-    except OSError as exc:
-        raise SourceError(f"{cwd}: cannot run git: {exc}") from exc
-    finally:
-        for p in procs:
+
+    def close(self) -> None:
+        """Kill and reap whatever still runs."""
+        for p in self.procs:
             if p.poll() is None:
                 p.kill()
                 p.wait()
+            for f in (p.stdout, p.stderr):
+                if f is not None:
+                    f.close()
+
+
+def _git_many(
+    cwd: Path, commands: list[list[str]], meanwhile: Callable[[], object] | None = None
+) -> list[bytes]:
+    """Run several read-only git queries concurrently in ``cwd`` (and ``meanwhile`` here)."""
+    run = _GitRun(cwd, commands)
+    try:
+        if meanwhile is not None:
+            meanwhile()
+        return run.wait()
+    finally:
+        run.close()
+
+
+def _cached_paths(out: bytes) -> tuple[list[str], list[str]]:
+    """Split ``git ls-files -z -s`` output into tracked paths and gitlink (submodule) paths.
+
+    Each record is ``<6-digit mode> <object name> <stage>\t<path>``: the metadata has one width
+    per repository, so paths are sliced out rather than parsed one by one.
+    """
+    recs = os.fsdecode(out).split("\0")
+    recs.pop()  # after the last NUL
+    if not recs:
+        return [], []
+    width = recs[0].index("\t") + 1
+    paths = [r[width:] for r in recs]
+    if any(r[width - 1] != "\t" for r in recs):  # never seen; parse the slow, sure way
+        paths = [r.partition("\t")[2] for r in recs]
+    links = [p for r, p in zip(recs, paths, strict=True) if r.startswith("160000 ")]
+    if links:
+        gone = set(links)
+        paths = [p for p in paths if p not in gone]
+    return list(dict.fromkeys(paths)), links  # unmerged paths appear once per stage
 
 
 def _split_z(data: bytes) -> list[str]:
@@ -261,6 +320,35 @@ def _collect(pid: int, r: int) -> Any:
     return value
 
 
+def _spawn(fn: Callable[[_T], Any], part: _T, close: tuple[int, ...] = ()) -> tuple[int, int]:
+    """Fork a worker running ``fn(part)``; return its pid and the read end of its result pipe."""
+    r, w = os.pipe()
+    try:
+        pid = os.fork()
+    except OSError:
+        os.close(r)
+        os.close(w)
+        raise
+    if pid == 0:
+        os.close(r)
+        for fd in close:
+            os.close(fd)
+        _run_in_worker(fn, part, w)
+    os.close(w)
+    return pid, r
+
+
+def _reap(kids: dict[int, int]) -> None:
+    """Stop and reap workers whose results were not collected (only after an error)."""
+    for pid, r in kids.items():
+        os.close(r)
+        try:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        except OSError:
+            pass
+
+
 def _fork_map(fn: Callable[[_T], Any], parts: list[_T]) -> list[Any]:
     """Return ``[fn(p) for p in parts]``: the first part here, each other one in a forked child.
 
@@ -273,36 +361,20 @@ def _fork_map(fn: Callable[[_T], Any], parts: list[_T]) -> list[Any]:
     kids: dict[int, int] = {}
     try:
         for part in parts[1:]:
-            r, w = os.pipe()
-            try:
-                pid = os.fork()
-            except OSError:
-                os.close(r)
-                os.close(w)
-                raise
-            if pid == 0:
-                os.close(r)
-                _run_in_worker(fn, part, w)
-            os.close(w)
+            pid, r = _spawn(fn, part)
             kids[pid] = r
         results = [fn(parts[0])]
-        for pid, r in list(kids.items()):
+        for pid in list(kids):
+            r = kids.pop(pid)
             try:
                 results.append(_collect(pid, r))
             finally:
-                del kids[pid]
                 os.close(r)
         return results
     except OSError as exc:
         raise SourceError(f"path scan: cannot run a worker: {exc}") from exc
     finally:
-        for pid, r in kids.items():  # only after an error: stop and reap the rest
-            os.close(r)
-            try:
-                os.kill(pid, 9)
-                os.waitpid(pid, 0)
-            except OSError:
-                pass
+        _reap(kids)
 
 
 class _Job:
@@ -330,66 +402,50 @@ class _Job:
 
 # sig, racy seen, rels, their records, big files left to hash (stat + kind)
 _PartResult = tuple[bytes, bool, list[str], list[FileRec], list[tuple[_Stat, str]]]
+_S_IFMT, _S_IFREG, _S_IFLNK = 0o170000, 0o100000, 0o120000
 
 
-def _scan_part(job: _Job) -> _PartResult:
+def _walk_facts(base: str, top: str, add: Callable[[_Stat], None]) -> None:
+    """Add the stat facts of every file and symlink under ``top`` (relative), skipping ``.git``."""
+    stack = [top]
+    while stack:
+        prefix = stack.pop()
+        try:
+            with os.scandir(base + prefix) as it:
+                entries = list(it)
+        except OSError as exc:
+            raise SourceError(f"{base + prefix}: cannot list directory: {exc}") from exc
+        for e in entries:
+            name = e.name
+            if name == ".git":
+                continue
+            try:
+                if e.is_dir(follow_symlinks=False):
+                    stack.append(prefix + name + "/")
+                    continue
+                st = e.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                raise SourceError(f"{e.path}: cannot stat: {exc}") from exc
+            mode = st.st_mode
+            if mode & _S_IFMT in (_S_IFREG, _S_IFLNK):
+                add((prefix + name, st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns, mode))
+
+
+def _scan_part(job: _Job, big_fd: int | None = None) -> _PartResult:
     """Stat every file of ``job``; with ``job.full`` also reuse or make each file's record.
 
     The signature is the blake3 of the stat facts in scan order (marshal version 2 has neither
     references nor interning flags, so equal lists give equal bytes in any process). Small files
-    are hashed here; big ones are returned for the caller, which has every core for them.
+    are hashed here; big ones are sent through ``big_fd`` to a process that has time for them
+    (length-prefixed marshal messages below PIPE_BUF, so writes from several workers never
+    interleave), or else returned.
     """
-    base, old, cutoff, full = job.base, job.old, job.cutoff, job.full
-    stats: list[_Stat] = []
-    rels: list[str] = []
-    recs: list[FileRec] = []
-    big: list[tuple[_Stat, str]] = []
-    racy_seen = False
+    base = job.base
+    facts: list[_Stat] = []
+    add = facts.append
     lstat = os.lstat
-    isreg, islnk = stat.S_ISREG, stat.S_ISLNK
-
-    def visit(rel: str, st: os.stat_result) -> None:
-        nonlocal racy_seen
-        mode = st.st_mode
-        if isreg(mode):
-            kind = "x" if mode & 0o111 else "f"
-        elif islnk(mode):
-            kind = "l"
-        else:
-            return
-        fact = (rel, st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns, mode)
-        stats.append(fact)
-        if not full:
-            return
-        _, size, mtime, ino, ctime, _ = fact
-        prev = old.get(rel)
-        if (
-            prev is not None
-            and prev[0] == size
-            and prev[1] == mtime
-            and prev[2] == ino
-            and prev[3] == ctime
-            and prev[4] == kind
-        ):
-            rels.append(rel)
-            recs.append(prev)
-            return
-        racy = (mtime if mtime > ctime else ctime) >= cutoff
-        racy_seen = racy_seen or racy
-        if kind != "l" and size >= BIG_FILE:
-            big.append((fact, kind))
-            return
-        path = base + rel
-        try:
-            content = os.readlink(path) if kind == "l" else digest_file(path, size)
-        except FileNotFoundError:
-            stats.pop()  # removed since the stat: not part of the tree
-            return
-        except OSError as exc:
-            raise SourceError(f"{path}: cannot read: {exc}") from exc
-        rels.append(rel)
-        recs.append((-1 if racy else size, mtime, ino, ctime, kind, content))
-
     for rel in job.loose:
         try:
             st = lstat(base + rel)
@@ -397,34 +453,127 @@ def _scan_part(job: _Job) -> _PartResult:
             continue  # tracked but deleted in the work tree, or removed since listed
         except OSError as exc:
             raise SourceError(f"{base + rel}: cannot stat: {exc}") from exc
-        visit(rel, st)
-
-    def walk(prefix: str) -> None:
-        top = base + prefix
-        try:
-            with os.scandir(top) as it:
-                entries = list(it)
-        except OSError as exc:
-            raise SourceError(f"{top}: cannot list directory: {exc}") from exc
-        for e in entries:
-            name = e.name
-            try:
-                if e.is_dir(follow_symlinks=False):
-                    if name != ".git":
-                        walk(prefix + name + "/")
-                    continue
-                st = e.stat(follow_symlinks=False)
-            except FileNotFoundError:
-                continue
-            except OSError as exc:
-                raise SourceError(f"{e.path}: cannot stat: {exc}") from exc
-            if name != ".git":
-                visit(prefix + name, st)
-
+        mode = st.st_mode
+        if mode & _S_IFMT in (_S_IFREG, _S_IFLNK):
+            add((rel, st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns, mode))
     for prefix in job.dirs:
-        walk(prefix)
-    sig = blake3.blake3(marshal.dumps(stats, 2)).digest()
+        _walk_facts(base, prefix, add)
+    sig = blake3.blake3(marshal.dumps(facts, 2)).digest()
+    if not job.full:
+        return sig, False, [], [], []
+    old, cutoff = job.old, job.cutoff
+    rels: list[str] = []
+    recs: list[FileRec] = []
+    big: list[tuple[_Stat, str]] = []
+    racy_seen = False
+    for fact in facts:
+        rel, size, mtime, ino, ctime, mode = fact
+        kind = "l" if mode & _S_IFMT == _S_IFLNK else "x" if mode & 0o111 else "f"
+        if old:
+            prev = old.get(rel)
+            if (
+                prev is not None
+                and prev[0] == size
+                and prev[1] == mtime
+                and prev[2] == ino
+                and prev[3] == ctime
+                and prev[4] == kind
+            ):
+                rels.append(rel)
+                recs.append(prev)
+                continue
+        racy = (mtime if mtime > ctime else ctime) >= cutoff
+        racy_seen = racy_seen or racy
+        if kind != "l" and size >= BIG_FILE:
+            msg = marshal.dumps((fact, kind))
+            if big_fd is not None and len(msg) <= _MSG_MAX:
+                os.write(big_fd, len(msg).to_bytes(4, "little") + msg)
+            else:
+                big.append((fact, kind))
+            continue
+        path = base + rel
+        try:
+            content = os.readlink(path) if kind == "l" else digest_file(path, size)
+        except FileNotFoundError:
+            continue  # removed since the stat: not part of the tree
+        except OSError as exc:
+            raise SourceError(f"{path}: cannot read: {exc}") from exc
+        rels.append(rel)
+        recs.append((-1 if racy else size, mtime, ino, ctime, kind, content))
     return sig, racy_seen, rels, recs, big
+
+
+def _big_rec(base: str, fact: _Stat, kind: str, cutoff: int, threads: int) -> FileRec:
+    rel, size, mtime, ino, ctime, _ = fact
+    try:
+        h = blake3.blake3(max_threads=threads)
+        h.update_mmap(base + rel)
+    except OSError as exc:
+        raise SourceError(f"{base + rel}: cannot read: {exc}") from exc
+    racy = max(mtime, ctime) >= cutoff
+    return (-1 if racy else size, mtime, ino, ctime, kind, str(h.hexdigest()))
+
+
+def _scan_hashing(
+    jobs: list[_Job], base: str, cutoff: int
+) -> tuple[list[_PartResult], dict[str, FileRec]]:
+    """Run every job in a forked worker; meanwhile hash the big files they report, as they come.
+
+    Three busy processes on two cores keep both cores full to the end, where a big file found
+    late is hashed with all of blake3's threads instead of one.
+    """
+    r_big, w_big = os.pipe()
+    kids: dict[int, int] = {}
+    big: dict[str, FileRec] = {}
+
+    def scan(job: _Job) -> _PartResult:
+        try:
+            return _scan_part(job, w_big)
+        finally:
+            os.close(w_big)  # the end of this worker's reports
+
+    try:
+        try:
+            for job in jobs:
+                pid, r = _spawn(scan, job, close=(r_big,))
+                kids[pid] = r
+        finally:
+            os.close(w_big)
+        os.set_blocking(r_big, False)
+        data = bytearray()
+        pending: deque[tuple[_Stat, str]] = deque()
+        eof = False
+        while True:
+            while not eof:
+                try:
+                    chunk = os.read(r_big, 1 << 16)
+                except BlockingIOError:
+                    break
+                eof = not chunk
+                data += chunk
+            while len(data) >= 4 and len(data) >= 4 + (n := int.from_bytes(data[:4], "little")):
+                pending.append(marshal.loads(bytes(data[4 : 4 + n])))
+                del data[: 4 + n]
+            if pending:
+                fact, kind = pending.popleft()
+                big[fact[0]] = _big_rec(base, fact, kind, cutoff, blake3.blake3.AUTO if eof else 1)
+            elif eof:
+                break
+            else:
+                select.select([r_big], [], [])
+        results = []
+        for pid in list(kids):
+            r = kids.pop(pid)
+            try:
+                results.append(_collect(pid, r))
+            finally:
+                os.close(r)
+        return results, big
+    except OSError as exc:
+        raise SourceError(f"path scan: cannot run a worker: {exc}") from exc
+    finally:
+        os.close(r_big)
+        _reap(kids)
 
 
 def _plan_walk(base: str, workers: int) -> list[tuple[list[str], list[str]]]:
@@ -470,39 +619,52 @@ class _GitListing:
         self.git: dict[str, dict[str, Any]] = {}
         self.worktrees: list[tuple[Path, str]] = []
 
-    def add(self, wt: Path, prefix: str) -> None:
+    def add(
+        self, wt: Path, prefix: str, meanwhile: Callable[[], object] | None = None
+    ) -> None:
         """List the git work tree at ``wt`` (``prefix`` from root), submodules recursively."""
         gitdir = _find_gitdir(wt)
         index = _index_stat(gitdir) if gitdir is not None else None
-        cached, others = _git_many(wt, [_CACHED, _OTHERS])
-        tracked: set[str] = set()
+        cached, others = _git_many(wt, [_CACHED, _OTHERS], meanwhile)
+        tracked, links = _cached_paths(cached)
         subs: list[tuple[str, bool]] = []
-        for rec in cached.split(b"\0"):
-            if not rec:
-                continue
-            meta, _, path = rec.partition(b"\t")
-            rel = os.fsdecode(path)
-            if meta.startswith(b"160000 "):
-                checked_out = os.path.exists(os.path.join(wt, rel, ".git"))
-                subs.append((rel, checked_out))
-                if checked_out:
-                    self.add(wt / rel, prefix + rel + "/")
-            else:
-                tracked.add(rel)
+        for rel in links:
+            checked_out = os.path.exists(os.path.join(wt, rel, ".git"))
+            subs.append((rel, checked_out))
+            if checked_out:
+                self.add(wt / rel, prefix + rel + "/")
         untracked = [r for r in _split_z(others) if not r.endswith("/")]
-        self.rels.extend(prefix + r for r in sorted(tracked.union(untracked)))
+        listed = tracked + untracked
+        self.rels.extend([prefix + r for r in listed] if prefix else listed)
         self.git[prefix] = {
             "index": index,
-            "dirty": [],  # filled by finish(), after the files were read
+            "dirty": [],  # filled by finish()
             "untracked": sorted(untracked),
             "subs": sorted(set(subs)),
         }
         self.worktrees.append((wt, prefix))
 
-    def finish(self) -> None:
-        """Record git's dirty files, asked after hashing so an edit during the scan shows up."""
-        for wt, prefix in self.worktrees:
-            (dirty,) = _git_many(wt, [_DIRTY])
+    def ask_dirty(self) -> list[_GitRun]:
+        """Start asking git for the dirty files of every work tree (see :meth:`finish`)."""
+        runs: list[_GitRun] = []
+        try:
+            for wt, _ in self.worktrees:
+                runs.append(_GitRun(wt, [_DIRTY]))
+        except BaseException:
+            for run in runs:
+                run.close()
+            raise
+        return runs
+
+    def finish(self, runs: list[_GitRun]) -> None:
+        """Record git's dirty files from the runs :meth:`ask_dirty` started.
+
+        They may be asked while the files are read: a file git calls clean has the stat data of
+        its index entry, so an edit at any moment of the scan leaves it dirty (or the index
+        changed) at the next check, and the fast path is not taken.
+        """
+        for (_, prefix), run in zip(self.worktrees, runs, strict=True):
+            (dirty,) = run.wait()
             self.git[prefix]["dirty"] = sorted(_split_z(dirty))
 
 
@@ -572,9 +734,7 @@ def _signature(results: list[_PartResult]) -> str:
     return blake3_hex(b"".join(r[0] for r in results))
 
 
-def _scan_tree(
-    root: Path, cache: Path, *, need_files: bool
-) -> tuple[str, dict[str, FileRec]]:
+def _scan_tree(root: Path, cache: Path, *, need_files: bool) -> tuple[str, dict[str, FileRec]]:
     try:
         st = os.stat(root)
     except OSError as exc:
@@ -590,13 +750,18 @@ def _scan_tree(
     cutoff = time.time_ns() - RACY_SLACK_NS
     listing: _GitListing | None = None
     files: dict[str, FileRec]
+    old_files: dict[str, FileRec] = {}
+
+    def load_old() -> None:
+        old_files.update(_load_files(files_path, head))
+
     if in_git:
         if head and _git_unchanged(root, head, "", root):
             files = _load_files(files_path, head) if need_files else {}
             if files or not need_files:
                 return head["digest"], files
         listing = _GitListing()
-        listing.add(root, "")
+        listing.add(root, "", meanwhile=load_old)  # the table loads while git lists
         rels = listing.rels
         n = workers if len(rels) >= PARALLEL_MIN_ENTRIES else 1
         shares: list[tuple[list[str], list[str]]] = [(rels[k::n], []) for k in range(n)]
@@ -609,49 +774,88 @@ def _scan_tree(
                 files = _load_files(files_path, head) if need_files else {}
                 if files or not need_files:
                     return head["digest"], files
-    old_files = _load_files(files_path, head)
-    results = _fork_map(_scan_part, _jobs(base, shares, full=True, old=old_files, cutoff=cutoff))
-    files = {}
-    racy_seen = False
-    big: list[tuple[_Stat, str]] = []
-    for _, racy, rels_part, recs, big_part in results:
-        files.update(zip(rels_part, recs, strict=True))
-        racy_seen = racy_seen or racy
-        big.extend(big_part)
-    for (rel, size, mtime, ino, ctime, _), kind in big:
-        try:
-            digest = digest_file(base + rel, size)
-        except OSError as exc:
-            raise SourceError(f"{base + rel}: cannot read: {exc}") from exc
-        racy = max(mtime, ctime) >= cutoff
-        racy_seen = racy_seen or racy
-        files[rel] = (-1 if racy else size, mtime, ino, ctime, kind, digest)
-    git_state: dict[str, dict[str, Any]] = {}
-    if listing is not None:
-        listing.finish()
-        git_state = listing.git
+        load_old()
+    dirty_runs = listing.ask_dirty() if listing is not None else []
+    try:
+        jobs = _jobs(base, shares, full=True, old=old_files, cutoff=cutoff)
+        if len(jobs) > 1:
+            results, files = _scan_hashing(jobs, base, cutoff)
+        else:
+            results, files = [_scan_part(jobs[0])], {}
+        racy_seen = any(r[0] < 0 for r in files.values())
+        big: list[tuple[_Stat, str]] = []
+        for _, racy, rels_part, recs, big_part in results:
+            files.update(zip(rels_part, recs, strict=True))
+            racy_seen = racy_seen or racy
+            big.extend(big_part)
+        for (rel, size, mtime, ino, ctime, _), kind in big:
+            try:
+                digest = digest_file(base + rel, size)
+            except OSError as exc:
+                raise SourceError(f"{base + rel}: cannot read: {exc}") from exc
+            racy = max(mtime, ctime) >= cutoff
+            racy_seen = racy_seen or racy
+            files[rel] = (-1 if racy else size, mtime, ino, ctime, kind, digest)
+        git_state: dict[str, dict[str, Any]] = {}
+        if listing is not None:
+            listing.finish(dirty_runs)
+            git_state = listing.git
+    finally:
+        for run in dirty_runs:
+            run.close()
     sig = None if racy_seen or listing is not None else _signature(results)
     same_files = bool(head) and files == old_files
     if same_files and head.get("git", {}) == git_state and head.get("sig") == sig:
         return head["digest"], files
-    digest = head["digest"] if same_files else _tree_digest(files)
+    if same_files:
+        token = head["token"]
+        digest = head["digest"]
+    else:
+        token = blake3_hex(os.urandom(16))
+        digest = _write_table_and_digest(files_path, token, files)
     hot = {
         prefix + rel: files[prefix + rel]
         for prefix, rec in git_state.items()
         for rel in (*rec["dirty"], *rec["untracked"])
         if prefix + rel in files
     }
-    if same_files:
-        token = head["token"]
-    else:
-        token = blake3_hex(os.urandom(16))
-        _write_atomic(files_path, marshal.dumps((token, files)))
     _write_atomic(
         head_path,
-        marshal.dumps({"v": RECORD_VERSION, "root": os.fspath(root), "token": token,
-                       "digest": digest, "git": git_state, "hot": hot, "sig": sig}),
+        marshal.dumps(
+            {
+                "v": RECORD_VERSION,
+                "root": os.fspath(root),
+                "token": token,
+                "digest": digest,
+                "git": git_state,
+                "hot": hot,
+                "sig": sig,
+            }
+        ),
     )
     return digest, files
+
+
+def _write_table_and_digest(path: Path, token: str, files: dict[str, FileRec]) -> str:
+    """Write the file table (its write and fsync on a thread) while the tree digest is made."""
+    payload = marshal.dumps((token, files))
+    failed: list[BaseException] = []
+
+    def write() -> None:
+        try:
+            _write_atomic(path, payload)
+        except BaseException as exc:
+            failed.append(exc)
+
+    writer = threading.Thread(target=write, name="rocmforge-tree-table")
+    writer.start()
+    try:
+        digest = _tree_digest(files)
+    finally:
+        writer.join()
+    if failed:
+        raise failed[0]
+    return digest
 
 
 def tree_digest(root: Path, *, cache: Path) -> str:

@@ -658,3 +658,24 @@ def test_parallel_worker_failure_is_a_source_error(
     match = "f7.c: cannot read" if how == "error" else "worker .* failed"
     with pytest.raises(SourceError, match=match):
         source_path.tree_digest(src, cache=tmp_path / "c")
+
+
+def test_git_tree_with_a_merge_conflict_lists_the_file_once(tmp_path: Path) -> None:
+    repo = new_repo(tmp_path / "repo", {"a.txt": "base\n", "b.txt": "b\n"})
+    commit(repo)
+    git(repo, "checkout", "-q", "-b", "other")
+    write(repo, {"a.txt": "other\n"})
+    commit(repo, "other")
+    git(repo, "checkout", "-q", "main")
+    write(repo, {"a.txt": "main\n"})
+    commit(repo, "main")
+    with pytest.raises(subprocess.CalledProcessError):
+        git(repo, "merge", "-q", "other")
+    assert len(git(repo, "ls-files", "-s", "a.txt").splitlines()) == 3  # stages 1, 2 and 3
+    listing = source_path.tree_listing(repo, cache=tmp_path / "c")
+    assert sorted(listing) == ["a.txt", "b.txt"]
+    copy = tmp_path / "copy"
+    shutil.copytree(repo, copy, ignore=shutil.ignore_patterns(".git"))
+    assert source_path.tree_digest(repo, cache=tmp_path / "c") == source_path.tree_digest(
+        copy, cache=tmp_path / "c"
+    )
