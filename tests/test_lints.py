@@ -442,3 +442,15 @@ def test_every_lint_id_is_documented() -> None:
     doc = (REPO / "docs" / "lints.md").read_text()
     for rule in RULES.values():
         assert f"| {rule.id} | {rule.name} |" in doc, rule.id
+
+
+def test_error_lint_in_a_later_recipe_stops_the_earlier_build_too(
+    tmp_path: Path, tiny_src: Path
+) -> None:
+    good = _tiny(tmp_path, tiny_src, "")
+    bad = tmp_path / "bad.toml"
+    bad.write_text(good.read_text().replace("[build]", '[env]\nAMD_LOG_LEVEL = "4"\n\n[build]', 1))
+    store = tmp_path / "store"
+    proc = rf("realize", good, bad, "--store", store)
+    assert proc.returncode == 2 and "RF131" in proc.stderr, proc.stderr
+    assert not (store / "entries").exists() or not any((store / "entries").iterdir())

@@ -38,11 +38,15 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """``rocmforge realize RECIPE...``: build (or fetch from the store) and print wheel paths."""
+    from rocmforge.doctor import lint_facts
+    from rocmforge.lints import enforce, lint_recipe
     from rocmforge.realize import realize
     from rocmforge.recipe_load import load_recipe
     from rocmforge.requirements import PipFetcher
 
     recipes = [load_recipe(p) for p in args.recipes]  # every recipe is checked before any build
+    for recipe in recipes:  # error lints of any recipe stop all of them (warnings come later)
+        enforce(recipe, lint_recipe(recipe, lint_facts(recipe)))
     store = open_store(args)
     fetcher = PipFetcher()
 
