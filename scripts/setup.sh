@@ -13,6 +13,9 @@ command -v python3.11 >/dev/null || need+=(python3.11 python3.11-venv python3.11
 python3.11 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3.11-venv)
 python3.11 -c 'import sysconfig, os, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' 2>/dev/null \
   || need+=(python3.11-dev)
+# hipcc (Debian 12: ROCm 5.2.3, clang-15) for the real HIP build tests (recipes/hip-demo.toml);
+# only where apt-get exists - elsewhere those tests skip, except under CI=true where they fail.
+if ! command -v hipcc >/dev/null && command -v apt-get >/dev/null; then need+=(hipcc); fi
 if [ ${#need[@]} -gt 0 ]; then
   echo "setup: installing system packages: ${need[*]}" >&2
   sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
