@@ -34,6 +34,13 @@ def rfc3339(ts: float) -> str:
     return datetime.fromtimestamp(ts, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+def _url(git: str) -> str:
+    """Return a git location as a URI: local paths become ``file://`` URIs."""
+    if "://" in git or "@" in git.split("/", 1)[0]:
+        return git
+    return Path(git).as_uri() if os.path.isabs(git) else git
+
+
 def _source_dependencies(resolved: Resolved) -> list[dict[str, Any]]:
     spec, ident = resolved.recipe.source, resolved.source
     deps: list[dict[str, Any]] = []
@@ -41,7 +48,7 @@ def _source_dependencies(resolved: Resolved) -> list[dict[str, Any]]:
         deps.append(
             {
                 "name": "source",
-                "uri": f"git+{spec.git}@{ident.commit}",
+                "uri": f"git+{_url(spec.git or '')}@{ident.commit}",
                 "digest": {"gitCommit": ident.commit},
                 "annotations": {"submodules": {p: c for p, c in ident.submodules}},
             }
