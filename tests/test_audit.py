@@ -14,7 +14,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from conftest import DATA, TINY_RECIPE, rf
+from conftest import DATA, TINY_RECIPE, commit_all, git, rf
 
 FLAGGED = TINY_RECIPE.replace(
     "[build]\n", '[env]\nTINY_FLAG = "on"\n\n[build]\npassthrough = ["MAX_JOBS"]\n'
@@ -162,3 +162,34 @@ def test_claimed_in_another_store_and_unknown_without_stamp(
     both = rf("audit", plain, built["wheels"][0], "--store", Path(built["path"]).parent.parent)
     assert both.returncode == 6
     assert rf("audit", tmp_path / "missing.whl", "--store", tmp_path / "s").returncode == 2
+
+
+def test_provenance_and_audit_name_every_submodule_commit(tmp_path: Path, store: Path) -> None:
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    (sub / "data.txt").write_text("1\n")
+    git(sub, "init", "-q")
+    sub_commit = commit_all(sub, "sub")
+    repo = tmp_path / "repo"
+    (repo / "tiny").mkdir(parents=True)
+    shutil.copy(DATA / "mkwheel.py", repo / "mkwheel.py")
+    (repo / "tiny" / "__init__.py").write_text("")
+    git(repo, "init", "-q")
+    git(repo, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(sub), "third/sub")
+    commit = commit_all(repo, "with a submodule")
+    recipe = tmp_path / "git.toml"
+    recipe.write_text(
+        TINY_RECIPE.replace('path = "{src}"', f'git = "{repo}"\nrev = "{commit}"\n'
+                            "submodules = true")
+    )  # fmt: skip
+    proc = rf("realize", recipe, "--store", store, "--json")
+    assert proc.returncode == 0, proc.stderr
+    (built,) = json.loads(proc.stdout)
+    statement = json.loads((Path(built["path"]) / "provenance.json").read_text())
+    deps = {d["name"]: d for d in statement["predicate"]["buildDefinition"]["resolvedDependencies"]}
+    assert deps["source"]["digest"] == {"gitCommit": commit}
+    assert deps["source"]["uri"] == f"git+{repo.as_uri()}@{commit}"
+    assert deps["source.submodules/third/sub"]["digest"] == {"gitCommit": sub_commit}
+    text = rf("audit", built["wheels"][0], "--store", store)
+    assert text.returncode == 0
+    assert f"third/sub {sub_commit}" in text.stdout and commit in text.stdout
