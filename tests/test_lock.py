@@ -98,7 +98,11 @@ def test_lock_inserts_rev_and_digests_and_follows_a_moved_branch(
     assert refused.returncode == 2
     assert "source.rev" in refused.stderr and "rocmforge lock" in refused.stderr
 
+    check = rf("lock", recipe, "--store", store, "--check")
+    assert check.returncode == 1 and "would change" in check.stdout
+    assert recipe.read_text() == before
     assert rf("lock", recipe, "--store", store).returncode == 0
+    assert rf("lock", recipe, "--store", store, "--check").returncode == 0
     first = git(repo, "rev-parse", "stable")
     lines = recipe.read_text().splitlines()
     assert lines[lines.index('ref = "stable"     # a tag: lock pins it') + 1] == f'rev = "{first}"'
