@@ -45,6 +45,8 @@ def test_hip_demo_realize(tmp_path: Path, wheelhouse: Path) -> None:
             "common": ["gfx90a", "gfx940"],
         }
     }
+    if shutil.which("bwrap"):  # hipcc ran inside bubblewrap (/usr ro, --dev /dev, --tmpfs /tmp)
+        assert meta["sandbox"] == "bwrap"
     drv = json.loads((Path(report["path"]) / "derivation.json").read_text())
     assert drv["toolchain"]["kind"] == "rocm"
     assert drv["toolchain"]["rocm"]["version"].startswith("5.2.")
