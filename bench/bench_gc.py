@@ -2,7 +2,9 @@
 
 Target (issue 4): <= 300 ms on a 2-core machine. Prints the median over --runs fresh stores of
 (a) the whole command, ``rocmforge gc --store DIR`` in a subprocess (start-up included), and
-(b) the in-process core, :func:`rocmforge.gc.collect_garbage` (plan + delete under the lock).
+(b) the in-process core, :func:`rocmforge.gc.collect_garbage` (plan + delete under the lock), and
+(c) the core's planning alone (a dry run on the same store just before), and for reference
+(d) ``rm -rf`` of the same ``entries/`` (after ``chmod -R u+w``): the filesystem's own floor.
 Usage: python bench/bench_gc.py [--entries 1000] [--runs 5] [--wheel-kb 64]
 """
 
@@ -74,14 +76,23 @@ def main() -> int:
     cmd = [exe] if exe else [sys.executable, "-m", "rocmforge"]
     cli: list[float] = []
     core: list[float] = []
+    plan_only: list[float] = []
+    rm: list[float] = []
     try:
         for run in range(args.runs):
-            for kind, times in (("cli", cli), ("core", core)):
+            for kind, times in (("cli", cli), ("core", core), ("rm", rm)):
                 root = tmp / f"{kind}-{run}"
                 shutil.copytree(template, root, symlinks=True)
                 subprocess.run(["sync"], check=False)
                 t = time.perf_counter()
-                if kind == "cli":
+                if kind == "rm":
+                    subprocess.run(["chmod", "-R", "u+w", str(root)], check=True)
+                    subprocess.run(["sync"], check=False)
+                    t = time.perf_counter()
+                    subprocess.run(["rm", "-rf", str(root / "entries")], check=True)
+                    elapsed = time.perf_counter() - t
+                    (root / "entries").mkdir()
+                elif kind == "cli":
                     proc = subprocess.run(
                         [*cmd, "gc", "--store", str(root)], capture_output=True, text=True
                     )
@@ -91,6 +102,10 @@ def main() -> int:
                         return 1
                 else:
                     store = open_store(root)
+                    dry = collect_garbage(store, Policies(), dry_run=True)
+                    plan_only.append(time.perf_counter() - t)
+                    assert len(dry.plan.delete) == args.entries
+                    t = time.perf_counter()
                     report = collect_garbage(store, Policies())
                     elapsed = time.perf_counter() - t
                     store.close()
@@ -104,7 +119,13 @@ def main() -> int:
                 os.chmod(os.path.join(dirpath, d), 0o755)
         shutil.rmtree(tmp, ignore_errors=True)
     n = args.entries
-    for label, times in (("rocmforge gc (whole command)", cli), ("collect_garbage (core)", core)):
+    rows = (
+        ("rocmforge gc (whole command)", cli),
+        ("collect_garbage (core)", core),
+        ("  of which planning (dry run)", plan_only),
+        ("reference: rm -rf entries/", rm),
+    )
+    for label, times in rows:
         med = statistics.median(times)
         print(
             f"{label:<30} {n} dead entries: median {med * 1000:7.1f} ms "

@@ -46,14 +46,17 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """``rocmforge gc``: plan, delete (unless ``--dry-run``) and report entries and bytes."""
     from rocmforge.gc import Policies, collect_garbage, format_size, parse_size
-    from rocmforge.recipe import parse_duration
 
     if args.keep_last is not None and args.keep_last < 0:
         raise UsageError(f"--keep-last must be 0 or more, not {args.keep_last}")
-    try:
-        older = parse_duration(args.older_than) if args.older_than is not None else None
-    except ValueError as exc:
-        raise UsageError(f"--older-than: {exc}") from exc
+    older = None
+    if args.older_than is not None:
+        from rocmforge.recipe import parse_duration
+
+        try:
+            older = parse_duration(args.older_than)
+        except ValueError as exc:
+            raise UsageError(f"--older-than: {exc}") from exc
     try:
         size = parse_size(args.max_size) if args.max_size is not None else None
     except ValueError as exc:
