@@ -625,7 +625,10 @@ class _GitListing:
         """List the git work tree at ``wt`` (``prefix`` from root), submodules recursively."""
         gitdir = _find_gitdir(wt)
         index = _index_stat(gitdir) if gitdir is not None else None
-        cached, others = _git_many(wt, [_CACHED, _OTHERS], meanwhile)
+        # All three at once: three git processes keep both cores busy while the listing is
+        # made. A file git calls clean has the stat data of its index entry, so an edit at any
+        # moment of the scan leaves it dirty (or the index changed) at the next check.
+        cached, others, dirty = _git_many(wt, [_CACHED, _OTHERS, _DIRTY], meanwhile)
         tracked, links = _cached_paths(cached)
         subs: list[tuple[str, bool]] = []
         for rel in links:
@@ -638,34 +641,11 @@ class _GitListing:
         self.rels.extend([prefix + r for r in listed] if prefix else listed)
         self.git[prefix] = {
             "index": index,
-            "dirty": [],  # filled by finish()
+            "dirty": sorted(_split_z(dirty)),
             "untracked": sorted(untracked),
             "subs": sorted(set(subs)),
         }
         self.worktrees.append((wt, prefix))
-
-    def ask_dirty(self) -> list[_GitRun]:
-        """Start asking git for the dirty files of every work tree (see :meth:`finish`)."""
-        runs: list[_GitRun] = []
-        try:
-            for wt, _ in self.worktrees:
-                runs.append(_GitRun(wt, [_DIRTY]))
-        except BaseException:
-            for run in runs:
-                run.close()
-            raise
-        return runs
-
-    def finish(self, runs: list[_GitRun]) -> None:
-        """Record git's dirty files from the runs :meth:`ask_dirty` started.
-
-        They may be asked while the files are read: a file git calls clean has the stat data of
-        its index entry, so an edit at any moment of the scan leaves it dirty (or the index
-        changed) at the next check, and the fast path is not taken.
-        """
-        for (_, prefix), run in zip(self.worktrees, runs, strict=True):
-            (dirty,) = run.wait()
-            self.git[prefix]["dirty"] = sorted(_split_z(dirty))
 
 
 def _tree_digest(files: dict[str, FileRec]) -> str:
@@ -775,34 +755,26 @@ def _scan_tree(root: Path, cache: Path, *, need_files: bool) -> tuple[str, dict[
                 if files or not need_files:
                     return head["digest"], files
         load_old()
-    dirty_runs = listing.ask_dirty() if listing is not None else []
-    try:
-        jobs = _jobs(base, shares, full=True, old=old_files, cutoff=cutoff)
-        if len(jobs) > 1:
-            results, files = _scan_hashing(jobs, base, cutoff)
-        else:
-            results, files = [_scan_part(jobs[0])], {}
-        racy_seen = any(r[0] < 0 for r in files.values())
-        big: list[tuple[_Stat, str]] = []
-        for _, racy, rels_part, recs, big_part in results:
-            files.update(zip(rels_part, recs, strict=True))
-            racy_seen = racy_seen or racy
-            big.extend(big_part)
-        for (rel, size, mtime, ino, ctime, _), kind in big:
-            try:
-                digest = digest_file(base + rel, size)
-            except OSError as exc:
-                raise SourceError(f"{base + rel}: cannot read: {exc}") from exc
-            racy = max(mtime, ctime) >= cutoff
-            racy_seen = racy_seen or racy
-            files[rel] = (-1 if racy else size, mtime, ino, ctime, kind, digest)
-        git_state: dict[str, dict[str, Any]] = {}
-        if listing is not None:
-            listing.finish(dirty_runs)
-            git_state = listing.git
-    finally:
-        for run in dirty_runs:
-            run.close()
+    jobs = _jobs(base, shares, full=True, old=old_files, cutoff=cutoff)
+    if len(jobs) > 1:
+        results, files = _scan_hashing(jobs, base, cutoff)
+    else:
+        results, files = [_scan_part(jobs[0])], {}
+    racy_seen = any(r[0] < 0 for r in files.values())
+    big: list[tuple[_Stat, str]] = []
+    for _, racy, rels_part, recs, big_part in results:
+        files.update(zip(rels_part, recs, strict=True))
+        racy_seen = racy_seen or racy
+        big.extend(big_part)
+    for (rel, size, mtime, ino, ctime, _), kind in big:
+        try:
+            digest = digest_file(base + rel, size)
+        except OSError as exc:
+            raise SourceError(f"{base + rel}: cannot read: {exc}") from exc
+        racy = max(mtime, ctime) >= cutoff
+        racy_seen = racy_seen or racy
+        files[rel] = (-1 if racy else size, mtime, ino, ctime, kind, digest)
+    git_state = listing.git if listing is not None else {}
     sig = None if racy_seen or listing is not None else _signature(results)
     same_files = bool(head) and files == old_files
     if same_files and head.get("git", {}) == git_state and head.get("sig") == sig:
