@@ -12,7 +12,7 @@ import json
 import os
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -166,7 +166,12 @@ def _run_steps(
 
 
 def _stage(
-    resolved: Resolved, root: Path, runner: Runner, reporter: Reporter, log: BinaryIO
+    resolved: Resolved,
+    root: Path,
+    runner: Runner,
+    reporter: Reporter,
+    log: BinaryIO,
+    check_requirements: Sequence[Path] = (),
 ) -> dict[str, Any]:
     out = root / "out"
     wheels = sorted(out.glob("*.whl"))
@@ -184,6 +189,7 @@ def _stage(
         runner=runner,
         workdir=root / "check",
         log=log,
+        extra_wheels=check_requirements,
     )
     staged = root / "entry"
     staged.mkdir()
@@ -223,8 +229,13 @@ def build(
     runner: Runner,
     reporter: Reporter,
     keep_failed: bool = False,
+    check_requirements: Sequence[Path] = (),
 ) -> BuildOutcome:
-    """Build ``resolved`` in a fresh directory under ``store/tmp`` and publish it."""
+    """Build ``resolved`` in a fresh directory under ``store/tmp`` and publish it.
+
+    ``check_requirements`` are the wheels of ``[check] requirements``, installed beside the built
+    wheel for the import check only.
+    """
     drv = resolved.derivation
     started = time.time()
     with store.new_build_dir(drv.hash) as bd:
@@ -252,7 +263,7 @@ def build(
                 )
                 reporter.phase("build")
                 _run_steps(resolved, runner, root=root, log=log, reporter=reporter)
-                meta = _stage(resolved, root, runner, reporter, log)
+                meta = _stage(resolved, root, runner, reporter, log, check_requirements)
                 log.write(f"rocmforge: build finished in {time.time() - started:.1f} s\n".encode())
             reporter.phase("publish")
             compress_file(log_path, root / "entry" / "build.log.zst")

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from rocmforge.errors import CheckError
+from rocmforge.errors import CheckError, RequirementError
 from rocmforge.recipe import Recipe
 from rocmforge.sandbox import Mount, Runner
 from rocmforge.toolchain import Toolchain
@@ -88,8 +88,11 @@ def check_wheels(
     runner: Runner,
     workdir: Path,
     log: BinaryIO,
+    extra_wheels: Sequence[Path] = (),
 ) -> dict[str, Any]:
     """Install ``wheels`` into a fresh venv under ``workdir`` and import the checked modules.
+
+    ``extra_wheels`` (``[check] requirements``) are installed beside them first.
 
     Returns what the check found for the entry's meta: ``{"archs": {wheel: {library: {"bundles",
     "union", "common"}}}}`` when some library holds GPU code, else ``{}``.
@@ -102,6 +105,10 @@ def check_wheels(
     create_venv(toolchain.python, venv, version=toolchain.fingerprint["python"]["version"])
     mount = Mount(host=venv, inside="/check/venv")
     inside = runner.sandbox_path(mount)
+    if extra_wheels:
+        install_wheels(
+            extra_wheels, venv, interpreter=f"{inside}/bin/python", error=RequirementError
+        )
     install_wheels(wheels, venv, interpreter=f"{inside}/bin/python")
     if not recipe.check.imports:
         return meta

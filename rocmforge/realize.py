@@ -18,7 +18,7 @@ from rocmforge.lints import Finding, LintFacts, describe, preflight
 from rocmforge.lock import check_digests
 from rocmforge.progress import NullReporter, Reporter
 from rocmforge.recipe import Recipe
-from rocmforge.requirements import Fetcher
+from rocmforge.requirements import Fetcher, resolve_requirements
 from rocmforge.resolve import Resolved, resolve
 from rocmforge.roots import TempRoots
 from rocmforge.store import Entry, Store
@@ -261,8 +261,20 @@ def realize(
                 warning = getattr(runner, "warning", None)
                 if warning:
                     reporter.warning(warning)
+                check_reqs = resolve_requirements(
+                    recipe.check.requirements,
+                    python_version=r.toolchain.python_version,
+                    wheel_dir=store.sources_dir / "wheels",
+                    cache_dir=store.cache_dir,
+                    fetcher=fetcher,
+                )
                 outcome = build(
-                    r, store=store, runner=runner, reporter=reporter, keep_failed=keep_failed
+                    r,
+                    store=store,
+                    runner=runner,
+                    reporter=reporter,
+                    keep_failed=keep_failed,
+                    check_requirements=tuple(q.wheel for q in check_reqs),
                 )
                 entry, sandbox = outcome.entry, outcome.sandbox
         with store.shared_lock():

@@ -78,10 +78,12 @@ class BuildSpec:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CheckSpec:
     """``[check]``: modules imported from the installed wheel in a fresh venv; ``archs``: the GPU
-    targets every shared library's offload bundles must hold, exactly."""
+    targets every shared library's offload bundles must hold, exactly; ``requirements``: pinned
+    runtime dependencies installed beside the wheel for the import (not hashed)."""
 
     imports: tuple[str, ...] = ()
     archs: tuple[str, ...] = ()
+    requirements: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -157,7 +159,7 @@ _KEYS: dict[str, tuple[str, ...]] = {
     "toolchain": ("kind", "python", "cc", "cxx", "rocm", "root"),
     "requirements": ("build", "digests"),
     "build": ("steps", "passthrough", "timeout"),
-    "check": ("import", "archs"),
+    "check": ("import", "archs", "requirements"),
     "input": ("path", "url", "sha256", "env", "subdir"),
     "lint": ("allow",),
 }  # fmt: skip
@@ -419,9 +421,15 @@ def _toolchain(c: _Checker, data: Mapping[str, Any], base: Path) -> ToolchainSpe
 
 def _requirements(c: _Checker, data: Mapping[str, Any]) -> RequirementsSpec:
     t = c.table(data, "requirements")
+    pins = _pins(c, t, "requirements", "build")
+    return RequirementsSpec(build=tuple(pins), digests=_digests(c, t, pins))
+
+
+def _pins(c: _Checker, t: Mapping[str, Any], table: str, name: str) -> list[str]:
+    """Read a list of exact ``name==version`` pins at ``table.name``, reporting each bad one."""
     pins: list[str] = []
     seen: dict[str, str] = {}
-    for key, item in c.strings(t, "requirements", "build"):
+    for key, item in c.strings(t, table, name):
         m = _PIN.match(item)
         if m is None or not _valid_version(m.group(2)):
             lead = _LEADING_NAME.match(item)
@@ -436,7 +444,7 @@ def _requirements(c: _Checker, data: Mapping[str, Any]) -> RequirementsSpec:
             c.add(key, f"duplicate requirement {name!r} (also at {seen[canonical]})")
         seen[canonical] = key
         pins.append(f"{name}=={version}")
-    return RequirementsSpec(build=tuple(pins), digests=_digests(c, t, pins))
+    return pins
 
 
 _DIGEST = re.compile(r"^(sha256:[0-9a-f]{64}|blake3:[0-9a-f]{64})$")
@@ -546,7 +554,11 @@ def _check(c: _Checker, data: Mapping[str, Any]) -> CheckSpec:
             c.add(key, f"duplicate arch {arch!r}")
         else:
             archs.append(arch)
-    return CheckSpec(imports=tuple(module for _, module in items), archs=tuple(archs))
+    return CheckSpec(
+        imports=tuple(module for _, module in items),
+        archs=tuple(archs),
+        requirements=tuple(_pins(c, t, "check", "requirements")),
+    )
 
 
 def _inputs(

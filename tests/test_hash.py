@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import shutil
 import zipfile
@@ -150,14 +152,23 @@ def test_a_mirror_url_gives_the_same_hash(
 
 
 def _tiny_wheel(directory: Path, name: str, version: str) -> Path:
+    """Write a valid pure wheel `name` (module `name` with `V = version`) into `directory`."""
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{name}-{version}-py3-none-any.whl"
     di = f"{name}-{version}.dist-info"
+    files = {
+        f"{name}/__init__.py": f"V = {version!r}\n".encode(),
+        f"{di}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
+        f"{di}/WHEEL": b"Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = []
+    for arcname, data in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        record.append(f"{arcname},sha256={digest},{len(data)}")
+    files[f"{di}/RECORD"] = ("\n".join([*record, f"{di}/RECORD,,"]) + "\n").encode()
     with zipfile.ZipFile(path, "w") as z:
-        z.writestr(f"{name}/__init__.py", f"V = {version!r}\n")
-        z.writestr(f"{di}/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
-        z.writestr(f"{di}/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
-        z.writestr(f"{di}/RECORD", "")
+        for arcname, data in files.items():
+            z.writestr(arcname, data)
     return path
 
 

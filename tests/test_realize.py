@@ -265,7 +265,10 @@ def test_tty_progress_shows_phase_elapsed_and_last_line(
     cmd = f"{sys.executable} -m rocmforge realize {recipe} --store {store}"
     typescript = tmp_path / "typescript"
     proc = subprocess.run(
-        ["script", "-qec", cmd, str(typescript)], capture_output=True, text=True, check=False,
+        ["script", "-qec", cmd, str(typescript)],
+        capture_output=True,
+        text=True,
+        check=False,
         env=dict(os.environ, ROCMFORGE_PIP_ARGS="--no-index"),
     )
     assert proc.returncode == 0, proc.stdout
@@ -273,3 +276,30 @@ def test_tty_progress_shows_phase_elapsed_and_last_line(
     assert "[tiny build 0:00:0" in screen
     assert "] tick-one" in screen
     assert "tiny-0.1-py3-none-any.whl" in screen
+
+
+def test_check_requirements_are_installed_for_the_import_but_not_hashed(
+    tiny_src: Path, tmp_path: Path, store: Path
+) -> None:
+    from test_hash import _tiny_wheel
+
+    wheels = tmp_path / "wheels"
+    _tiny_wheel(wheels, "rfdep", "1.0")
+    (tiny_src / "tiny" / "__init__.py").write_text("import rfdep\nVALUE = rfdep.V\n")
+    env = {"ROCMFORGE_PIP_ARGS": f"--no-index --find-links {wheels}"}
+    base = TINY_RECIPE.format(src=tiny_src)
+    without = tmp_path / "without.toml"
+    without.write_text(base)
+    proc = rf("realize", without, "--store", store, env=env)
+    assert proc.returncode == 1 and "check failed" in proc.stderr
+    with_reqs = tmp_path / "with.toml"
+    with_reqs.write_text(
+        base.replace('import = "tiny"', 'import = "tiny"\nrequirements = ["rfdep==1.0"]')
+    )
+    report = _realize_json(with_reqs, store, env=env)
+    assert report["cached"] is False
+    plans = [
+        json.loads(rf("plan", r, "--store", store, "--json", env=env).stdout)
+        for r in (without, with_reqs)
+    ]
+    assert plans[0]["hash"] == plans[1]["hash"] == report["hash"]
