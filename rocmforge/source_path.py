@@ -10,7 +10,12 @@ A per-directory record under ``cache/trees`` keeps ``path -> (size, mtime_ns, in
 the digest, so unchanged files are only stat'ed. In a git work tree the hit path goes further: when
 the index file is unchanged and git reports the same dirty and untracked files as last time (git
 does those stats in C), the recorded tree hash is returned without stat'ing every file in Python.
-Entries whose timestamps are too fresh to be trusted (racy-git) are never reused.
+Outside git the record also keeps a blake3 signature of every file's stat facts, so an unchanged
+plain tree is recognised by stat'ing it, without loading the file table. Entries whose timestamps
+are too fresh to be trusted (racy-git) are never reused.
+
+Big trees (``PARALLEL_MIN_ENTRIES`` and up) are scanned by one forked worker per core, since the
+per-file work is Python under the GIL; the parent hashes big files as the workers report them.
 """
 
 from __future__ import annotations
@@ -89,14 +94,6 @@ def digest_file(path: str, size: int) -> str:
     finally:
         os.close(fd)
     return str(blake3.blake3(view[:n]).hexdigest())
-
-
-def _kind(mode: int) -> str | None:
-    if stat.S_ISREG(mode):
-        return "x" if mode & 0o111 else "f"
-    if stat.S_ISLNK(mode):
-        return "l"
-    return None
 
 
 def _record_paths(root: Path, cache: Path) -> tuple[Path, Path]:
