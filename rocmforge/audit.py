@@ -17,7 +17,6 @@ from __future__ import annotations
 import base64
 import csv
 import hashlib
-import json
 import os
 import zipfile
 import zlib
@@ -26,11 +25,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rocmforge.errors import StoreError, UsageError
+from rocmforge.errors import UsageError
 from rocmforge.hashing import file_blake3
 from rocmforge.provenance import PROVENANCE, read_statement, run_facts
 from rocmforge.stamp import Stamp, StampError, read_stamp
-from rocmforge.store import DERIVATION, Store
+from rocmforge.store import DERIVATION, Store, read_json_object
 
 VERIFIED = "verified"
 CLAIMED = "claimed"
@@ -182,16 +181,6 @@ def record_problems(zf: zipfile.ZipFile) -> list[str]:
     return problems
 
 
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        value = json.loads(path.read_bytes())
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as exc:
-        raise StoreError(f"{path}: cannot read: {exc}") from exc
-    return value if isinstance(value, dict) else None
-
-
 def _sha256(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -216,7 +205,7 @@ def audit_wheel(wheel: Path, *, store: Store) -> AuditReport:
         notes: list[str] = []
         derivation = statement = None
         if os.path.isdir(row.path):
-            derivation = _read_json(row.path / DERIVATION)
+            derivation = read_json_object(row.path / DERIVATION)
             statement = read_statement(row.path / PROVENANCE)
             if statement is None:
                 notes.append("the store entry has no provenance statement (built before it)")

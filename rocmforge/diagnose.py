@@ -11,12 +11,13 @@ log as ``store/failed/<hash>-<name>-<version>.json``.
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from rocmforge.fsutil import json_bytes, write_atomic
 
 #: At most this many diagnoses are reported for one failure.
 MAX_DIAGNOSES = 3
@@ -262,14 +263,7 @@ def failed_record_path(failed_log: Path) -> Path:
 
 def write_failed_record(path: Path, record: Mapping[str, Any]) -> None:
     """Write the failed build's record (error, diagnosis) to ``path`` atomically."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(record, f, indent=2, sort_keys=True)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    write_atomic(path, json_bytes(record))
 
 
 def read_failed_record(path: Path) -> dict[str, Any] | None:

@@ -304,23 +304,6 @@ def _is_entry_name(n: str) -> bool:
     return len(n) > HASH_LEN + 1 and n[HASH_LEN] == "-" and bool(_HASH_RE.fullmatch(n[:HASH_LEN]))
 
 
-def _used_times(store: Store) -> dict[str, float]:
-    d = store.root / "used"
-    out: dict[str, float] = {}
-    try:
-        with os.scandir(d) as it:
-            for de in it:
-                try:
-                    out[de.name] = de.stat(follow_symlinks=False).st_mtime
-                except FileNotFoundError:
-                    continue
-    except FileNotFoundError:
-        pass
-    except OSError as e:
-        raise StoreError(f"cannot list {d}: {e}") from e
-    return out
-
-
 def gather_entries(store: Store) -> tuple[list[EntryInfo], list[str]]:
     """Return every entry of ``entries/`` with its last use, and warnings about damaged ones.
 
@@ -331,7 +314,7 @@ def gather_entries(store: Store) -> tuple[list[EntryInfo], list[str]]:
         names = sorted(n for n in os.listdir(store.entries_dir) if _is_entry_name(n))
     except OSError as e:
         raise StoreError(f"cannot list {store.entries_dir}: {e}") from e
-    used = _used_times(store)
+    used = store.used_times()
     indexed = {row.hash: row.last_used for row in store.index.rows()}
     entries: list[EntryInfo] = []
     warnings: list[str] = []

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import os
 import re
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rocmforge.errors import Problem, RecipeError, RequirementError, SourceError, UsageError
+from rocmforge.fsutil import write_atomic
 from rocmforge.recipe import Recipe, normal_pin
 
 if TYPE_CHECKING:
@@ -122,17 +122,7 @@ def _insert_after(table: Any, after: str, key: str, value: Any) -> None:
 
 
 def _write_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, os.stat(path).st_mode & 0o7777)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(path, text.encode("utf-8"), mode=os.stat(path).st_mode & 0o7777)
 
 
 def lock_recipe(

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from rocmforge import __version__
 from rocmforge.errors import StoreError
+from rocmforge.fsutil import json_bytes, write_atomic
 from rocmforge.hashing import blake3_hex, canonical_json
 
 if TYPE_CHECKING:
@@ -141,16 +142,9 @@ def make_statement(
 
 def write_statement(path: Path, statement: Mapping[str, Any]) -> None:
     """Write ``statement`` as JSON to ``path`` atomically (temp file, fsync, rename)."""
-    data = (json.dumps(statement, indent=2, sort_keys=True) + "\n").encode()
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        write_atomic(path, json_bytes(statement))
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
         raise StoreError(f"cannot write provenance {path}: {exc}") from exc
 
 

@@ -7,7 +7,6 @@ Filters and listings come from the index (fast on 10,000 entries); last use also
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import time
@@ -17,9 +16,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from rocmforge.errors import StoreError, UsageError
+from rocmforge.errors import UsageError
 from rocmforge.index import IndexRow
-from rocmforge.store import DERIVATION, META, Store
+from rocmforge.store import DERIVATION, META, Store, read_json_object
 
 _ENV_FILTER = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)([=~])(.*)$", re.DOTALL)
 
@@ -88,23 +87,6 @@ class Listed:
         }
 
 
-def _used_times(store: Store) -> dict[str, float]:
-    """Return the mtime of each ``used/<hash>`` marker (the memo touches them on every hit)."""
-    out: dict[str, float] = {}
-    try:
-        with os.scandir(store.root / "used") as it:
-            for de in it:
-                try:
-                    out[de.name] = de.stat(follow_symlinks=False).st_mtime
-                except FileNotFoundError:
-                    continue
-    except FileNotFoundError:
-        pass
-    except OSError as exc:
-        raise StoreError(f"cannot list {store.root / 'used'}: {exc}") from exc
-    return out
-
-
 def _roots(store: Store) -> Mapping[str, tuple[str, ...]]:
     try:
         from rocmforge.roots import collect_roots
@@ -114,7 +96,7 @@ def _roots(store: Store) -> Mapping[str, tuple[str, ...]]:
 
 
 def _listed(store: Store, rows: Sequence[IndexRow]) -> list[Listed]:
-    used = _used_times(store)
+    used = store.used_times()
     roots = _roots(store)
     return [
         Listed(
@@ -150,16 +132,6 @@ def list_entries(store: Store) -> list[Listed]:
     return _listed(store, store.index.rows())
 
 
-def _json_file(path: Path) -> dict[str, Any] | None:
-    try:
-        value = json.loads(path.read_bytes())
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as exc:
-        raise StoreError(f"{path}: cannot read: {exc}") from exc
-    return value if isinstance(value, dict) else None
-
-
 def find_entry_dir(store: Store, target: str) -> Path:
     """Return the entry directory named by ``target``: a hash (prefix), entry name or path, or a
     wheel file whose digest the index knows (a copy made anywhere)."""
@@ -176,7 +148,7 @@ def find_entry_dir(store: Store, target: str) -> Path:
 def show_entry(store: Store, target: str) -> dict[str, Any]:
     """Return everything known about one entry: meta, derivation, provenance, index, roots."""
     path = find_entry_dir(store, target)
-    meta = _json_file(path / META) or {}
+    meta = read_json_object(path / META) or {}
     entry_hash = str(meta.get("hash", path.name[:32]))
     row = store.index.get(entry_hash)
     listed = _listed(store, [row]) if row is not None else []
@@ -186,8 +158,8 @@ def show_entry(store: Store, target: str) -> dict[str, Any]:
         "version": meta.get("version"),
         "path": str(path),
         "meta": meta,
-        "derivation": _json_file(path / DERIVATION),
-        "provenance": _json_file(path / "provenance.json"),
+        "derivation": read_json_object(path / DERIVATION),
+        "provenance": read_json_object(path / "provenance.json"),
         "indexed": row is not None,
         "last_used": listed[0].last_used if listed else meta.get("created"),
         "roots": list(listed[0].roots) if listed else list(_roots(store).get(entry_hash, ())),

@@ -28,7 +28,6 @@ import signal
 import stat
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections import deque
@@ -39,6 +38,7 @@ from typing import Any, NoReturn, TypeVar
 import blake3
 
 from rocmforge.errors import SourceError
+from rocmforge.fsutil import write_atomic
 from rocmforge.hashing import blake3_hex
 from rocmforge.source_git import git_env
 
@@ -130,17 +130,7 @@ def _load_files(path: Path, head: dict[str, Any]) -> dict[str, FileRec]:
 
 def _write_atomic(path: Path, payload: bytes) -> None:
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".rec-", dir=path.parent)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(payload)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            os.unlink(tmp)
-            raise
+        write_atomic(path, payload)
     except OSError as exc:
         raise SourceError(f"cannot write stat cache {path}: {exc}") from exc
 

@@ -13,12 +13,12 @@ import json
 import os
 import re
 import stat
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rocmforge.errors import SourceError
+from rocmforge.fsutil import write_atomic
 from rocmforge.hashing import blake3_hex, canonical_json
 from rocmforge.patches import apply_patches, patch_digests
 from rocmforge.recipe import SourceSpec
@@ -70,17 +70,7 @@ def _read_resolved(path: Path, rev: str) -> tuple[int, tuple[tuple[str, str], ..
 
 def _write_json_atomic(path: Path, value: Any) -> None:
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(canonical_json(value))
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            os.unlink(tmp)
-            raise
+        write_atomic(path, canonical_json(value))
     except OSError as exc:
         raise SourceError(f"cannot write {path}: {exc}") from exc
 

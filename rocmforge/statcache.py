@@ -6,13 +6,13 @@ few ``os.stat`` calls and no subprocess.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
+
+from rocmforge.fsutil import json_bytes, write_atomic
 
 
 def stat_signature(path: str | Path) -> list[int] | None:
@@ -41,18 +41,7 @@ def read_json(path: Path) -> dict[str, Any]:
 
 def write_json_atomic(path: Path, data: Mapping[str, Any]) -> None:
     """Write ``data`` as JSON to ``path`` atomically (temp file in the same dir, fsync, rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, sort_keys=True, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    write_atomic(path, json_bytes(data))
 
 
 class StatCache:

@@ -33,6 +33,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from rocmforge.errors import StoreError, UsageError
+from rocmforge.fsutil import json_bytes, write_atomic
 
 if TYPE_CHECKING:
     from rocmforge.index import Index
@@ -87,22 +88,18 @@ def _fsync_path(path: Path | str, *, directory: bool = False) -> None:
 
 def _write_json_atomic(path: Path, value: Mapping[str, Any]) -> None:
     """Write ``value`` as JSON to ``path`` via a temp file in the same directory + os.replace."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
-    data = (json.dumps(value, indent=2, sort_keys=True) + "\n").encode()
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+    write_atomic(path, json_bytes(value))
+
+
+def read_json_object(path: Path) -> dict[str, Any] | None:
+    """Read a JSON object stored in an entry; None if the file is absent, StoreError if damaged."""
     try:
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except BaseException:
-        with suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+        value = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise StoreError(f"{path}: cannot read: {exc}") from exc
+    return value if isinstance(value, dict) else None
 
 
 def remove_tree(path: Path) -> None:
@@ -622,6 +619,22 @@ class Store:
                 _fsync_path(p, directory=True)
                 os.chmod(p, DIR_MODE)
         _fsync_path(staged, directory=True)
+
+    def used_times(self) -> dict[str, float]:
+        """Return the last-use time of each entry hash marked under ``used/`` (every cache hit,
+        the memo's included, touches ``used/<hash>``; see :func:`rocmforge.memo.touch_used`)."""
+        d = self.root / "used"
+        out: dict[str, float] = {}
+        try:
+            with os.scandir(d) as it:
+                for de in it:
+                    with suppress(FileNotFoundError):
+                        out[de.name] = de.stat(follow_symlinks=False).st_mtime
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise StoreError(f"cannot list {d}: {exc}") from exc
+        return out
 
     # -- index ------------------------------------------------------------------------------------
 
