@@ -64,6 +64,8 @@ def make_store(root: Path, n: int, wheel_kb: int) -> None:
 
 
 def main() -> int:
+    # measure an installed package: byte-compiled, as pip leaves it (see scripts/setup.sh)
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(REPO / "rocmforge")], check=True)
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--entries", type=int, default=1000)
     ap.add_argument("--runs", type=int, default=5)

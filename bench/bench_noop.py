@@ -26,6 +26,8 @@ def timed(argv: list[str], env: dict[str, str]) -> float:
 
 
 def main() -> int:
+    # measure an installed package: byte-compiled, as pip leaves it (see scripts/setup.sh)
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(REPO / "rocmforge")], check=True)
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--store", type=Path, default=None)

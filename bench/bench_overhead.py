@@ -34,6 +34,8 @@ import = "tiny"
 
 
 def main() -> int:
+    # measure an installed package: byte-compiled, as pip leaves it (see scripts/setup.sh)
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(REPO / "rocmforge")], check=True)
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--sandbox", default="auto")

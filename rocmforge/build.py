@@ -77,7 +77,7 @@ def compress_file(src: Path, dest: Path) -> None:
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(f".{dest.name}.tmp")
     with open(src, "rb") as fin, open(tmp, "wb") as fout:
-        zstandard.ZstdCompressor(level=10).copy_stream(fin, fout)
+        zstandard.ZstdCompressor(level=3).copy_stream(fin, fout)
         fout.flush()
         os.fsync(fout.fileno())
     os.replace(tmp, dest)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from pathlib import Path
@@ -26,6 +25,8 @@ def blake3_hex(data: bytes) -> str:
 def file_digests(path: Path | str) -> tuple[str, str]:
     """Return ``(blake3_hex, sha256_hex)`` of a file, reading it once in chunks."""
     b3 = blake3.blake3()
+    import hashlib  # ~15 ms (OpenSSL start-up): only paths that need sha256 pay for it
+
     sha = hashlib.sha256()
     with open(path, "rb") as f:
         while chunk := f.read(CHUNK):

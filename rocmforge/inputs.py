@@ -16,8 +16,6 @@ import os
 import shutil
 import tarfile
 import tempfile
-import urllib.error
-import urllib.request
 import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -69,9 +67,11 @@ class UrllibFetcher:
     def fetch(self, url: str, out: BinaryIO) -> None:
         """Stream ``url`` into ``out``."""
         try:
+            import urllib.request  # only URL inputs need it; http.client costs ~30 ms to import
+
             with urllib.request.urlopen(url, timeout=60) as resp:
                 shutil.copyfileobj(resp, out, CHUNK)
-        except (OSError, urllib.error.URLError, ValueError) as exc:
+        except (OSError, ValueError) as exc:  # urllib.error.URLError is an OSError
             raise SourceError(f"cannot download {url}: {exc}") from exc
 
 

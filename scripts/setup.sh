@@ -29,3 +29,6 @@ fi
 # compat mode: a plain .pth entry; the default import-hook finder adds ~18 ms to every start
 .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]' \
   --config-settings editable_mode=compat
+# Byte-compile now: an editable install writes no .pyc when PYTHONDONTWRITEBYTECODE is set, and
+# compiling every module on each start would triple a no-op realize.
+.venv/bin/python -m compileall -q rocmforge
