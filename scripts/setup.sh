@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Set up a development checkout on a fresh Debian machine: system tools, then .venv with rocmforge.
 # Idempotent: a second run only checks. Needs root (or sudo) only when a system tool is missing.
+# --with-hip also installs Debian's hipcc (ROCm 5.2, ~1 min) for the HIP tests; the demo needs none.
 set -euo pipefail
+with_hip=0
+[ "${1:-}" = "--with-hip" ] && with_hip=1
 cd "$(dirname "$0")/.."
 
 need=()
@@ -15,7 +18,9 @@ python3.11 -c 'import sysconfig, os, sys; sys.exit(not os.path.exists(os.path.jo
   || need+=(python3.11-dev)
 # hipcc (Debian 12: ROCm 5.2.3, clang-15) for the real HIP build tests (recipes/hip-demo.toml);
 # only where apt-get exists - elsewhere those tests skip, except under CI=true where they fail.
-if ! command -v hipcc >/dev/null && command -v apt-get >/dev/null; then need+=(hipcc); fi
+if [ $with_hip = 1 ] && ! command -v hipcc >/dev/null && command -v apt-get >/dev/null; then
+  need+=(hipcc)
+fi
 if [ ${#need[@]} -gt 0 ]; then
   echo "setup: installing system packages: ${need[*]}" >&2
   sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"

@@ -2,7 +2,7 @@
 # Set up (scripts/setup.sh), then run every check CI runs: ruff, mypy and the test suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+bash scripts/setup.sh --with-hip
 # Tests use only local files: the build requirements they need are fetched here, once.
 .venv/bin/python -m pip download -q --disable-pip-version-check --no-deps \
   -d .ci/wheelhouse setuptools==75.6.0
