@@ -131,6 +131,13 @@ class DoctorReport:
     findings: tuple[Finding, ...] = ()
     coverage: Coverage | None = None
     facts: LintFacts = field(default_factory=LintFacts)
+    toolchain: str | None = None
+    toolchain_error: str | None = None
+
+    @property
+    def blocking(self) -> bool:
+        """True when ``realize`` of the recipe would stop before building."""
+        return self.toolchain_error is not None or any(f.blocking for f in self.findings)
 
     def to_json(self) -> dict[str, Any]:
         """Return the report as JSON-ready data."""
@@ -139,6 +146,9 @@ class DoctorReport:
             "recipe": str(self.recipe) if self.recipe else None,
             "lints": [f.to_json() for f in self.findings],
             "coverage": self.coverage.to_json() if self.coverage else None,
+            "toolchain": self.toolchain,
+            "toolchain_error": self.toolchain_error,
+            "blocking": self.blocking if self.recipe else None,
         }
 
 
@@ -346,6 +356,29 @@ def coverage(recipe: Recipe, gpus: Sequence[str]) -> Coverage:
     return Coverage(recipe_archs=bases, gpus=gpu_set, missing=missing, covered=covered)
 
 
+def check_toolchain(recipe: Recipe) -> tuple[str | None, str | None]:
+    """Probe the recipe's toolchain as ``realize`` would; return (summary, error)."""
+    import tempfile
+
+    from rocmforge.errors import ToolchainError
+    from rocmforge.toolchain import resolve_toolchain
+
+    with tempfile.TemporaryDirectory(prefix="rocmforge-doctor-") as cache:
+        try:
+            tc = resolve_toolchain(recipe.toolchain, cache_dir=Path(cache))
+        except ToolchainError as exc:
+            return None, str(exc)
+    fp = tc.fingerprint
+    parts = [f"python {fp.get('python', {}).get('version', tc.python_version)}"]
+    rocm = fp.get("rocm")
+    if isinstance(rocm, dict) and rocm.get("version"):
+        parts.insert(0, f"ROCm {rocm['version']}")
+    cc = fp.get("cc")
+    if isinstance(cc, dict) and cc.get("version"):
+        parts.append(str(cc["version"]))
+    return f"{recipe.toolchain.kind}: " + ", ".join(parts), None
+
+
 def doctor(
     recipe: Recipe | None = None,
     *,
@@ -358,7 +391,10 @@ def doctor(
     if recipe is None:
         return DoctorReport(machine=machine)
     facts = lint_facts(recipe, env)
+    summary, error = check_toolchain(recipe)
     return DoctorReport(
+        toolchain=summary,
+        toolchain_error=error,
         machine=machine,
         recipe=recipe.file,
         findings=lint_recipe(recipe, facts),

@@ -153,8 +153,11 @@ def test_cli_on_a_machine_without_rocm_or_gpu(tmp_path: Path) -> None:
     recipe.write_text(ARCH_RECIPE.format(src=tmp_path))
     env = {"PATH": str(empty), "ROCM_PATH": ""}
     proc = rf("doctor", recipe, "--sysroot", tmp_path, env=env)
-    assert proc.returncode == 0, proc.stderr
+    # nothing on PATH: no compiler, no python3.11 -> realize would stop, so doctor exits 1
+    assert proc.returncode == 1, proc.stderr
     out = proc.stdout
+    assert "toolchain: ERROR: toolchain." in out and "not found on PATH" in out
+    assert "1 error(s): realize would stop" in out
     assert "ROCm:      not found" in out
     assert "GPUs:      no GPU visible" in out and "rocminfo: not installed" in out
     assert "cores:" in out and "RAM:" in out and "sandbox:" in out
@@ -164,6 +167,26 @@ def test_cli_on_a_machine_without_rocm_or_gpu(tmp_path: Path) -> None:
     assert data["machine"]["rocm"] == [] and data["machine"]["gpus"] == []
     assert [f["id"] for f in data["lints"]] == ["RF121"]
     assert data["coverage"]["covered"] is None
+    assert data["blocking"] is True and "not found" in data["toolchain_error"]
+
+
+def test_cli_recipe_whose_toolchain_is_here_exits_0(tmp_path: Path) -> None:
+    recipe = tmp_path / "r.toml"
+    recipe.write_text(TINY_RECIPE.format(src=tmp_path))
+    proc = rf("doctor", recipe)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "toolchain: system: python 3.11" in proc.stdout
+
+
+def test_cli_recipe_with_a_missing_rocm_root_exits_1(tmp_path: Path) -> None:
+    recipe = tmp_path / "r.toml"
+    recipe.write_text(
+        TINY_RECIPE.format(src=tmp_path)
+        + f'\n[toolchain]\nkind = "rocm"\nrocm = "6.2.4"\nroot = "{tmp_path / "no-rocm"}"\n'
+    )
+    proc = rf("doctor", recipe)
+    assert proc.returncode == 1
+    assert "toolchain: ERROR:" in proc.stdout and "no-rocm" in proc.stdout
 
 
 def test_cli_on_this_machine() -> None:

@@ -35,10 +35,11 @@ def run(args: argparse.Namespace) -> int:
     report = doctor(recipe, env=os.environ, sysroot=Path(args.sysroot))
     if args.json:
         emit_json(report.to_json())
-        return 0
-    for line in render(report, recipe):
-        print(line)
-    return 0
+    else:
+        for line in render(report, recipe):
+            print(line)
+    # 1 when realize of the recipe would stop (a lint error, a missing or mismatched toolchain)
+    return 1 if recipe is not None and report.blocking else 0
 
 
 def render(report: Any, recipe: Any) -> list[str]:
@@ -69,6 +70,10 @@ def render(report: Any, recipe: Any) -> list[str]:
     if recipe is None:
         return out
     out.append(f"recipe {report.recipe}:")
+    if report.toolchain_error:
+        out.append(f"  toolchain: ERROR: {report.toolchain_error}")
+    else:
+        out.append(f"  toolchain: {report.toolchain}")
     if not report.findings:
         out.append("  lints:     none")
     for f in report.findings:
@@ -88,7 +93,7 @@ def render(report: Any, recipe: Any) -> list[str]:
             f"  archs:     {', '.join(cov.recipe_archs)} do NOT cover {', '.join(cov.missing)} "
             "(the build would not run on these GPUs)"
         )
-    blocking = sum(1 for f in report.findings if f.blocking)
+    blocking = sum(1 for f in report.findings if f.blocking) + bool(report.toolchain_error)
     if blocking:
         out.append(f"  {blocking} error(s): realize would stop before fetching anything")
     return out
