@@ -147,6 +147,8 @@ def lock_recipe(
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise UsageError(f"{path}: cannot read recipe: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise RecipeError([Problem(file=path, key="", line=1, message="not valid UTF-8")]) from exc
     try:
         doc = tomlkit.parse(text)
     except TOMLKitError as exc:

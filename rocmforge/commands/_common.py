@@ -26,6 +26,17 @@ def add_json_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print a JSON report on stdout")
 
 
+def count(text: str) -> int:
+    """argparse type: a whole number >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is negative")
+    return value
+
+
 def store_root(args: argparse.Namespace) -> Path:
     """Return the store directory chosen by ``--store``, ``$ROCMFORGE_STORE`` or the default."""
     return Path(args.store or os.environ.get("ROCMFORGE_STORE") or "store")

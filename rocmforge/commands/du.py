@@ -6,13 +6,19 @@ import argparse
 import time
 from typing import Any
 
-from rocmforge.commands._common import add_json_option, add_store_option, emit_json, open_store
+from rocmforge.commands._common import (
+    add_json_option,
+    add_store_option,
+    count,
+    emit_json,
+    open_store,
+)
 
 
 def register(sub: Any) -> None:
     """Add the ``du`` command."""
     p = sub.add_parser("du", help="show the store's size by area, package and entry")
-    p.add_argument("--top", type=int, default=10, metavar="N", help="show the N biggest entries")
+    p.add_argument("--top", type=count, default=10, metavar="N", help="show the N biggest entries")
     add_store_option(p)
     add_json_option(p)
     p.set_defaults(func=run)

@@ -6,7 +6,13 @@ import argparse
 import sys
 from typing import Any
 
-from rocmforge.commands._common import add_json_option, add_store_option, emit_json, open_store
+from rocmforge.commands._common import (
+    add_json_option,
+    add_store_option,
+    count,
+    emit_json,
+    open_store,
+)
 from rocmforge.errors import UsageError
 
 
@@ -25,7 +31,7 @@ def register(sub: Any) -> None:
     )
     add_store_option(p)
     p.add_argument(
-        "--keep-last", type=int, metavar="N", help="keep the newest N entries of each package"
+        "--keep-last", type=count, metavar="N", help="keep the newest N entries of each package"
     )
     p.add_argument(
         "--older-than", metavar="DURATION", help="delete entries not used for DURATION (30d, 12h)"
@@ -47,8 +53,6 @@ def run(args: argparse.Namespace) -> int:
     """``rocmforge gc``: plan, delete (unless ``--dry-run``) and report entries and bytes."""
     from rocmforge.gc import Policies, collect_garbage, format_size, parse_size
 
-    if args.keep_last is not None and args.keep_last < 0:
-        raise UsageError(f"--keep-last must be 0 or more, not {args.keep_last}")
     older = None
     if args.older_than is not None:
         from rocmforge.recipe import parse_duration
