@@ -50,3 +50,22 @@ def test_missing_source_path_is_one_error(tmp_path: Path) -> None:
     proc = rf("realize", recipe, "--store", tmp_path / "store")
     assert proc.returncode == 2, proc.stderr
     assert "does-not-exist" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("command", ["realize", "plan", "lock", "doctor"])
+def test_a_recipe_that_is_not_utf8_is_bad_input(command: str, tmp_path: Path) -> None:
+    recipe = tmp_path / "binary.toml"
+    recipe.write_bytes(b"\x8e\xff\x00schema = 1\n")
+    proc = (
+        rf(command, recipe, "--store", tmp_path / "store")
+        if command != "doctor"
+        else rf(command, recipe)
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "not valid UTF-8" in proc.stderr and "internal error" not in proc.stderr
+
+
+@pytest.mark.parametrize("argv", [["du", "--top", "-1"], ["gc", "--keep-last", "-2"]])
+def test_negative_counts_are_refused(argv: list[str], tmp_path: Path) -> None:
+    proc = rf(*argv, "--store", tmp_path / "store")
+    assert proc.returncode == 2 and "is negative" in proc.stderr
