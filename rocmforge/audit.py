@@ -29,7 +29,7 @@ from rocmforge.errors import UsageError
 from rocmforge.hashing import file_blake3
 from rocmforge.provenance import PROVENANCE, read_statement, run_facts
 from rocmforge.stamp import Stamp, StampError, read_stamp
-from rocmforge.store import DERIVATION, Store, read_json_object
+from rocmforge.store import DERIVATION, META, Store, read_json_object
 
 VERIFIED = "verified"
 CLAIMED = "claimed"
@@ -58,6 +58,7 @@ class AuditReport:
     entry_path: Path | None = None
     statement: Mapping[str, Any] | None = field(default=None)
     stamped_by: str | None = None
+    archs: Mapping[str, Any] | None = None
 
     @property
     def exit_code(self) -> int:
@@ -114,6 +115,7 @@ class AuditReport:
             "store_path": str(self.entry_path) if self.entry_path else None,
             "stamped_by": self.stamped_by,
             "facts": self.facts(),
+            "archs": dict(self.archs) if self.archs is not None else None,
             "derivation": dict(self.derivation) if self.derivation else None,
         }
 
@@ -204,9 +206,13 @@ def audit_wheel(wheel: Path, *, store: Store) -> AuditReport:
         sha = next((w.sha256 for w in row.wheels if w.blake3 == b3), "")
         notes: list[str] = []
         derivation = statement = None
+        archs = None
         if os.path.isdir(row.path):
             derivation = read_json_object(row.path / DERIVATION)
             statement = read_statement(row.path / PROVENANCE)
+            # what the check read from this very wheel's offload bundles when it was built
+            name = next((w.filename for w in row.wheels if w.blake3 == b3), None)
+            archs = ((read_json_object(row.path / META) or {}).get("archs") or {}).get(name, {})
             if statement is None:
                 notes.append("the store entry has no provenance statement (built before it)")
         else:
@@ -223,8 +229,19 @@ def audit_wheel(wheel: Path, *, store: Store) -> AuditReport:
             derivation=derivation,
             entry_path=row.path,
             statement=statement,
+            archs=archs,
         )
     return _audit_unverified(wheel, store=store, b3=b3, size=size)
+
+
+def _read_archs(wheel: Path) -> dict[str, Any] | None:
+    """Read the GPU archs of each library in `wheel` from its offload bundles (None: unreadable)."""
+    from rocmforge.offload import OffloadError, wheel_archs
+
+    try:
+        return {lib: found.to_json() for lib, found in wheel_archs(wheel).items()}
+    except OffloadError:
+        return None
 
 
 def _stamp_derivation(wheel: Path) -> dict[str, Any] | None:
@@ -282,4 +299,5 @@ def _audit_unverified(wheel: Path, *, store: Store, b3: str, size: int) -> Audit
         derivation=stamp.derivation,
         entry_path=built.path if built is not None else None,
         stamped_by=stamp.rocmforge,
+        archs=_read_archs(wheel),
     )

@@ -47,6 +47,19 @@ def test_hip_demo_realize(tmp_path: Path, wheelhouse: Path) -> None:
     }
     if shutil.which("bwrap"):  # hipcc ran inside bubblewrap (/usr ro, --dev /dev, --tmpfs /tmp)
         assert meta["sandbox"] == "bwrap"
+    # audit shows the archs per library: from the entry when verified, from the file when not
+    copy = tmp_path / "copied-elsewhere.whl"
+    shutil.copy(wheel, copy)
+    audit = rf("audit", copy, "--store", store)
+    assert audit.returncode == 0, audit.stderr
+    assert (
+        "hipdemo/_hip.cpython-311-x86_64-linux-gnu.so: gfx90a, gfx940 (1 bundle(s))" in audit.stdout
+    )
+    claimed = rf("audit", copy, "--store", tmp_path / "another-store", "--json")
+    assert claimed.returncode == 5, claimed.stderr
+    [facts] = json.loads(claimed.stdout)
+    assert facts["status"] == "claimed"
+    assert facts["archs"] == libs
     drv = json.loads((Path(report["path"]) / "derivation.json").read_text())
     assert drv["toolchain"]["kind"] == "rocm"
     assert drv["toolchain"]["rocm"]["version"].startswith("5.2.")

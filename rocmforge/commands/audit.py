@@ -120,6 +120,15 @@ def _print(report: Any) -> None:
     if run_.get("started"):
         add("built", f"{run_['started']} .. {run_.get('finished')} on {run_.get('host')}")
     add("stamped by", f"rocmforge {report.stamped_by}" if report.stamped_by else None)
+    if report.archs is not None:
+        if not report.archs:
+            add("gpu archs", "no HIP device code in any library")
+        for lib, found in sorted(report.archs.items()):
+            union, common = found.get("union", []), found.get("common", [])
+            line = f"{lib}: {', '.join(union) or '-'} ({found.get('bundles', 0)} bundle(s)"
+            if common != union:
+                line += f"; in every bundle: {', '.join(common) or 'none'}"
+            add("gpu archs", line + ")")
     add("store path", report.entry_path)
     for label, value in rows:
         print(f"  {label:<13}{value}")
