@@ -92,7 +92,7 @@ def test_add_and_get(index: Index) -> None:
         hash=H1,
         name="torch",
         version="2.5.1",
-        path=e.path,
+        location=str(e.path),
         created=100.0,
         last_used=100.0,
         size=1234,
