@@ -51,10 +51,23 @@ class Toolchain:
     guards: tuple[str, ...] = ()
 
 
-def _run(argv: list[str]) -> str:
+def run_probe(
+    argv: list[str], *, env: Mapping[str, str] | None = None, with_stderr: bool = False
+) -> str:
+    """Run one probe command and return its stdout (plus stderr with ``with_stderr``).
+
+    A failure to start, a timeout or a non-zero exit is a :class:`ToolchainError` quoting the
+    command and its last line of output.
+    """
     try:
         proc = subprocess.run(
-            argv, capture_output=True, text=True, timeout=60, check=False, env=_probe_env()
+            argv,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            env=dict(env) if env is not None else _probe_env(),
+            stdin=subprocess.DEVNULL,
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise ToolchainError(f"toolchain probe `{' '.join(argv)}` failed: {exc}") from exc
@@ -64,7 +77,7 @@ def _run(argv: list[str]) -> str:
             f"toolchain probe `{' '.join(argv)}` exited {proc.returncode}"
             + (f": {detail[-1]}" if detail else "")
         )
-    return proc.stdout
+    return proc.stdout + "\n" + proc.stderr if with_stderr else proc.stdout
 
 
 def _probe_env() -> dict[str, str]:
@@ -93,11 +106,11 @@ def _python_command(spec: ToolchainSpec) -> Path:
 
 def _compiler(name: str, key: str) -> dict[str, Any]:
     exe = _which(name, key).resolve()
-    version = _run([str(exe), "--version"]).splitlines()[0].strip()
+    version = run_probe([str(exe), "--version"]).splitlines()[0].strip()
     info: dict[str, Any] = {"path": str(exe), "version": version, "blake3": file_blake3(exe)}
     # The driver execs the real compiler proper (cc1 / cc1plus for gcc); digest that too.
     proper = "cc1plus" if key == "cxx" else "cc1"
-    out = _run([str(exe), f"-print-prog-name={proper}"]).strip()
+    out = run_probe([str(exe), f"-print-prog-name={proper}"]).strip()
     if os.path.isabs(out) and os.path.exists(out):
         info[proper] = {
             "path": str(Path(out).resolve()),
@@ -109,7 +122,7 @@ def _compiler(name: str, key: str) -> dict[str, Any]:
 def probe_system(spec: ToolchainSpec) -> dict[str, Any]:
     """Run the probes for a ``kind = "system"`` toolchain; returns raw probe data (with paths)."""
     pycmd = _python_command(spec)
-    lines = _run([str(pycmd), "-c", _PY_PROBE]).splitlines()
+    lines = run_probe([str(pycmd), "-c", _PY_PROBE]).splitlines()
     if len(lines) < 7:
         raise ToolchainError(f"toolchain.python: unexpected probe output from {pycmd}")
     exe, prefix, version, impl, soabi, plat, short = lines[:7]

@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +26,7 @@ from rocmforge.errors import ToolchainError
 from rocmforge.hashing import file_blake3
 from rocmforge.recipe import ToolchainSpec
 from rocmforge.statcache import StatCache
-from rocmforge.toolchain import Toolchain
+from rocmforge.toolchain import Toolchain, run_probe
 
 ROCM_PROBE_VERSION = 1
 
@@ -130,28 +129,6 @@ def _probe_env(root: Path) -> dict[str, str]:
     return env
 
 
-def _run(argv: list[str], env: Mapping[str, str]) -> str:
-    try:
-        proc = subprocess.run(
-            argv,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-            env=dict(env),
-            stdin=subprocess.DEVNULL,
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise ToolchainError(f"toolchain probe `{' '.join(argv)}` failed: {exc}") from exc
-    if proc.returncode != 0:
-        lines = (proc.stderr or proc.stdout).strip().splitlines()
-        raise ToolchainError(
-            f"toolchain probe `{' '.join(argv)}` exited {proc.returncode}"
-            + (f": {lines[-1]}" if lines else "")
-        )
-    return proc.stdout + "\n" + proc.stderr
-
-
 def _clang_version(output: str) -> str:
     for line in output.splitlines():
         if "clang version" in line:
@@ -182,7 +159,7 @@ def probe_rocm(root: Path) -> dict[str, Any]:
     hipcc = root / "bin" / "hipcc"
     clang: Path | None = None
     if os.access(hipcc, os.X_OK):
-        out = _run([str(hipcc), "--version"], env)
+        out = run_probe([str(hipcc), "--version"], env=env, with_stderr=True)
         m = _HIP_VERSION.search(out)
         probe["hip_version"] = m.group(1) if m else ""
         probe["hipcc"] = _file_info(hipcc)
@@ -203,7 +180,7 @@ def probe_rocm(root: Path) -> dict[str, Any]:
                 f"toolchain.root: no HIP compiler under {root} (neither bin/hipcc nor "
                 "llvm/bin/clang); run `rocmforge doctor`"
             )
-        out = _run([str(llvm), "--version"], env)
+        out = run_probe([str(llvm), "--version"], env=env, with_stderr=True)
         probe["clang"] = {**_file_info(llvm), "version": _clang_version(out)}
     return probe
 
