@@ -2,7 +2,7 @@
 
 Target (issue 4): <= 300 ms on a 2-core machine. Prints the median over --runs fresh stores of
 (a) the whole command, ``rocmforge gc --store DIR`` in a subprocess (start-up included), and
-(b) the in-process core, :func:`rocmforge.gc.collect_garbage` (plan + delete under the lock), and
+(b) the in-process core, :func:`rocmforge.store.gc.collect_garbage` (plan + delete under lock),
 (c) the core's planning alone (a dry run on the same store just before), and for reference
 (d) ``rm -rf`` of the same ``entries/`` (after ``chmod -R u+w``): the filesystem's own floor.
 Usage: python bench/bench_gc.py [--entries 1000] [--runs 5] [--wheel-kb 64]
@@ -23,9 +23,9 @@ from pathlib import Path
 
 import zstandard
 
-from rocmforge.gc import Policies, collect_garbage
-from rocmforge.hashing import blake3_hex
-from rocmforge.store import open_store
+from rocmforge.store.gc import Policies, collect_garbage
+from rocmforge.store.store import open_store
+from rocmforge.util.hashing import blake3_hex
 
 REPO = Path(__file__).resolve().parent.parent
 

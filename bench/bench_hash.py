@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from rocmforge import source_path
+from rocmforge.sources import tree as source_path
 
 
 def make_tree(root: Path, files: int, big: int, big_mb: int) -> int:

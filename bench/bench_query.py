@@ -31,10 +31,10 @@ from pathlib import Path
 from typing import Any
 
 from rocmforge.audit import audit_wheel
-from rocmforge.hashing import blake3_hex, canonical_json, file_blake3
-from rocmforge.query import EnvFilter, list_entries, query_entries
 from rocmforge.stamp import stamp_wheel
-from rocmforge.store import Entry, open_store
+from rocmforge.store.query import EnvFilter, list_entries, query_entries
+from rocmforge.store.store import Entry, open_store
+from rocmforge.util.hashing import blake3_hex, canonical_json, file_blake3
 
 ARCHS = ["gfx90a", "gfx942", "gfx90a;gfx942", "gfx1100", "gfx942;gfx1100"]
 

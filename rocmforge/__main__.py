@@ -1,5 +1,5 @@
 """Allow ``python -m rocmforge``."""
 
-from rocmforge.entry import main_entry
+from rocmforge.console import main_entry
 
 main_entry()

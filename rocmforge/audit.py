@@ -26,10 +26,10 @@ from pathlib import Path
 from typing import Any
 
 from rocmforge.errors import UsageError
-from rocmforge.hashing import file_blake3
 from rocmforge.provenance import PROVENANCE, read_statement, run_facts
 from rocmforge.stamp import Stamp, StampError, read_stamp
-from rocmforge.store import DERIVATION, META, Store, read_json_object
+from rocmforge.store.store import DERIVATION, META, Store, read_json_object
+from rocmforge.util.hashing import file_blake3
 
 VERIFIED = "verified"
 CLAIMED = "claimed"
@@ -236,7 +236,7 @@ def audit_wheel(wheel: Path, *, store: Store) -> AuditReport:
 
 def _read_archs(wheel: Path) -> dict[str, Any] | None:
     """Read the GPU archs of each library in `wheel` from its offload bundles (None: unreadable)."""
-    from rocmforge.offload import OffloadError, wheel_archs
+    from rocmforge.toolchain.offload import OffloadError, wheel_archs
 
     try:
         return {lib: found.to_json() for lib, found in wheel_archs(wheel).items()}

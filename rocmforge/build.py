@@ -21,15 +21,15 @@ import zstandard
 
 from rocmforge.check import check_wheels
 from rocmforge.errors import BuildError, BuildTimeout, RequirementError, RocmforgeError
-from rocmforge.gc import source_refs
-from rocmforge.hashing import file_blake3
-from rocmforge.progress import Reporter
 from rocmforge.provenance import PROVENANCE, make_statement, write_statement
 from rocmforge.resolve import Resolved
 from rocmforge.sandbox import Mount, Runner
-from rocmforge.sources import materialize_source
+from rocmforge.sources.identity import materialize_source
 from rocmforge.stamp import stamp_wheel
-from rocmforge.store import Entry, Store
+from rocmforge.store.gc import source_refs
+from rocmforge.store.store import Entry, Store
+from rocmforge.util.hashing import file_blake3
+from rocmforge.util.progress import Reporter
 from rocmforge.wheels import create_venv, install_wheels, normalize_wheel, wheel_digests
 
 TAIL_LINES = 30

@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from rocmforge.errors import CheckError, RequirementError
-from rocmforge.recipe import Recipe
+from rocmforge.recipe.model import Recipe
 from rocmforge.sandbox import Mount, Runner
-from rocmforge.toolchain import Toolchain
+from rocmforge.toolchain.system import Toolchain
 from rocmforge.wheels import create_venv, install_wheels, parse_wheel_name
 
 
@@ -47,7 +47,7 @@ def check_archs(
     Returns ``{wheel file: {library: {"bundles": N, "union": [...], "common": [...]}}}`` for
     the libraries holding offload bundles. Without ``want`` an unreadable bundle is only logged.
     """
-    from rocmforge.offload import LibraryArchs, OffloadError, arch_problems, wheel_archs
+    from rocmforge.toolchain.offload import LibraryArchs, OffloadError, arch_problems, wheel_archs
 
     libs: dict[str, LibraryArchs] = {}
     report: dict[str, Any] = {}

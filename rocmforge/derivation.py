@@ -12,10 +12,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rocmforge.hashing import blake3_hex, canonical_json
-from rocmforge.recipe import Recipe
-from rocmforge.requirements import ResolvedRequirement
-from rocmforge.sources import SourceIdentity
+from rocmforge.recipe.model import Recipe
+from rocmforge.sources.identity import SourceIdentity
+from rocmforge.sources.requirements import ResolvedRequirement
+from rocmforge.util.hashing import blake3_hex, canonical_json
 
 BUILDER = "rocmforge-build/1"
 HASH_LEN = 32

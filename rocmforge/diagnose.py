@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rocmforge.fsutil import json_bytes, write_atomic
+from rocmforge.util.fsutil import json_bytes, write_atomic
 
 #: At most this many diagnoses are reported for one failure.
 MAX_DIAGNOSES = 3

@@ -5,7 +5,7 @@ from the headers, finds the HIP clang, asks ``rocminfo`` / ``amdgpu-arch`` /
 ``rocm_agent_enumerator`` for GPUs (none of them works without a GPU: that is reported as "no GPU
 visible", not as an error), and reports RAM, cores, bubblewrap and the sandbox level. For a recipe
 it adds every lint finding and whether the recipe's archs cover the GPUs found. Also builds the
-:class:`~rocmforge.lints.LintFacts` that ``realize`` and ``plan`` lint with.
+:class:`~rocmforge.recipe.lints.LintFacts` that ``realize`` and ``plan`` lint with.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rocmforge.lints import Finding, LintFacts, check_archs, lint_recipe, recipe_archs
-from rocmforge.recipe import Recipe
+from rocmforge.recipe.lints import Finding, LintFacts, check_archs, lint_recipe, recipe_archs
+from rocmforge.recipe.model import Recipe
 
 _GPU_NAME = re.compile(r"^\s*Name:\s+(gfx[0-9a-f]+)\b", re.MULTILINE)
 _GFX = re.compile(r"^(gfx[0-9a-f]+)\b")
@@ -158,10 +158,10 @@ class DoctorReport:
 def rocm_version(root: Path) -> tuple[str | None, str | None, Path | None]:
     """Return ``(ROCm version, what the file says, file)`` for the ROCm under ``root``.
 
-    Uses :func:`rocmforge.toolchain_rocm.read_rocm_version` (``rocm_version.h``, then
+    Uses :func:`rocmforge.toolchain.rocm.read_rocm_version` (``rocm_version.h``, then
     ``hip_version.h`` whose third part is a HIP build number, then ``.info/version``).
     """
-    from rocmforge.toolchain_rocm import read_rocm_version
+    from rocmforge.toolchain.rocm import read_rocm_version
 
     found = read_rocm_version(root)
     if found is None:
@@ -361,7 +361,7 @@ def check_toolchain(recipe: Recipe) -> tuple[str | None, str | None]:
     import tempfile
 
     from rocmforge.errors import ToolchainError
-    from rocmforge.toolchain import resolve_toolchain
+    from rocmforge.toolchain.system import resolve_toolchain
 
     with tempfile.TemporaryDirectory(prefix="rocmforge-doctor-") as cache:
         try:

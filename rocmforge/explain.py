@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 from rocmforge.errors import StoreError, UsageError
 
 if TYPE_CHECKING:
-    from rocmforge.requirements import Fetcher
-    from rocmforge.store import Store
+    from rocmforge.sources.requirements import Fetcher
+    from rocmforge.store.store import Store
 
 MAX_SHOWN = 8
 _DIGEST = re.compile(r"((?:blake3|sha256):)?([0-9a-f]{32,})")
@@ -163,7 +163,7 @@ def load_side(target: str, *, store: Store, fetcher: Fetcher | None) -> Side:
             raise UsageError(f"{target}: the wheel has no rocmforge stamp; nothing to compare")
         return Side(label=target, kind="wheel", hash=stamp.input_hash, derivation=stamp.derivation)
     if os.path.isfile(target) and not _inside(store.entries_dir, target):
-        from rocmforge.recipe_load import load_recipe
+        from rocmforge.recipe.load import load_recipe
         from rocmforge.resolve import resolve
 
         drv = resolve(load_recipe(target), store=store, fetcher=fetcher).derivation

@@ -17,12 +17,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rocmforge.errors import Problem, RecipeError, RequirementError, SourceError, UsageError
-from rocmforge.fsutil import write_atomic
-from rocmforge.recipe import Recipe, normal_pin
+from rocmforge.recipe.model import Recipe, normal_pin
+from rocmforge.util.fsutil import write_atomic
 
 if TYPE_CHECKING:
-    from rocmforge.requirements import Fetcher, ResolvedRequirement
-    from rocmforge.store import Store
+    from rocmforge.sources.requirements import Fetcher, ResolvedRequirement
+    from rocmforge.store.store import Store
 
 _SCP_LIKE = re.compile(r"^[^/@:]+@[^/:]+:")
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
@@ -80,7 +80,7 @@ def resolve_ref(url: str, ref: str) -> str:
     An annotated tag resolves to the commit it points at. A name that is both a tag and a
     branch is ambiguous and refused.
     """
-    from rocmforge.source_git import run_git
+    from rocmforge.sources.git import run_git
 
     if _COMMIT.fullmatch(ref.lower()):
         return ref.lower()
@@ -138,9 +138,9 @@ def lock_recipe(
     import tomlkit
     from tomlkit.exceptions import TOMLKitError
 
-    from rocmforge.recipe_load import parse_recipe_text
-    from rocmforge.requirements import resolve_requirements
-    from rocmforge.toolchain import resolve_toolchain
+    from rocmforge.recipe.load import parse_recipe_text
+    from rocmforge.sources.requirements import resolve_requirements
+    from rocmforge.toolchain.system import resolve_toolchain
 
     path = Path(os.path.abspath(path))
     try:

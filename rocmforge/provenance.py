@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from rocmforge import __version__
 from rocmforge.errors import StoreError
-from rocmforge.fsutil import json_bytes, write_atomic
-from rocmforge.hashing import blake3_hex, canonical_json
+from rocmforge.util.fsutil import json_bytes, write_atomic
+from rocmforge.util.hashing import blake3_hex, canonical_json
 
 if TYPE_CHECKING:
     from rocmforge.resolve import Resolved

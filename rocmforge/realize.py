@@ -14,14 +14,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rocmforge.lints import Finding, LintFacts, describe, preflight
 from rocmforge.lock import check_digests
-from rocmforge.progress import NullReporter, Reporter
-from rocmforge.recipe import Recipe
-from rocmforge.requirements import Fetcher, resolve_requirements
+from rocmforge.recipe.lints import Finding, LintFacts, describe, preflight
+from rocmforge.recipe.model import Recipe
 from rocmforge.resolve import Resolved, resolve
-from rocmforge.roots import TempRoots
-from rocmforge.store import Entry, Store
+from rocmforge.sources.requirements import Fetcher, resolve_requirements
+from rocmforge.store.roots import TempRoots
+from rocmforge.store.store import Entry, Store
+from rocmforge.util.progress import NullReporter, Reporter
 
 if TYPE_CHECKING:
     from rocmforge.explain import Nearest
@@ -96,7 +96,7 @@ def plan(
 ) -> PlanReport:
     """Lint and resolve ``recipe`` and report its derivation and hash, without building.
 
-    Error lints raise :class:`~rocmforge.lints.LintError` before anything is fetched.
+    Error lints raise :class:`~rocmforge.recipe.lints.LintError` before anything is fetched.
     """
     findings = preflight(recipe, facts)
     with store.shared_lock():  # gc must not remove a source cache resolve is filling
@@ -188,7 +188,7 @@ def _finish(
 ) -> RealizeReport:
     """Protect, link, remember and report ``entry``; call under the shared lock."""
     from rocmforge import memo
-    from rocmforge.roots import register_link
+    from rocmforge.store.roots import register_link
 
     roots.add(entry.hash)
     roots.set_busy(False)

@@ -10,13 +10,13 @@ from pathlib import Path
 
 from rocmforge.derivation import Derivation, make_derivation
 from rocmforge.errors import RequirementError, SourceError, ToolchainError
-from rocmforge.inputs import ResolvedInput, UrlFetcher, UrllibFetcher, resolve_inputs
-from rocmforge.patches import patch_digests
-from rocmforge.recipe import Recipe, ToolchainSpec
-from rocmforge.requirements import Fetcher, ResolvedRequirement, resolve_requirements
-from rocmforge.sources import SourceIdentity, identify_source, needs_fetch
-from rocmforge.store import Store
-from rocmforge.toolchain import Toolchain, resolve_toolchain
+from rocmforge.recipe.model import Recipe, ToolchainSpec
+from rocmforge.sources.identity import SourceIdentity, identify_source, needs_fetch
+from rocmforge.sources.inputs import ResolvedInput, UrlFetcher, UrllibFetcher, resolve_inputs
+from rocmforge.sources.patches import patch_digests
+from rocmforge.sources.requirements import Fetcher, ResolvedRequirement, resolve_requirements
+from rocmforge.store.store import Store
+from rocmforge.toolchain.system import Toolchain, resolve_toolchain
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

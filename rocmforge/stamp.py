@@ -25,7 +25,7 @@ from typing import Any
 
 from rocmforge import __version__
 from rocmforge.errors import EXIT_BAD_INPUT, CheckError, RocmforgeError
-from rocmforge.hashing import blake3_hex, canonical_json
+from rocmforge.util.hashing import blake3_hex, canonical_json
 
 STAMP_NAME = "rocmforge.json"
 STAMP_FORMAT = 1

@@ -31,7 +31,7 @@ from installer.sources import WheelFile
 from packaging.utils import parse_wheel_filename
 
 from rocmforge.errors import CheckError, RocmforgeError, ToolchainError
-from rocmforge.hashing import file_digests
+from rocmforge.util.hashing import file_digests
 
 __all__ = [
     "WheelName",

@@ -11,7 +11,7 @@ from pathlib import Path
 from conftest import TINY_RECIPE, rf
 
 from rocmforge.doctor import doctor, find_rocm, lint_facts, probe_gpus, rocm_version
-from rocmforge.recipe_load import parse_recipe_text
+from rocmforge.recipe.load import parse_recipe_text
 
 
 def script(path: Path, body: str) -> Path:

@@ -14,7 +14,7 @@ import pytest
 import zstandard
 from conftest import TINY_RECIPE, commit_all, git, pip_args, rf
 
-from rocmforge.gc import (
+from rocmforge.store.gc import (
     EntryInfo,
     Policies,
     SourceItem,
@@ -25,9 +25,9 @@ from rocmforge.gc import (
     plan_gc,
     plan_sources,
 )
-from rocmforge.hashing import blake3_hex
-from rocmforge.roots import TempRoots, collect_roots, register_link
-from rocmforge.store import Entry, Store, open_store
+from rocmforge.store.roots import TempRoots, collect_roots, register_link
+from rocmforge.store.store import Entry, Store, open_store
+from rocmforge.util.hashing import blake3_hex
 
 DAY = 86400.0
 

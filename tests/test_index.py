@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from rocmforge.errors import StoreError
-from rocmforge.index import SCHEMA_VERSION, Index, IndexRow, WheelRow
-from rocmforge.store import Entry
+from rocmforge.store.index import SCHEMA_VERSION, Index, IndexRow, WheelRow
+from rocmforge.store.store import Entry
 
 H1 = "0123456789abcdef0123456789abcdef"
 H2 = "0123ffffffffffffffffffffffffffff"
@@ -203,7 +203,7 @@ def test_a_reader_does_not_block_a_writer_in_another_process(tmp_path: Path) -> 
         code = """
             import sys
             from pathlib import Path
-            from rocmforge.index import Index
+            from rocmforge.store.index import Index
             with Index(Path(sys.argv[1])) as idx:
                 idx.remove(sys.argv[2])
             print("written")

@@ -10,7 +10,7 @@ import pytest
 from conftest import REPO, TINY_RECIPE, rf
 
 from rocmforge.errors import RecipeError
-from rocmforge.lints import (
+from rocmforge.recipe.lints import (
     GIB,
     RULES,
     Finding,
@@ -20,8 +20,8 @@ from rocmforge.lints import (
     lint_recipe,
     preflight,
 )
-from rocmforge.recipe import Recipe
-from rocmforge.recipe_load import load_recipe, parse_recipe_text
+from rocmforge.recipe.load import load_recipe, parse_recipe_text
+from rocmforge.recipe.model import Recipe
 
 # A PyTorch ROCm recipe that every lint accepts; each case below breaks one thing.
 GOOD = """\
@@ -347,7 +347,7 @@ def test_finding_in_a_base_recipe_names_the_base(tmp_path: Path) -> None:
     )
     recipe = load_recipe(tmp_path / "top.toml")
     [f] = lint_recipe(recipe, BIG)
-    from rocmforge.lints import to_problem
+    from rocmforge.recipe.lints import to_problem
 
     p = to_problem(recipe, f)
     assert p.file == tmp_path / "base.toml" and p.line == 4

@@ -41,7 +41,7 @@ def test_memo_hit_imports_nothing_heavy(tiny_recipe: Path, store: Path) -> None:
     assert "rocmforge.memo" in imported
     for heavy in (
         "rocmforge.cli",
-        "rocmforge.recipe",
+        "rocmforge.recipe.model",
         "tomllib",
         "sqlite3",
         "filelock",

@@ -17,7 +17,7 @@ import pytest
 import zstandard
 from conftest import TINY_RECIPE, rf
 
-from rocmforge.offload import (
+from rocmforge.toolchain.offload import (
     BUNDLE_MAGIC,
     LibraryArchs,
     OffloadError,

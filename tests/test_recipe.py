@@ -1,4 +1,4 @@
-"""Tests for recipe loading (rocmforge.recipe_load) and validation (Recipe.from_dict)."""
+"""Tests for recipe loading (rocmforge.recipe.load) and validation (Recipe.from_dict)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from rocmforge.errors import Problem, RecipeError
-from rocmforge.recipe import Recipe, parse_duration
-from rocmforge.recipe_load import load_recipe, parse_recipe_text, scan_lines
+from rocmforge.recipe.load import load_recipe, parse_recipe_text, scan_lines
+from rocmforge.recipe.model import Recipe, parse_duration
 
 COMMIT = "a8d6afb511a69687bbb2b7e88a3cf67917e1697e"
 
@@ -482,11 +482,11 @@ def test_scan_lines_covers_arrays_inline_tables_and_quoted_keys() -> None:
 
 def test_loading_a_valid_recipe_imports_no_tomlkit_or_filelock(tmp_path: Path) -> None:
     file = write(tmp_path / "r.toml", FULL)
-    code = f"from rocmforge.recipe_load import load_recipe; load_recipe({str(file)!r})"
+    code = f"from rocmforge.recipe.load import load_recipe; load_recipe({str(file)!r})"
     proc = subprocess.run(
         [sys.executable, "-X", "importtime", "-c", code], capture_output=True, text=True, check=True
     )
-    assert "rocmforge.recipe_load" in proc.stderr  # the probe really measured the import
+    assert "rocmforge.recipe.load" in proc.stderr  # the probe really measured the import
     assert "tomlkit" not in proc.stderr and "filelock" not in proc.stderr
 
 

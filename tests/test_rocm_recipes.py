@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO, rf
 
-from rocmforge.recipe_load import load_recipe
+from rocmforge.recipe.load import load_recipe
 
 RECIPES = REPO / "recipes"
 

@@ -11,11 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from rocmforge import source_git, source_path
 from rocmforge.errors import PatchError, SourceError
-from rocmforge.recipe import SourceSpec
-from rocmforge.source_git import resolve_url
-from rocmforge.sources import SourceIdentity, identify_source, materialize_source
+from rocmforge.recipe.model import SourceSpec
+from rocmforge.sources import git as source_git
+from rocmforge.sources import tree as source_path
+from rocmforge.sources.git import resolve_url
+from rocmforge.sources.identity import SourceIdentity, identify_source, materialize_source
 
 GIT_ENV = {
     **{k: v for k, v in os.environ.items() if not k.startswith("GIT_")},

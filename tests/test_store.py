@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from rocmforge.errors import StoreError, UsageError
-from rocmforge.hashing import file_digests
-from rocmforge.store import Entry, Store, open_store
+from rocmforge.store.store import Entry, Store, open_store
+from rocmforge.util.hashing import file_digests
 
 REPO = Path(__file__).resolve().parent.parent
 H1 = "0123456789abcdef0123456789abcdef"
@@ -227,7 +227,7 @@ def test_lookup_imports_neither_sqlite3_nor_filelock(tmp_path: Path) -> None:
         """
         import sys
         from pathlib import Path
-        from rocmforge.store import open_store
+        from rocmforge.store.store import open_store
         s = open_store(Path(sys.argv[1]))
         e = s.lookup(sys.argv[2], "demo", "1.0")
         assert e is not None and e.wheels[0].is_file()
@@ -244,7 +244,7 @@ def test_lookup_imports_neither_sqlite3_nor_filelock(tmp_path: Path) -> None:
             "-X",
             "importtime",
             "-c",
-            f"from pathlib import Path; from rocmforge.store import open_store; "
+            f"from pathlib import Path; from rocmforge.store.store import open_store; "
             f"assert open_store(Path({str(tmp_path / 's')!r})).lookup({H1!r}, 'demo', '1.0')",
         ],
         env=child_env(),
@@ -254,8 +254,8 @@ def test_lookup_imports_neither_sqlite3_nor_filelock(tmp_path: Path) -> None:
         check=True,
     )
     imported = {line.rsplit("|", 1)[-1].strip() for line in timed.stderr.splitlines()}
-    assert "rocmforge.store" in imported
-    assert not imported & {"sqlite3", "_sqlite3", "filelock", "rocmforge.index"}
+    assert "rocmforge.store.store" in imported
+    assert not imported & {"sqlite3", "_sqlite3", "filelock", "rocmforge.store.index"}
 
 
 def test_lookup_is_fast(tmp_path: Path) -> None:
@@ -309,7 +309,7 @@ def test_concurrent_publishes_of_one_hash_end_with_one_entry(tmp_path: Path) -> 
     code = """
         import json, os, sys, time
         from pathlib import Path
-        from rocmforge.store import open_store
+        from rocmforge.store.store import open_store
         root, h, tag, go = Path(sys.argv[1]), sys.argv[2], sys.argv[3], Path(sys.argv[4])
         s = open_store(root)
         with s.new_build_dir(h) as bd:
@@ -404,7 +404,7 @@ def test_clean_leftovers_removes_dead_builds_and_keeps_live_ones(tmp_path: Path)
     code = """
         import os, sys, time
         from pathlib import Path
-        from rocmforge.store import open_store
+        from rocmforge.store.store import open_store
         s = open_store(Path(sys.argv[1]))
         with s.new_build_dir(sys.argv[2]) as bd:
             (bd.path / "src").mkdir()
@@ -467,7 +467,7 @@ def test_build_lock_serialises_processes(tmp_path: Path) -> None:
     code = """
         import sys, time
         from pathlib import Path
-        from rocmforge.store import open_store
+        from rocmforge.store.store import open_store
         s = open_store(Path(sys.argv[1]))
         with s.build_lock(sys.argv[2]):
             enter = time.monotonic()
@@ -499,7 +499,7 @@ def test_build_lock_rejects_a_bad_hash(tmp_path: Path) -> None:
 LOCK_CHILD = """
     import sys
     from pathlib import Path
-    from rocmforge.store import open_store
+    from rocmforge.store.store import open_store
     s = open_store(Path(sys.argv[1]))
     with getattr(s, sys.argv[2])():
         print("acquired", flush=True)

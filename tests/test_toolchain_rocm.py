@@ -12,10 +12,10 @@ import pytest
 from conftest import rf
 
 from rocmforge.errors import ToolchainError
-from rocmforge.hashing import file_blake3
-from rocmforge.recipe import ToolchainSpec
-from rocmforge.toolchain import resolve_toolchain
-from rocmforge.toolchain_rocm import read_rocm_version
+from rocmforge.recipe.model import ToolchainSpec
+from rocmforge.toolchain.rocm import read_rocm_version
+from rocmforge.toolchain.system import resolve_toolchain
+from rocmforge.util.hashing import file_blake3
 
 ROCM_VERSION_H = """\
 #ifndef ROCM_VERSION_H

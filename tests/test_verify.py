@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from conftest import TINY_RECIPE, rf
 
-from rocmforge.store import open_store, remove_tree
+from rocmforge.store.store import open_store, remove_tree
 
 WITH_ENV = TINY_RECIPE.replace("[build]\n", '[env]\nTINY_FLAG = "{flag}"\n\n[build]\n')
 

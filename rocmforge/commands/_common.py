@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from rocmforge.store import Store
+    from rocmforge.store.store import Store
 
 
 def add_store_option(parser: argparse.ArgumentParser) -> None:
@@ -44,7 +44,7 @@ def store_root(args: argparse.Namespace) -> Path:
 
 def open_store(args: argparse.Namespace) -> Store:
     """Open (creating if needed) the store chosen on the command line."""
-    from rocmforge.store import open_store as _open
+    from rocmforge.store.store import open_store as _open
 
     return _open(store_root(args))
 

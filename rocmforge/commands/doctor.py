@@ -29,7 +29,7 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """``rocmforge doctor [RECIPE]``: print the machine report and the recipe's lint results."""
     from rocmforge.doctor import doctor
-    from rocmforge.recipe_load import load_recipe
+    from rocmforge.recipe.load import load_recipe
 
     recipe = load_recipe(args.recipe) if args.recipe else None
     report = doctor(recipe, env=os.environ, sysroot=Path(args.sysroot))
@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
 
 def render(report: Any, recipe: Any) -> list[str]:
     """Return the human-readable lines of a :class:`~rocmforge.doctor.DoctorReport`."""
-    from rocmforge.lints import to_problem
+    from rocmforge.recipe.lints import to_problem
 
     m = report.machine
     out = ["machine:"]

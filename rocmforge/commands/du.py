@@ -26,7 +26,7 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """``rocmforge du``: print sizes by area, by package and the biggest entries."""
-    from rocmforge.gc import disk_usage, format_age, format_size
+    from rocmforge.store.gc import disk_usage, format_age, format_size
 
     usage = disk_usage(open_store(args))
     if args.json:

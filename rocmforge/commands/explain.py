@@ -26,7 +26,7 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """``rocmforge explain A B``: print one line per differing key; 0 in either case."""
     from rocmforge.explain import diff_derivations, load_side
-    from rocmforge.requirements import PipFetcher
+    from rocmforge.sources.requirements import PipFetcher
 
     store = open_store(args)
     fetcher = PipFetcher()

@@ -51,11 +51,11 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """``rocmforge gc``: plan, delete (unless ``--dry-run``) and report entries and bytes."""
-    from rocmforge.gc import Policies, collect_garbage, format_size, parse_size
+    from rocmforge.store.gc import Policies, collect_garbage, format_size, parse_size
 
     older = None
     if args.older_than is not None:
-        from rocmforge.recipe import parse_duration
+        from rocmforge.recipe.model import parse_duration
 
         try:
             older = parse_duration(args.older_than)

@@ -21,7 +21,7 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """``rocmforge list``: print every indexed entry, oldest first."""
     from rocmforge.commands.query import print_table
-    from rocmforge.query import list_entries
+    from rocmforge.store.query import list_entries
 
     entries = list_entries(open_store(args))
     if args.json:

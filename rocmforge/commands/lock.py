@@ -28,7 +28,7 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """``rocmforge lock RECIPE...``: write the resolved values back into each recipe."""
     from rocmforge.lock import lock_recipe
-    from rocmforge.requirements import PipFetcher
+    from rocmforge.sources.requirements import PipFetcher
 
     store = open_store(args)
     reports = [

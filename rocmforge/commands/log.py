@@ -40,7 +40,7 @@ def _find_log(store: Any, target: str) -> Path:
 
     if target.endswith(".toml") or os.path.isfile(target):
         from rocmforge.realize import plan
-        from rocmforge.recipe_load import load_recipe
+        from rocmforge.recipe.load import load_recipe
 
         try:
             report = plan(load_recipe(target), store=store, fetcher=None)

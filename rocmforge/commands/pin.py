@@ -20,7 +20,7 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """``rocmforge pin NAME TARGET``: create or move the pin ``NAME`` to TARGET's entry."""
-    from rocmforge.roots import check_pin_name, pin
+    from rocmforge.store.roots import check_pin_name, pin
 
     check_pin_name(args.name)
     store = open_store(args)

@@ -18,7 +18,7 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """``rocmforge pins``: print ``NAME -> ENTRY`` for every pin."""
-    from rocmforge.roots import pins
+    from rocmforge.store.roots import pins
 
     found = pins(open_store(args))
     if args.json:

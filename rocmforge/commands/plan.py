@@ -21,10 +21,10 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """``rocmforge plan RECIPE``: show the derivation, the hash and whether it is cached."""
-    from rocmforge.lints import describe
     from rocmforge.realize import plan
-    from rocmforge.recipe_load import load_recipe
-    from rocmforge.requirements import PipFetcher
+    from rocmforge.recipe.lints import describe
+    from rocmforge.recipe.load import load_recipe
+    from rocmforge.sources.requirements import PipFetcher
 
     store = open_store(args)
     recipe = load_recipe(args.recipe)

@@ -30,7 +30,7 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """``rocmforge query``: print the matching entries (one line each); 0 even if none match."""
-    from rocmforge.query import parse_env_filter, parse_since, query_entries
+    from rocmforge.store.query import parse_env_filter, parse_since, query_entries
 
     filters = [parse_env_filter(e) for e in args.env]
     since = parse_since(args.since) if args.since else None

@@ -39,10 +39,10 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """``rocmforge realize RECIPE...``: build (or fetch from the store) and print wheel paths."""
     from rocmforge.doctor import lint_facts
-    from rocmforge.lints import enforce, lint_recipe
     from rocmforge.realize import realize
-    from rocmforge.recipe_load import load_recipe
-    from rocmforge.requirements import PipFetcher
+    from rocmforge.recipe.lints import enforce, lint_recipe
+    from rocmforge.recipe.load import load_recipe
+    from rocmforge.sources.requirements import PipFetcher
 
     recipes = [load_recipe(p) for p in args.recipes]  # every recipe is checked before any build
     for recipe in recipes:  # error lints of any recipe stop all of them (warnings come later)
@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
 
         return detect_runner(args.sandbox)
 
-    from rocmforge.roots import TempRoots
+    from rocmforge.store.roots import TempRoots
 
     # Every entry printed stays rooted until the output is out (the flock dies with us anyway).
     temp_roots = TempRoots(store)

@@ -53,6 +53,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> dict[str, Any]:
-    from rocmforge.query import show_entry
+    from rocmforge.store.query import show_entry
 
     return show_entry(open_store(args), args.target)

@@ -18,7 +18,7 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """``rocmforge unpin NAME``: remove the pin ``NAME``."""
-    from rocmforge.roots import unpin
+    from rocmforge.store.roots import unpin
 
     removed = unpin(open_store(args), args.name)
     print(f"unpinned {removed.name} (was {removed.entry or 'dangling'})")

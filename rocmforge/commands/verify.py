@@ -34,7 +34,7 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """``rocmforge verify``: print each problem; exit 1 if any is left."""
-    from rocmforge.verify import verify_store
+    from rocmforge.store.verify import verify_store
 
     report = verify_store(open_store(args), args.targets, repair_index=args.repair_index)
     if args.json:

@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from rocmforge.errors import PatchError, SourceError
-from rocmforge.hashing import blake3_hex
-from rocmforge.source_git import git_env
+from rocmforge.sources.git import git_env
+from rocmforge.util.hashing import blake3_hex
 
 
 def patch_digests(patches: Sequence[Path]) -> tuple[tuple[str, str], ...]:

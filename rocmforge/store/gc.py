@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rocmforge.errors import StoreError
-from rocmforge.roots import RootSet, collect_roots
-from rocmforge.store import DERIVATION, HASH_LEN, META, Store, remove_tree
+from rocmforge.store.roots import RootSet, collect_roots
+from rocmforge.store.store import DERIVATION, HASH_LEN, META, Store, remove_tree
 
 if TYPE_CHECKING:
     from rocmforge.resolve import Resolved
@@ -432,8 +432,8 @@ def source_refs(resolved: Resolved, sources_dir: Path) -> list[str]:
     entry stays: the requirement wheels, the git mirrors of the source and of every submodule
     (recursively), and the tree stat cache of a path source.
     """
-    from rocmforge.source_git import mirror_path, submodules_at
-    from rocmforge.source_path import _record_paths
+    from rocmforge.sources.git import mirror_path, submodules_at
+    from rocmforge.sources.tree import _record_paths
 
     refs = [f"wheels/{r.wheel.name}" for r in resolved.requirements]
     spec, ident = resolved.recipe.source, resolved.source

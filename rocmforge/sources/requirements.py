@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from rocmforge.errors import RequirementError
-from rocmforge.hashing import file_digests
-from rocmforge.statcache import StatCache
+from rocmforge.util.hashing import file_digests
+from rocmforge.util.statcache import StatCache
 
 _PIN = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*([A-Za-z0-9._+!-]+)\s*$")
 

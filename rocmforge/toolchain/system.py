@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from rocmforge.errors import ToolchainError
-from rocmforge.hashing import file_blake3
-from rocmforge.recipe import ToolchainSpec
-from rocmforge.statcache import StatCache
+from rocmforge.recipe.model import ToolchainSpec
+from rocmforge.util.hashing import file_blake3
+from rocmforge.util.statcache import StatCache
 
 PROBE_VERSION = 1
 
@@ -199,7 +199,7 @@ def _toolchain_from_probe(probe: Mapping[str, Any], guards: tuple[str, ...]) -> 
 def resolve_toolchain(spec: ToolchainSpec, *, cache_dir: Path) -> Toolchain:
     """Return the toolchain for ``spec``, probing only when the executables changed on disk."""
     if spec.kind == "rocm":
-        from rocmforge.toolchain_rocm import missing_root_message, resolve_rocm
+        from rocmforge.toolchain.rocm import missing_root_message, resolve_rocm
 
         if spec.root is None or not spec.root.is_dir():
             raise ToolchainError(missing_root_message(spec))

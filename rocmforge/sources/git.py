@@ -21,7 +21,7 @@ from pathlib import Path
 from filelock import FileLock
 
 from rocmforge.errors import SourceError
-from rocmforge.hashing import blake3_hex
+from rocmforge.util.hashing import blake3_hex
 
 _COMMIT_RE = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
 # Allow local (file://) submodule clones, which git >= 2.38 refuses by default; set on every call.

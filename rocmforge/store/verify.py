@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from rocmforge.errors import StoreError
-from rocmforge.hashing import blake3_hex, canonical_json, file_blake3, file_digests
-from rocmforge.store import DERIVATION, META, Entry, Store
+from rocmforge.store.store import DERIVATION, META, Entry, Store
+from rocmforge.util.hashing import blake3_hex, canonical_json, file_blake3, file_digests
 
 _ENTRY_NAME = re.compile(r"[0-9a-f]{32}-.+")
 INDEX_KINDS = frozenset({"unindexed", "stale-index"})

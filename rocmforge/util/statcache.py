@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from rocmforge.fsutil import json_bytes, write_atomic
+from rocmforge.util.fsutil import json_bytes, write_atomic
 
 
 def stat_signature(path: str | Path) -> list[int] | None:

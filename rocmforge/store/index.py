@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from rocmforge.errors import StoreError
 
 if TYPE_CHECKING:
-    from rocmforge.store import Entry
+    from rocmforge.store.store import Entry
 
 SCHEMA_VERSION = 1
 BUSY_TIMEOUT = 30.0

@@ -2,7 +2,8 @@
 
 Filters and listings come from the index (fast on 10,000 entries); last use also honours
 ``used/<hash>`` (touched by every cache hit, including the memo's fast path) and roots come from
-:func:`rocmforge.roots.collect_roots`. ``show`` reads one entry's own files for everything else.
+:func:`rocmforge.store.roots.collect_roots`. ``show`` reads one entry's own files for everything
+else.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from rocmforge.errors import UsageError
-from rocmforge.index import IndexRow
-from rocmforge.store import DERIVATION, META, Store, read_json_object
+from rocmforge.store.index import IndexRow
+from rocmforge.store.store import DERIVATION, META, Store, read_json_object
 
 _ENV_FILTER = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)([=~])(.*)$", re.DOTALL)
 
@@ -42,7 +43,7 @@ def parse_env_filter(text: str) -> EnvFilter:
 
 def parse_since(text: str, *, now: float | None = None) -> float:
     """Parse ``--since``: a duration back from now (``7d``, ``12h``) or an ISO date/time."""
-    from rocmforge.recipe import parse_duration
+    from rocmforge.recipe.model import parse_duration
 
     now = time.time() if now is None else now
     try:
@@ -89,7 +90,7 @@ class Listed:
 
 def _roots(store: Store) -> Mapping[str, tuple[str, ...]]:
     try:
-        from rocmforge.roots import collect_roots
+        from rocmforge.store.roots import collect_roots
     except ImportError:  # a rocmforge without gc roots
         return {}
     return collect_roots(store).by_hash
@@ -136,7 +137,7 @@ def find_entry_dir(store: Store, target: str) -> Path:
     """Return the entry directory named by ``target``: a hash (prefix), entry name or path, or a
     wheel file whose digest the index knows (a copy made anywhere)."""
     if target.endswith(".whl") and os.path.isfile(target):
-        from rocmforge.hashing import file_blake3
+        from rocmforge.util.hashing import file_blake3
 
         rows = store.index.by_wheel_digest(file_blake3(target))
         if not rows:

@@ -1,6 +1,6 @@
 """Pre-flight lints: cheap domain rules that catch multi-hour ROCm / PyTorch failures up front.
 
-Every lint is a pure function of a loaded :class:`~rocmforge.recipe.Recipe` and a few
+Every lint is a pure function of a loaded :class:`~rocmforge.recipe.model.Recipe` and a few
 :class:`LintFacts` about the machine (probed ROCm version, RAM, cores, host env). Each finding has
 a stable id (``RF101``), a name, a severity, the recipe key it is about, the reason and a one-line
 fix. Errors stop ``realize`` and ``plan`` before anything is fetched; warnings are reported. A
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from rocmforge.errors import Problem, RecipeError
-from rocmforge.recipe import Recipe
+from rocmforge.recipe.model import Recipe
 
 Severity = Literal["error", "warning"]
 
@@ -768,8 +768,8 @@ def locate(recipe: Recipe, key: str) -> tuple[Path, int | None]:
 
     Only used to show findings; reads the recipe files again (tomllib gives no lines).
     """
-    from rocmforge.recipe import parent_keys
-    from rocmforge.recipe_load import scan_lines
+    from rocmforge.recipe.load import scan_lines
+    from rocmforge.recipe.model import parent_keys
 
     chain = list(recipe.extends_chain) or [recipe.file]
     scanned = []

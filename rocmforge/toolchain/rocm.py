@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from rocmforge.errors import ToolchainError
-from rocmforge.hashing import file_blake3
-from rocmforge.recipe import ToolchainSpec
-from rocmforge.statcache import StatCache
-from rocmforge.toolchain import Toolchain, run_probe
+from rocmforge.recipe.model import ToolchainSpec
+from rocmforge.toolchain.system import Toolchain, run_probe
+from rocmforge.util.hashing import file_blake3
+from rocmforge.util.statcache import StatCache
 
 ROCM_PROBE_VERSION = 1
 

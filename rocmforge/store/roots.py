@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rocmforge.errors import StoreError, UsageError
-from rocmforge.hashing import blake3_hex
-from rocmforge.store import HASH_LEN, Entry, Store
+from rocmforge.store.store import HASH_LEN, Entry, Store
+from rocmforge.util.hashing import blake3_hex
 
 _PIN_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 _HASH_RE = re.compile(r"[0-9a-f]{32}")

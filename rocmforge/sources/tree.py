@@ -38,9 +38,9 @@ from typing import Any, NoReturn, TypeVar
 import blake3
 
 from rocmforge.errors import SourceError
-from rocmforge.fsutil import write_atomic
-from rocmforge.hashing import blake3_hex
-from rocmforge.source_git import git_env
+from rocmforge.sources.git import git_env
+from rocmforge.util.fsutil import write_atomic
+from rocmforge.util.hashing import blake3_hex
 
 RECORD_VERSION = 2
 TREE_TAG = b"rocmforge-tree-v1\0"

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from rocmforge.errors import Problem, RecipeError
-from rocmforge.recipe import SCHEMA_VERSION, Recipe, join_key, locate_line, parent_keys
+from rocmforge.recipe.model import SCHEMA_VERSION, Recipe, join_key, locate_line, parent_keys
 
 _SCP_LIKE = re.compile(r"^[^/@:]+@[^/:]+:")
 _TOML_AT = re.compile(r"\s*\(at line (\d+), column (\d+)\)$")

@@ -1,7 +1,7 @@
 """The recipe model: immutable values describing one build, built by :meth:`Recipe.from_dict`.
 
 Loading the TOML text, following ``extends`` and finding line numbers lives in
-:mod:`rocmforge.recipe_load`; this module only turns plain data into validated values.
+:mod:`rocmforge.recipe.load`; this module only turns plain data into validated values.
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 :func:`identify_source` returns what enters the derivation — never the URL or the local path, so a
 mirror or a moved checkout does not cause a rebuild. :func:`materialize_source` writes a clean tree
 (no ``.git``, no ignored files, patches applied, modes 0644/0755, every mtime at the source epoch).
-The work is done by :mod:`rocmforge.source_path`, :mod:`rocmforge.source_git` and
-:mod:`rocmforge.patches`; ``cache`` is the store's source cache directory.
+The work is done by :mod:`rocmforge.sources.tree`, :mod:`rocmforge.sources.git` and
+:mod:`rocmforge.sources.patches`; ``cache`` is the store's source cache directory.
 """
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from rocmforge.errors import SourceError
-from rocmforge.fsutil import write_atomic
-from rocmforge.hashing import blake3_hex, canonical_json
-from rocmforge.patches import apply_patches, patch_digests
-from rocmforge.recipe import SourceSpec
-from rocmforge.source_git import check_commit, materialize_git, mirror_path, resolve_tree
-from rocmforge.source_path import copy_tree, tree_digest, tree_listing
+from rocmforge.recipe.model import SourceSpec
+from rocmforge.sources.git import check_commit, materialize_git, mirror_path, resolve_tree
+from rocmforge.sources.patches import apply_patches, patch_digests
+from rocmforge.sources.tree import copy_tree, tree_digest, tree_listing
+from rocmforge.util.fsutil import write_atomic
+from rocmforge.util.hashing import blake3_hex, canonical_json
 
 PATH_EPOCH = 315532800  # 1980-01-01, the earliest time a zip file can hold
 _RESOLVED_VERSION = 1

@@ -33,10 +33,10 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from rocmforge.errors import StoreError, UsageError
-from rocmforge.fsutil import json_bytes, write_atomic
+from rocmforge.util.fsutil import json_bytes, write_atomic
 
 if TYPE_CHECKING:
-    from rocmforge.index import Index
+    from rocmforge.store.index import Index
 
 HASH_LEN = 32
 MIN_PREFIX = 4
@@ -582,7 +582,7 @@ class Store:
                     + ", ".join(missing)
                 )
         else:
-            from rocmforge.hashing import file_digests
+            from rocmforge.util.hashing import file_digests
 
             rows = []
             for w in wheel_files:
@@ -642,7 +642,7 @@ class Store:
     def index(self) -> Index:
         """The SQLite index at ``index.sqlite``, opened on first use."""
         if self._index is None:
-            from rocmforge.index import Index
+            from rocmforge.store.index import Index
 
             self._index = Index(self.index_path)
         return self._index

@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
 from rocmforge.errors import SourceError
-from rocmforge.hashing import CHUNK, file_digests
-from rocmforge.recipe import InputSpec
-from rocmforge.source_path import tree_digest
-from rocmforge.statcache import StatCache
+from rocmforge.recipe.model import InputSpec
+from rocmforge.sources.tree import tree_digest
+from rocmforge.util.hashing import CHUNK, file_digests
+from rocmforge.util.statcache import StatCache
 
 INSIDE = "/inputs"
 _ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar.xz", ".txz", ".tar.bz2", ".tar.zst", ".tar", ".zip")

@@ -1,0 +1,1 @@
+"""Recipes: the frozen model, the TOML loader and the lints that run before anything is fetched."""

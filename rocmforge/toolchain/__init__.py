@@ -1,0 +1,1 @@
+"""Toolchains: the probe, the system and ROCm fingerprints, offload bundles, machine facts."""

@@ -1,0 +1,1 @@
+"""Utilities with no knowledge of rocmforge: atomic files, hashing, stat caches, progress."""
