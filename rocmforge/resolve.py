@@ -16,7 +16,8 @@ from rocmforge.sources.inputs import ResolvedInput, UrlFetcher, UrllibFetcher, r
 from rocmforge.sources.patches import patch_digests
 from rocmforge.sources.requirements import Fetcher, ResolvedRequirement, resolve_requirements
 from rocmforge.store.store import Store
-from rocmforge.toolchain.system import Toolchain, resolve_toolchain
+from rocmforge.toolchain.probe import Toolchain
+from rocmforge.toolchain.system import resolve_toolchain
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
