@@ -804,16 +804,13 @@ def describe(recipe: Recipe, finding: Finding) -> str:
     return str(to_problem(recipe, finding))
 
 
-def preflight(recipe: Recipe, facts: LintFacts | None = None) -> tuple[Finding, ...]:
+def preflight(recipe: Recipe, facts: LintFacts) -> tuple[Finding, ...]:
     """Lint ``recipe`` before anything is fetched: raise :class:`LintError` on errors it does not
     acknowledge, else return every finding (warnings and acknowledged ones).
 
-    ``facts`` default to :func:`rocmforge.doctor.lint_facts` of this machine.
+    ``facts`` come from the caller (``rocmforge.toolchain.machine.lint_facts`` for this machine):
+    the recipe layer never probes the machine itself.
     """
-    if facts is None:
-        from rocmforge.doctor import lint_facts
-
-        facts = lint_facts(recipe)
     findings = lint_recipe(recipe, facts)
     enforce(recipe, findings)
     return findings
