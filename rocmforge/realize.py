@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rocmforge.lock import check_digests
 from rocmforge.recipe.lints import Finding, LintFacts, describe, preflight
 from rocmforge.recipe.model import Recipe
 from rocmforge.resolve import Resolved, resolve
@@ -112,8 +111,6 @@ def plan(
     findings = lint(recipe, facts)
     with store.shared_lock():  # gc must not remove a source cache resolve is filling
         r = resolve(recipe, store=store, fetcher=fetcher, provisional=True)
-        if not r.provisional:
-            check_digests(recipe, r.requirements)
         drv = r.derivation
         entry = store.lookup(drv.hash, drv.name, drv.version)
     return PlanReport(
@@ -258,7 +255,6 @@ def realize(
         with store.shared_lock():
             roots.set_busy(True)  # gc leaves source caches alone while we resolve and build
         r = resolve(recipe, store=store, fetcher=fetcher)
-        check_digests(recipe, r.requirements)
         drv = r.derivation
         with store.shared_lock():
             entry = store.lookup(drv.hash, drv.name, drv.version)
