@@ -92,13 +92,13 @@ class LintError(RecipeError):
     def __init__(
         self, recipe_file: Path, findings: tuple[Finding, ...], problems: list[Problem]
     ) -> None:
-        super().__init__(problems)
+        super().__init__(
+            problems,
+            note="a lint that does not apply can be acknowledged in the recipe: "
+            f'[lint] allow = {{ {findings[0].id} = "why it does not apply" }} (docs/lints.md)',
+        )
         self.recipe_file = recipe_file
         self.findings = findings
-        self.note = (
-            "a lint that does not apply can be acknowledged in the recipe: "
-            f'[lint] allow = {{ {findings[0].id} = "why it does not apply" }} (docs/lints.md)'
-        )
 
 
 RULES: dict[str, Rule] = {
