@@ -20,7 +20,13 @@ from typing import Any, BinaryIO
 import zstandard
 
 from rocmforge.check import check_wheels
-from rocmforge.errors import BuildError, BuildTimeout, RequirementError, RocmforgeError
+from rocmforge.errors import (
+    BuildError,
+    BuildTimeout,
+    Diagnosis,
+    RequirementError,
+    RocmforgeError,
+)
 from rocmforge.provenance import PROVENANCE, make_statement, write_statement
 from rocmforge.resolve import Resolved
 from rocmforge.sandbox import Mount, Runner
@@ -203,23 +209,26 @@ def _stage(
     return {"wheels": records, **found}
 
 
-def _record_failure(exc: BuildError, resolved: Resolved, log_path: Path, failed: Path) -> None:
-    """Diagnose the failed log and store the diagnosis beside it (``failed/<...>.json``)."""
+def _record_failure(
+    exc: BuildError, resolved: Resolved, log_path: Path, failed: Path
+) -> tuple[Diagnosis, ...]:
+    """Diagnose the failed log, store the diagnosis beside it (``failed/<...>.json``), return it."""
     from rocmforge.diagnose import diagnose_log, failed_record_path, write_failed_record
 
     drv = resolved.derivation
-    exc.diagnosis = diagnose_log(log_path, message=str(exc))
+    diagnosis = diagnose_log(log_path, message=str(exc))
     record = {
         "hash": drv.hash,
         "name": drv.name,
         "version": drv.version,
         "error": str(exc),
         "log": failed.name,
-        "diagnosis": [d.to_json() for d in exc.diagnosis],
+        "diagnosis": [d.to_json() for d in diagnosis],
     }
     # The record is a convenience; the build error itself must surface even if it is not written.
     with contextlib.suppress(OSError):
         write_failed_record(failed_record_path(failed), record)
+    return diagnosis
 
 
 def build(
@@ -290,9 +299,11 @@ def build(
             if log_path.exists():
                 compress_file(log_path, failed)
             bd.keep = keep_failed
-            tail = _log_tail(log_path)
-            if isinstance(exc, BuildError):
-                exc.log_tail, exc.log_path = tail, failed
-                exc.kept_dir = root if keep_failed else None
-                _record_failure(exc, resolved, log_path, failed)
-            raise
+            if not isinstance(exc, BuildError):
+                raise
+            raise exc.with_log(
+                log_tail=_log_tail(log_path),
+                log_path=failed,
+                kept_dir=root if keep_failed else None,
+                diagnosis=_record_failure(exc, resolved, log_path, failed),
+            ) from exc

@@ -14,7 +14,7 @@ from typing import Any, BinaryIO
 from rocmforge.errors import CheckError, RequirementError
 from rocmforge.recipe.model import Recipe
 from rocmforge.sandbox import Mount, Runner
-from rocmforge.toolchain.system import Toolchain
+from rocmforge.toolchain.probe import Toolchain
 from rocmforge.wheels import create_venv, install_wheels, parse_wheel_name
 
 

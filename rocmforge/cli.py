@@ -34,9 +34,8 @@ def _render_error(exc: RocmforgeError) -> None:
     if isinstance(exc, RecipeError):
         for problem in exc.problems:
             print(f"error: {problem}", file=sys.stderr)
-        note = getattr(exc, "note", None)
-        if note:
-            print(f"note: {note}", file=sys.stderr)
+        if exc.note:
+            print(f"note: {exc.note}", file=sys.stderr)
         return
     print(f"error: {exc}", file=sys.stderr)
     if isinstance(exc, BuildError):

@@ -4,8 +4,9 @@ Each :class:`Pattern` pairs a regular expression over one log line with the caus
 (facts from ROCM.md). :func:`diagnose_log` streams the log once through a single combined regular
 expression and returns a :class:`Diagnosis` per pattern that matched, in the order their first
 evidence appears (the first error in a build log is usually the root cause). The build stage
-attaches the result to the :class:`~rocmforge.errors.BuildError` and stores it beside the failed
-log as ``store/failed/<hash>-<name>-<version>.json``.
+builds the :class:`~rocmforge.errors.BuildError` it raises with the result and stores it beside
+the failed log as ``store/failed/<hash>-<name>-<version>.json``. (:class:`Diagnosis` itself is
+defined in :mod:`rocmforge.errors`, which carries it.)
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rocmforge.errors import Diagnosis
 from rocmforge.util.fsutil import json_bytes, write_atomic
 
 #: At most this many diagnoses are reported for one failure.
@@ -34,27 +36,6 @@ class Pattern:
     regex: str
     cause: str
     fix: str
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Diagnosis:
-    """A recognised failure: which pattern, its cause and fix, and the log line that showed it."""
-
-    id: str
-    cause: str
-    fix: str
-    evidence: str
-    line: int | None
-
-    def to_json(self) -> dict[str, Any]:
-        """Return the diagnosis as JSON-ready data."""
-        return {
-            "id": self.id,
-            "cause": self.cause,
-            "fix": self.fix,
-            "evidence": self.evidence,
-            "line": self.line,
-        }
 
 
 PATTERNS: tuple[Pattern, ...] = (

@@ -1,11 +1,11 @@
 """``doctor``: what this machine offers for ROCm builds, and how a recipe fits it.
 
-Finds ROCm installs (``$ROCM_PATH``, ``/opt/rocm*``, Debian's ``/usr``) and reads their versions
-from the headers, finds the HIP clang, asks ``rocminfo`` / ``amdgpu-arch`` /
+Reports the ROCm installs and their HIP clang, RAM and cores (all found by
+:mod:`rocmforge.toolchain.machine`), asks ``rocminfo`` / ``amdgpu-arch`` /
 ``rocm_agent_enumerator`` for GPUs (none of them works without a GPU: that is reported as "no GPU
-visible", not as an error), and reports RAM, cores, bubblewrap and the sandbox level. For a recipe
-it adds every lint finding and whether the recipe's archs cover the GPUs found. Also builds the
-:class:`~rocmforge.recipe.lints.LintFacts` that ``realize`` and ``plan`` lint with.
+visible", not as an error), and reports bubblewrap and the sandbox level. For a recipe it adds
+every lint finding (with :func:`~rocmforge.toolchain.machine.lint_facts`, as ``realize`` lints)
+and whether the recipe's archs cover the GPUs found.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,33 +20,17 @@ from typing import Any
 
 from rocmforge.recipe.lints import Finding, LintFacts, check_archs, lint_recipe, recipe_archs
 from rocmforge.recipe.model import Recipe
+from rocmforge.toolchain.machine import (
+    RocmInstall,
+    cpu_count,
+    find_rocm,
+    lint_facts,
+    ram_bytes,
+    run_tool,
+)
 
 _GPU_NAME = re.compile(r"^\s*Name:\s+(gfx[0-9a-f]+)\b", re.MULTILINE)
 _GFX = re.compile(r"^(gfx[0-9a-f]+)\b")
-TOOL_TIMEOUT = 30.0
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RocmInstall:
-    """One ROCm found on the machine: its root, version (and the file it came from), HIP clang."""
-
-    root: Path
-    version: str | None
-    raw_version: str | None
-    version_file: Path | None
-    hip_clang: Path | None = None
-    hip_clang_version: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        """Return the install as JSON-ready data."""
-        return {
-            "root": str(self.root),
-            "version": self.version,
-            "raw_version": self.raw_version,
-            "version_file": str(self.version_file) if self.version_file else None,
-            "hip_clang": str(self.hip_clang) if self.hip_clang else None,
-            "hip_clang_version": self.hip_clang_version,
-        }
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -152,108 +135,7 @@ class DoctorReport:
         }
 
 
-# --- ROCm installs ------------------------------------------------------------------------------
-
-
-def rocm_version(root: Path) -> tuple[str | None, str | None, Path | None]:
-    """Return ``(ROCm version, what the file says, file)`` for the ROCm under ``root``.
-
-    Uses :func:`rocmforge.toolchain.rocm.read_rocm_version` (``rocm_version.h``, then
-    ``hip_version.h`` whose third part is a HIP build number, then ``.info/version``).
-    """
-    from rocmforge.toolchain.rocm import read_rocm_version
-
-    found = read_rocm_version(root)
-    if found is None:
-        return None, None, None
-    return found.comparable, found.version, root / found.file
-
-
-def _clang_version(exe: Path) -> str | None:
-    out = _run_tool([str(exe), "--version"], env={"PATH": "/usr/bin:/bin"})
-    if out is None or out[0] != 0 or not out[1].strip():
-        return None
-    return out[1].splitlines()[0].strip()
-
-
-def hip_clang(root: Path) -> Path | None:
-    """Return the HIP clang++ of the ROCm at ``root`` (``llvm/bin``, ``lib/llvm/bin``, Debian)."""
-    for d in (root / "llvm" / "bin", root / "lib" / "llvm" / "bin"):
-        if os.access(d / "clang++", os.X_OK):
-            return d / "clang++"
-    # Debian's hipcc runs the versioned clang++-NN beside it in /usr/bin.
-    bin_dir = root / "bin"
-    if (bin_dir / "hipcc").exists():
-        versioned = sorted(
-            bin_dir.glob("clang++-[0-9]*"), key=lambda p: int(p.name.rsplit("-", 1)[1] or 0)
-        )
-        if versioned:
-            return versioned[-1]
-        if os.access(bin_dir / "clang++", os.X_OK):
-            return bin_dir / "clang++"
-    return None
-
-
-def rocm_candidates(env: Mapping[str, str], sysroot: Path) -> list[Path]:
-    """Where to look: ``$ROCM_PATH``, ``/opt/rocm``, ``/opt/rocm-*`` (newest first), ``/usr``."""
-    out: list[Path] = []
-    if env.get("ROCM_PATH"):
-        out.append(Path(env["ROCM_PATH"]))
-    opt = sysroot / "opt"
-    out.append(opt / "rocm")
-    try:
-        versioned = [p for p in opt.iterdir() if p.name.startswith("rocm-")]
-    except OSError:
-        versioned = []
-    out += sorted(versioned, key=lambda p: p.name, reverse=True)
-    out.append(sysroot / "usr")
-    return out
-
-
-def find_rocm(env: Mapping[str, str], sysroot: Path = Path("/")) -> tuple[RocmInstall, ...]:
-    """Return every ROCm install found (a root with a readable version), without duplicates."""
-    found: list[RocmInstall] = []
-    seen: set[str] = set()
-    for root in rocm_candidates(env, sysroot):
-        real = os.path.realpath(root)
-        if real in seen or not root.is_dir():
-            continue
-        version, raw, file = rocm_version(root)
-        if version is None:
-            continue
-        seen.add(real)
-        clang = hip_clang(root)
-        found.append(
-            RocmInstall(
-                root=root,
-                version=version,
-                raw_version=raw,
-                version_file=file,
-                hip_clang=clang,
-                hip_clang_version=_clang_version(clang) if clang else None,
-            )
-        )
-    return tuple(found)
-
-
 # --- GPUs ---------------------------------------------------------------------------------------
-
-
-def _run_tool(argv: Sequence[str], *, env: Mapping[str, str]) -> tuple[int, str, str] | None:
-    """Run a probe tool; None when it cannot be started at all."""
-    try:
-        proc = subprocess.run(
-            list(argv),
-            capture_output=True,
-            text=True,
-            errors="replace",
-            timeout=TOOL_TIMEOUT,
-            check=False,
-            env={**env, "LC_ALL": "C"},
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return proc.returncode, proc.stdout, proc.stderr
 
 
 def _last_line(text: str) -> str:
@@ -271,7 +153,7 @@ def probe_gpus(env: Mapping[str, str]) -> tuple[GpuProbe, ...]:
         if exe is None:
             probes.append(GpuProbe(tool=tool, path=None, detail="not installed"))
             continue
-        result = _run_tool([exe], env=env)
+        result = run_tool([exe], env=env)
         if result is None:
             probes.append(GpuProbe(tool=tool, path=Path(exe), detail="could not run"))
             continue
@@ -291,24 +173,6 @@ def probe_gpus(env: Mapping[str, str]) -> tuple[GpuProbe, ...]:
 
 
 # --- machine ------------------------------------------------------------------------------------
-
-
-def ram_bytes(meminfo: Path = Path("/proc/meminfo")) -> int | None:
-    """Total RAM in bytes from ``/proc/meminfo`` (None if unreadable)."""
-    try:
-        text = meminfo.read_text(encoding="ascii", errors="replace")
-    except OSError:
-        return None
-    m = re.search(r"^MemTotal:\s+(\d+)\s+kB", text, re.MULTILINE)
-    return int(m.group(1)) * 1024 if m else None
-
-
-def cpu_count() -> int | None:
-    """CPUs this process may use (the affinity mask), else the machine's count."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count()
 
 
 def probe_machine(
@@ -332,18 +196,6 @@ def probe_machine(
 
 
 # --- recipes ------------------------------------------------------------------------------------
-
-
-def lint_facts(recipe: Recipe, env: Mapping[str, str] | None = None) -> LintFacts:
-    """Cheap facts for linting ``recipe``: the ROCm version at its root, RAM, cores, host env."""
-    env = os.environ if env is None else env
-    version = None
-    root = recipe.toolchain.root
-    if recipe.toolchain.kind == "rocm" and root is not None and root.is_dir():
-        version, _, _ = rocm_version(Path(root))
-    return LintFacts(
-        rocm_version=version, ram_bytes=ram_bytes(), cpu_count=cpu_count(), host_env=dict(env)
-    )
 
 
 def coverage(recipe: Recipe, gpus: Sequence[str]) -> Coverage:

@@ -2,16 +2,16 @@
 
 Every error a user can cause or meet derives from :class:`RocmforgeError`. The CLI maps the
 ``exit_code`` of each class to the process exit status; anything else is an internal error.
+The values errors carry (:class:`Problem`, :class:`Diagnosis`) are defined here too, so this
+module imports nothing else of rocmforge.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from rocmforge.diagnose import Diagnosis
+from typing import Any, Self
 
 EXIT_BUILD_FAILED = 1
 EXIT_BAD_INPUT = 2
@@ -47,12 +47,19 @@ class Problem:
 
 
 class RecipeError(RocmforgeError):
-    """A recipe could not be loaded; carries every problem found, not just the first."""
+    """A recipe could not be loaded; carries every problem found, not just the first.
+
+    ``note`` is an optional hint the CLI prints after the problems (how to fix or acknowledge).
+    """
 
     exit_code = EXIT_BAD_INPUT
+    note: str | None
 
-    def __init__(self, problems: list[Problem] | tuple[Problem, ...]) -> None:
+    def __init__(
+        self, problems: list[Problem] | tuple[Problem, ...], *, note: str | None = None
+    ) -> None:
         self.problems = tuple(problems)
+        self.note = note
         super().__init__("\n".join(str(p) for p in self.problems))
 
 
@@ -86,10 +93,34 @@ class StoreError(RocmforgeError):
     """The store is damaged, locked in a way we cannot wait for, or an entry is missing."""
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Diagnosis:
+    """A recognised failure: which pattern, its cause and fix, and the log line that showed it."""
+
+    id: str
+    cause: str
+    fix: str
+    evidence: str
+    line: int | None
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the diagnosis as JSON-ready data."""
+        return {
+            "id": self.id,
+            "cause": self.cause,
+            "fix": self.fix,
+            "evidence": self.evidence,
+            "line": self.line,
+        }
+
+
 class BuildError(RocmforgeError):
     """The build ran and failed (non-zero exit, timeout, no wheel, check failed).
 
-    ``diagnosis`` holds the known failures recognised in the log (cause and fix), if any.
+    Where the build stage raises it, it has no log yet; the stage then raises it again through
+    :meth:`with_log`, built whole with the last lines of the log (``log_tail``), the stored log
+    (``log_path``), the kept build directory (``kept_dir``) and ``diagnosis``: the known failures
+    recognised in the log (cause and fix), if any.
     """
 
     exit_code = EXIT_BUILD_FAILED
@@ -98,15 +129,33 @@ class BuildError(RocmforgeError):
         self,
         message: str,
         *,
-        log_tail: tuple[str, ...] = (),
+        log_tail: Sequence[str] = (),
         log_path: Path | None = None,
         kept_dir: Path | None = None,
+        diagnosis: Sequence[Diagnosis] = (),
     ) -> None:
         super().__init__(message)
-        self.log_tail = log_tail
+        self.log_tail: tuple[str, ...] = tuple(log_tail)
         self.log_path = log_path
         self.kept_dir = kept_dir
-        self.diagnosis: tuple[Diagnosis, ...] = ()
+        self.diagnosis: tuple[Diagnosis, ...] = tuple(diagnosis)
+
+    def with_log(
+        self,
+        *,
+        log_tail: Sequence[str],
+        log_path: Path | None,
+        kept_dir: Path | None,
+        diagnosis: Sequence[Diagnosis],
+    ) -> Self:
+        """Return a new error of the same class and message, with the failed build's log."""
+        return type(self)(
+            str(self),
+            log_tail=log_tail,
+            log_path=log_path,
+            kept_dir=kept_dir,
+            diagnosis=diagnosis,
+        )
 
 
 class BuildTimeout(BuildError):

@@ -3,8 +3,8 @@
 The recipe is rewritten with tomlkit, so comments, key order and layout survive byte for byte
 outside the values that changed: ``[source] rev`` (inserted right after ``ref`` if it was missing)
 and ``[requirements] digests`` (an inline table ``{ "name==version" = "sha256:<hex>" }``).
-:func:`check_digests` is what ``realize`` and ``plan`` use to refuse a fetched wheel whose digest
-does not match the locked one.
+``resolve`` (:func:`rocmforge.resolve.check_digests`) refuses a fetched wheel whose digest does
+not match the locked one.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rocmforge.errors import Problem, RecipeError, RequirementError, SourceError, UsageError
-from rocmforge.recipe.model import Recipe, normal_pin
+from rocmforge.errors import Problem, RecipeError, SourceError, UsageError
+from rocmforge.recipe.model import normal_pin
 from rocmforge.util.fsutil import write_atomic
 
 if TYPE_CHECKING:
@@ -52,26 +52,6 @@ class LockReport:
             "written": self.written,
             "changes": [{"key": c.key, "old": c.old, "new": c.new} for c in self.changes],
         }
-
-
-def check_digests(recipe: Recipe, requirements: Sequence[ResolvedRequirement]) -> None:
-    """Raise :class:`RequirementError` if a fetched wheel does not match its locked digest."""
-    digests = recipe.requirements.digests
-    if not digests:
-        return
-    for req in requirements:
-        pin = f"{req.name}=={req.version}"
-        expected = digests.get(pin)
-        if expected is None:
-            continue
-        algo, _, want = expected.partition(":")
-        got = req.sha256 if algo == "sha256" else req.blake3
-        if got != want:
-            raise RequirementError(
-                f"{recipe.file}: requirements.digests.{pin}: expected {expected}, but the "
-                f"fetched wheel {req.wheel.name} has {algo}:{got}; if that wheel is the one you "
-                f"want, run `rocmforge lock {recipe.file}`"
-            )
 
 
 def resolve_ref(url: str, ref: str) -> str:

@@ -14,13 +14,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rocmforge.lock import check_digests
 from rocmforge.recipe.lints import Finding, LintFacts, describe, preflight
 from rocmforge.recipe.model import Recipe
 from rocmforge.resolve import Resolved, resolve
 from rocmforge.sources.requirements import Fetcher, resolve_requirements
 from rocmforge.store.roots import TempRoots
 from rocmforge.store.store import Entry, Store
+from rocmforge.toolchain.machine import lint_facts
 from rocmforge.util.progress import NullReporter, Reporter
 
 if TYPE_CHECKING:
@@ -91,6 +91,16 @@ class RealizeReport:
         }
 
 
+def lint(recipe: Recipe, facts: LintFacts | None = None) -> tuple[Finding, ...]:
+    """Lint ``recipe`` before anything is fetched; return every finding.
+
+    The machine is probed for the facts (:func:`~rocmforge.toolchain.machine.lint_facts`) unless
+    ``facts`` are given. Error lints the recipe does not acknowledge raise
+    :class:`~rocmforge.recipe.lints.LintError`.
+    """
+    return preflight(recipe, lint_facts(recipe) if facts is None else facts)
+
+
 def plan(
     recipe: Recipe, *, store: Store, fetcher: Fetcher | None, facts: LintFacts | None = None
 ) -> PlanReport:
@@ -98,11 +108,9 @@ def plan(
 
     Error lints raise :class:`~rocmforge.recipe.lints.LintError` before anything is fetched.
     """
-    findings = preflight(recipe, facts)
+    findings = lint(recipe, facts)
     with store.shared_lock():  # gc must not remove a source cache resolve is filling
         r = resolve(recipe, store=store, fetcher=fetcher, provisional=True)
-        if not r.provisional:
-            check_digests(recipe, r.requirements)
         drv = r.derivation
         entry = store.lookup(drv.hash, drv.name, drv.version)
     return PlanReport(
@@ -222,18 +230,23 @@ def realize(
     reporter: Reporter | None = None,
     keep_failed: bool = False,
     link: Path | None = None,
-    facts: LintFacts | None = None,
+    lints: tuple[Finding, ...] | None = None,
     temp_roots: TempRoots | None = None,
 ) -> RealizeReport:
     """Return the store entry for ``recipe``, building it in the sandbox on a miss.
 
+    ``lints`` are the findings of :func:`lint` when the caller already ran it (the CLI lints every
+    recipe before building any); without them, the recipe is linted here. Either way the
+    unacknowledged warnings are reported once, here.
     The entry is protected from gc until ``temp_roots`` is closed (the CLI keeps one open until
     it exits); without one, only until this call returns. The store's shared lock is held only
     around the lookup and the return, never across a build: while resolving and building, this
     process's temp roots mark the hash as rooted and the source caches as busy instead.
     """
     reporter = reporter or NullReporter()
-    for finding in preflight(recipe, facts):  # error lints stop here, before any fetch
+    if lints is None:
+        lints = lint(recipe)  # error lints stop here, before any fetch
+    for finding in lints:
         if finding.allowed is None:
             reporter.warning(describe(recipe, finding))
     started = time.monotonic()
@@ -242,7 +255,6 @@ def realize(
         with store.shared_lock():
             roots.set_busy(True)  # gc leaves source caches alone while we resolve and build
         r = resolve(recipe, store=store, fetcher=fetcher)
-        check_digests(recipe, r.requirements)
         drv = r.derivation
         with store.shared_lock():
             entry = store.lookup(drv.hash, drv.name, drv.version)

@@ -5,6 +5,7 @@ Everything here is cheap on a warm machine (stat caches only), which is what mak
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,7 +17,8 @@ from rocmforge.sources.inputs import ResolvedInput, UrlFetcher, UrllibFetcher, r
 from rocmforge.sources.patches import patch_digests
 from rocmforge.sources.requirements import Fetcher, ResolvedRequirement, resolve_requirements
 from rocmforge.store.store import Store
-from rocmforge.toolchain.system import Toolchain, resolve_toolchain
+from rocmforge.toolchain.probe import Toolchain
+from rocmforge.toolchain.system import resolve_toolchain
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -44,6 +46,26 @@ def _unresolved_toolchain(spec: ToolchainSpec, why: str) -> Toolchain:
     )
 
 
+def check_digests(recipe: Recipe, requirements: Sequence[ResolvedRequirement]) -> None:
+    """Raise :class:`RequirementError` if a fetched wheel does not match its locked digest."""
+    digests = recipe.requirements.digests
+    if not digests:
+        return
+    for req in requirements:
+        pin = f"{req.name}=={req.version}"
+        expected = digests.get(pin)
+        if expected is None:
+            continue
+        algo, _, want = expected.partition(":")
+        got = req.sha256 if algo == "sha256" else req.blake3
+        if got != want:
+            raise RequirementError(
+                f"{recipe.file}: requirements.digests.{pin}: expected {expected}, but the "
+                f"fetched wheel {req.wheel.name} has {algo}:{got}; if that wheel is the one you "
+                f"want, run `rocmforge lock {recipe.file}`"
+            )
+
+
 def resolve(
     recipe: Recipe,
     *,
@@ -59,6 +81,9 @@ def resolve(
     of raising: a toolchain that is not installed, a remote git source not yet in the mirror
     cache (never cloned just to plan), and - once anything is provisional - requirements and
     archive inputs not fetched yet. Such a hash names no real build.
+
+    Fetched wheels are checked against the recipe's locked digests (:func:`check_digests`),
+    unless something is provisional.
     """
     notes: list[str] = []
     try:
@@ -99,6 +124,8 @@ def resolve(
             raise
         notes.append(f"inputs: {exc}")
         inputs = ()
+    if not notes:  # a provisional resolve may not have the wheels a digest is about
+        check_digests(recipe, requirements)
     derivation = make_derivation(
         recipe,
         source=source,

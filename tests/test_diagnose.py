@@ -9,6 +9,7 @@ import pytest
 from conftest import DATA, TINY_RECIPE, rf
 
 from rocmforge.diagnose import PATTERNS, diagnose_lines, diagnose_log, failed_record_path
+from rocmforge.errors import BuildError, BuildTimeout, Diagnosis
 
 LOGS = DATA / "logs"
 
@@ -99,6 +100,55 @@ def test_failed_build_prints_cause_and_fix_and_stores_them(tmp_path: Path, tiny_
     assert record["name"] == "tiny" and record["log"] == log.name
     assert record["diagnosis"][0]["id"] == "nvcc-picked"
     assert "exited with status 1" in record["error"]
+
+
+def test_build_error_is_built_whole() -> None:
+    """Tail and diagnosis are constructor arguments; with_log makes a new error, same class."""
+    d = Diagnosis(id="oom", cause="killed", fix="fewer jobs", evidence="Killed", line=3)
+    err = BuildError("step 1/1 exited with status 1", log_tail=["a", "b"], diagnosis=[d])
+    assert err.log_tail == ("a", "b") and err.diagnosis == (d,)
+    timeout = BuildTimeout("step 1/1 timed out after 1 s")
+    logged = timeout.with_log(log_tail=("x",), log_path=None, kept_dir=None, diagnosis=(d,))
+    assert type(logged) is BuildTimeout and str(logged) == str(timeout)
+    assert logged.log_tail == ("x",) and logged.diagnosis == (d,)
+    assert timeout.log_tail == () and timeout.diagnosis == ()
+
+
+def _realize_failing(tmp_path: Path, tiny_src: Path, step: str, extra: str = "") -> BuildError:
+    from rocmforge.realize import realize
+    from rocmforge.recipe.load import load_recipe
+    from rocmforge.sandbox import detect_runner
+    from rocmforge.sources.requirements import PipFetcher
+    from rocmforge.store.store import open_store
+
+    text = TINY_RECIPE.format(src=tiny_src).replace(
+        'steps = ["python mkwheel.py $OUT tiny 0.1"]', f'steps = ["{step}"]{extra}'
+    )
+    recipe = tmp_path / "fails.toml"
+    recipe.write_text(text)
+    with pytest.raises(BuildError) as info:
+        realize(
+            load_recipe(recipe),
+            store=open_store(tmp_path / "store"),
+            fetcher=PipFetcher(),
+            runner_factory=lambda: detect_runner(None),
+        )
+    return info.value
+
+
+def test_raised_build_error_carries_tail_and_diagnosis(tmp_path: Path, tiny_src: Path) -> None:
+    step = "echo \\\"nvcc fatal   : Unknown option '--offload-arch=gfx90a'\\\"; exit 1"
+    err = _realize_failing(tmp_path, tiny_src, step)
+    assert type(err) is BuildError and "exited with status 1" in str(err)
+    assert any("nvcc fatal" in line for line in err.log_tail), err.log_tail
+    assert [d.id for d in err.diagnosis][:1] == ["nvcc-picked"]
+    assert err.log_path is not None and err.log_path.is_file() and err.kept_dir is None
+
+
+def test_raised_timeout_keeps_its_class_and_tail(tmp_path: Path, tiny_src: Path) -> None:
+    err = _realize_failing(tmp_path, tiny_src, "echo started; sleep 30", '\ntimeout = "1s"')
+    assert type(err) is BuildTimeout and "timed out" in str(err)
+    assert any("started" in line for line in err.log_tail), err.log_tail
 
 
 def test_every_pattern_is_documented() -> None:

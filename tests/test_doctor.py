@@ -10,8 +10,9 @@ from pathlib import Path
 
 from conftest import TINY_RECIPE, rf
 
-from rocmforge.doctor import doctor, find_rocm, lint_facts, probe_gpus, rocm_version
+from rocmforge.doctor import doctor, probe_gpus
 from rocmforge.recipe.load import parse_recipe_text
+from rocmforge.toolchain.machine import find_rocm, lint_facts, rocm_version
 
 
 def script(path: Path, body: str) -> Path:

@@ -3,11 +3,11 @@ recipes; acknowledged lints do not stop a build; an error lint stops realize bef
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from conftest import REPO, TINY_RECIPE, rf
+from conftest import REPO, TINY_RECIPE, pip_args, rf
 
 from rocmforge.errors import RecipeError
 from rocmforge.recipe.lints import (
@@ -466,3 +466,40 @@ def test_error_lint_in_a_later_recipe_stops_the_earlier_build_too(
     proc = rf("realize", good, bad, "--store", store)
     assert proc.returncode == 2 and "RF131" in proc.stderr, proc.stderr
     assert not (store / "entries").exists() or not any((store / "entries").iterdir())
+
+
+def test_realize_probes_and_lints_once(
+    tmp_path: Path,
+    tiny_src: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The CLI lints every recipe before building any; realize must not lint (or probe) again."""
+    from rocmforge import cli
+    from rocmforge.recipe import lints
+    from rocmforge.toolchain import machine
+
+    probes: list[Path] = []
+    real_ram = machine.ram_bytes
+
+    def ram_spy(meminfo: Path = Path("/proc/meminfo")) -> int | None:
+        probes.append(meminfo)
+        return real_ram(meminfo)
+
+    runs: list[str] = []
+    first = lints.LINTS[0]
+
+    def lint_spy(recipe: Recipe, facts: LintFacts) -> Iterator[Finding]:
+        runs.append(recipe.package.name)
+        return first(recipe, facts)
+
+    monkeypatch.setattr(machine, "ram_bytes", ram_spy)
+    monkeypatch.setattr(lints, "LINTS", (lint_spy, *lints.LINTS[1:]))
+    monkeypatch.setenv("ROCMFORGE_PIP_ARGS", pip_args())
+    monkeypatch.delenv("ROCMFORGE_STORE", raising=False)
+    recipe = _tiny(tmp_path, tiny_src, '[env]\nRCCL_HOME = "/opt/rocm"\n')
+    assert cli.main(["realize", str(recipe), "--store", str(tmp_path / "store")]) == 0
+    err = capsys.readouterr().err
+    assert len(probes) == 1 and runs == ["tiny"], (probes, runs)
+    warnings = [ln for ln in err.splitlines() if ln.startswith("warning:") and "RF121" in ln]
+    assert len(warnings) == 1, err

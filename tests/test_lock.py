@@ -133,6 +133,19 @@ def test_realize_refuses_a_wheel_whose_digest_differs_from_the_lock(
     assert not list((store / "entries").iterdir())
 
 
+def test_every_resolve_checks_the_locked_digests(
+    repo: Path, tmp_path: Path, store: Path, wheelhouse: Path
+) -> None:
+    """explain resolves a recipe too: it must refuse the same wheel realize refuses."""
+    commit = git(repo, "rev-parse", "HEAD")
+    recipe = tmp_path / "tiny.toml"
+    recipe.write_text(COMMENTED.format(repo=repo, rev=commit, digest=FAKE_DIGEST))
+    for argv in (("explain", recipe, recipe), ("plan", recipe)):
+        proc = rf(*argv, "--store", store)
+        assert proc.returncode == 2, (argv, proc.stdout, proc.stderr)
+        assert "requirements.digests.setuptools==75.6.0" in proc.stderr, proc.stderr
+
+
 def test_lock_refuses_an_unknown_ref(repo: Path, tmp_path: Path, store: Path) -> None:
     recipe = tmp_path / "tiny.toml"
     text = COMMENTED.format(repo=repo, rev=ZERO, digest=FAKE_DIGEST).replace("v1.0", "v9")

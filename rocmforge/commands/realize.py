@@ -38,15 +38,14 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """``rocmforge realize RECIPE...``: build (or fetch from the store) and print wheel paths."""
-    from rocmforge.doctor import lint_facts
-    from rocmforge.realize import realize
-    from rocmforge.recipe.lints import enforce, lint_recipe
+    from rocmforge.realize import lint, realize
     from rocmforge.recipe.load import load_recipe
     from rocmforge.sources.requirements import PipFetcher
 
     recipes = [load_recipe(p) for p in args.recipes]  # every recipe is checked before any build
-    for recipe in recipes:  # error lints of any recipe stop all of them (warnings come later)
-        enforce(recipe, lint_recipe(recipe, lint_facts(recipe)))
+    # Error lints of any recipe stop all of them; realize reports the warnings, without linting
+    # (or probing the machine) again.
+    lints = [lint(recipe) for recipe in recipes]
     store = open_store(args)
     fetcher = PipFetcher()
 
@@ -74,6 +73,7 @@ def run(args: argparse.Namespace) -> int:
                 reporter=reporter,
                 keep_failed=args.keep_failed,
                 link=link,
+                lints=lints[i],
                 temp_roots=temp_roots,
             )
         finally:

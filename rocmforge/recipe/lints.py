@@ -92,13 +92,13 @@ class LintError(RecipeError):
     def __init__(
         self, recipe_file: Path, findings: tuple[Finding, ...], problems: list[Problem]
     ) -> None:
-        super().__init__(problems)
+        super().__init__(
+            problems,
+            note="a lint that does not apply can be acknowledged in the recipe: "
+            f'[lint] allow = {{ {findings[0].id} = "why it does not apply" }} (docs/lints.md)',
+        )
         self.recipe_file = recipe_file
         self.findings = findings
-        self.note = (
-            "a lint that does not apply can be acknowledged in the recipe: "
-            f'[lint] allow = {{ {findings[0].id} = "why it does not apply" }} (docs/lints.md)'
-        )
 
 
 RULES: dict[str, Rule] = {
@@ -804,16 +804,13 @@ def describe(recipe: Recipe, finding: Finding) -> str:
     return str(to_problem(recipe, finding))
 
 
-def preflight(recipe: Recipe, facts: LintFacts | None = None) -> tuple[Finding, ...]:
+def preflight(recipe: Recipe, facts: LintFacts) -> tuple[Finding, ...]:
     """Lint ``recipe`` before anything is fetched: raise :class:`LintError` on errors it does not
     acknowledge, else return every finding (warnings and acknowledged ones).
 
-    ``facts`` default to :func:`rocmforge.doctor.lint_facts` of this machine.
+    ``facts`` come from the caller (``rocmforge.toolchain.machine.lint_facts`` for this machine):
+    the recipe layer never probes the machine itself.
     """
-    if facts is None:
-        from rocmforge.doctor import lint_facts
-
-        facts = lint_facts(recipe)
     findings = lint_recipe(recipe, facts)
     enforce(recipe, findings)
     return findings

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from rocmforge.errors import Problem, RecipeError
+from rocmforge.errors import Problem, RecipeError, RequirementError
 
 SCHEMA_VERSION = 1
 
@@ -448,6 +448,30 @@ def _pins(c: _Checker, t: Mapping[str, Any], table: str, name: str) -> list[str]
 
 
 _DIGEST = re.compile(r"^(sha256:[0-9a-f]{64}|blake3:[0-9a-f]{64})$")
+
+
+_REQUIREMENT_PIN = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*([A-Za-z0-9._+!-]+)\s*$")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RequirementPin:
+    """One ``name==version`` build requirement pin, with the name in PEP 503 normal form.
+
+    (Not to be confused with a pinned gc root of the store.)
+    """
+
+    name: str
+    version: str
+
+    @classmethod
+    def parse(cls, text: str) -> RequirementPin:
+        """Parse ``name==version``; anything else raises :class:`RequirementError`."""
+        m = _REQUIREMENT_PIN.match(text)
+        if m is None:
+            raise RequirementError(
+                f"build requirement {text!r} is not an exact 'name==version' pin"
+            )
+        return cls(name=re.sub(r"[-_.]+", "-", m.group(1)).lower(), version=m.group(2))
 
 
 def normal_pin(pin: str) -> str | None:

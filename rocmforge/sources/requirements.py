@@ -9,7 +9,6 @@ arguments (an internal index, ``--no-index --find-links DIR`` for air-gapped mac
 from __future__ import annotations
 
 import os
-import re
 import shlex
 import subprocess
 import sys
@@ -20,28 +19,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from rocmforge.errors import RequirementError
+from rocmforge.recipe.model import RequirementPin
 from rocmforge.util.hashing import file_digests
 from rocmforge.util.statcache import StatCache
-
-_PIN = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*([A-Za-z0-9._+!-]+)\s*$")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Pin:
-    """One ``name==version`` pin, with the name in PEP 503 normal form."""
-
-    name: str
-    version: str
-
-    @classmethod
-    def parse(cls, text: str) -> Pin:
-        """Parse ``name==version``; anything else raises :class:`RequirementError`."""
-        m = _PIN.match(text)
-        if m is None:
-            raise RequirementError(
-                f"build requirement {text!r} is not an exact 'name==version' pin"
-            )
-        return cls(name=re.sub(r"[-_.]+", "-", m.group(1)).lower(), version=m.group(2))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -67,7 +47,7 @@ class ResolvedRequirement:
 class Fetcher(Protocol):
     """Downloads the wheel for one pin into ``dest`` and returns its path."""
 
-    def fetch(self, pin: Pin, *, python_version: str, dest: Path) -> Path:
+    def fetch(self, pin: RequirementPin, *, python_version: str, dest: Path) -> Path:
         """Fetch one wheel for ``pin`` usable by Python ``python_version`` into ``dest``."""
         ...
 
@@ -80,7 +60,7 @@ class PipFetcher:
             extra_args = shlex.split(os.environ.get("ROCMFORGE_PIP_ARGS", ""))
         self.extra_args = tuple(extra_args)
 
-    def fetch(self, pin: Pin, *, python_version: str, dest: Path) -> Path:
+    def fetch(self, pin: RequirementPin, *, python_version: str, dest: Path) -> Path:
         """Run pip download for ``pin`` into an empty temp dir and move the wheel to ``dest``."""
         dest.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=dest, prefix=".fetch-") as tmp:
@@ -133,7 +113,7 @@ def resolve_requirements(
     cache = StatCache(cache_dir / "wheels.json")
     out: list[ResolvedRequirement] = []
     for text in pins:
-        pin = Pin.parse(text)
+        pin = RequirementPin.parse(text)
         key = f"{pin.name}=={pin.version}|py{python_version}"
         hit = cache.get(key)
         if hit is None:

@@ -24,7 +24,7 @@ from typing import Any
 
 from rocmforge.errors import ToolchainError
 from rocmforge.recipe.model import ToolchainSpec
-from rocmforge.toolchain.system import Toolchain, run_probe
+from rocmforge.toolchain.probe import Toolchain, run_probe
 from rocmforge.util.hashing import file_blake3
 from rocmforge.util.statcache import StatCache
 

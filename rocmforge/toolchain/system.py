@@ -14,18 +14,15 @@ import dataclasses
 import os
 import platform
 import shutil
-import subprocess
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rocmforge.errors import ToolchainError
 from rocmforge.recipe.model import ToolchainSpec
+from rocmforge.toolchain.probe import PROBE_VERSION, Toolchain, run_probe
 from rocmforge.util.hashing import file_blake3
 from rocmforge.util.statcache import StatCache
-
-PROBE_VERSION = 1
 
 _PY_PROBE = (
     "import sys, sysconfig, platform;"
@@ -35,57 +32,6 @@ _PY_PROBE = (
     "print(sysconfig.get_platform());"
     "print(f'{sys.version_info[0]}.{sys.version_info[1]}')"
 )
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Toolchain:
-    """A probed toolchain: the hashed ``fingerprint`` plus what the build needs to run it."""
-
-    fingerprint: Mapping[str, Any]
-    python: Path
-    python_prefix: Path
-    python_version: str
-    env: Mapping[str, str] = field(default_factory=dict)
-    path_dirs: tuple[str, ...] = ()
-    mounts: tuple[Path, ...] = ()
-    guards: tuple[str, ...] = ()
-
-
-def run_probe(
-    argv: list[str], *, env: Mapping[str, str] | None = None, with_stderr: bool = False
-) -> str:
-    """Run one probe command and return its stdout (plus stderr with ``with_stderr``).
-
-    A failure to start, a timeout or a non-zero exit is a :class:`ToolchainError` quoting the
-    command and its last line of output.
-    """
-    try:
-        proc = subprocess.run(
-            argv,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-            env=dict(env) if env is not None else _probe_env(),
-            stdin=subprocess.DEVNULL,
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise ToolchainError(f"toolchain probe `{' '.join(argv)}` failed: {exc}") from exc
-    if proc.returncode != 0:
-        detail = (proc.stderr or proc.stdout).strip().splitlines()
-        raise ToolchainError(
-            f"toolchain probe `{' '.join(argv)}` exited {proc.returncode}"
-            + (f": {detail[-1]}" if detail else "")
-        )
-    return proc.stdout + "\n" + proc.stderr if with_stderr else proc.stdout
-
-
-def _probe_env() -> dict[str, str]:
-    env = {
-        k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "PYENV_VERSION", "PYENV_ROOT")
-    }
-    env["LC_ALL"] = "C"
-    return env
 
 
 def _which(name: str, key: str) -> Path:
