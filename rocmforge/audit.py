@@ -26,9 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from rocmforge.errors import UsageError
-from rocmforge.provenance import PROVENANCE, read_statement, run_facts
+from rocmforge.provenance import read_statement, run_facts
 from rocmforge.stamp import Stamp, StampError, read_stamp
-from rocmforge.store.store import DERIVATION, META, Store, read_json_object
+from rocmforge.store import layout
+from rocmforge.store.entry import read_derivation, read_meta
+from rocmforge.store.store import Store
 from rocmforge.util.hashing import file_blake3
 
 VERIFIED = "verified"
@@ -208,11 +210,12 @@ def audit_wheel(wheel: Path, *, store: Store) -> AuditReport:
         derivation = statement = None
         archs = None
         if os.path.isdir(row.path):
-            derivation = read_json_object(row.path / DERIVATION)
-            statement = read_statement(row.path / PROVENANCE)
+            derivation = read_derivation(row.path)
+            statement = read_statement(row.path / layout.PROVENANCE)
             # what the check read from this very wheel's offload bundles when it was built
             name = next((w.filename for w in row.wheels if w.blake3 == b3), None)
-            archs = ((read_json_object(row.path / META) or {}).get("archs") or {}).get(name, {})
+            meta = read_meta(row.path)
+            archs = ((meta.archs if meta is not None else None) or {}).get(name or "", {})
             if statement is None:
                 notes.append("the store entry has no provenance statement (built before it)")
         else:

@@ -8,7 +8,6 @@ builds of one derivation give byte-identical wheels.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import time
 from collections import deque
@@ -21,13 +20,16 @@ import zstandard
 
 from rocmforge.check import check_wheels
 from rocmforge.errors import BuildError, BuildTimeout, RequirementError, RocmforgeError
-from rocmforge.provenance import PROVENANCE, make_statement, write_statement
+from rocmforge.provenance import make_statement, write_statement
 from rocmforge.resolve import Resolved
 from rocmforge.sandbox import Mount, Runner
 from rocmforge.sources.identity import materialize_source
 from rocmforge.stamp import stamp_wheel
+from rocmforge.store import layout
+from rocmforge.store.entry import Entry
 from rocmforge.store.gc import source_refs
-from rocmforge.store.store import Entry, Store
+from rocmforge.store.store import Store
+from rocmforge.util.fsutil import json_bytes, write_atomic
 from rocmforge.util.hashing import file_blake3
 from rocmforge.util.progress import Reporter
 from rocmforge.wheels import create_venv, install_wheels, normalize_wheel, wheel_digests
@@ -88,7 +90,7 @@ def _file_digests(staged: Path) -> dict[str, str]:
     return {
         p.name: file_blake3(p)
         for p in sorted(staged.iterdir())
-        if p.is_file() and not p.name.endswith(".whl")
+        if p.is_file() and not p.name.endswith(layout.WHEEL_SUFFIX)
     }
 
 
@@ -198,8 +200,7 @@ def _stage(
         os.replace(w, staged / w.name)
         d = wheel_digests(staged / w.name)
         records.append({"file": w.name, "size": (staged / w.name).stat().st_size, **d})
-    with open(staged / "derivation.json", "wb") as f:
-        f.write(json.dumps(resolved.derivation.data, indent=2, sort_keys=True).encode() + b"\n")
+    write_atomic(staged / layout.DERIVATION, json_bytes(resolved.derivation.data))
     return {"wheels": records, **found}
 
 
@@ -266,7 +267,7 @@ def build(
                 meta = _stage(resolved, root, runner, reporter, log, check_requirements)
                 log.write(f"rocmforge: build finished in {time.time() - started:.1f} s\n".encode())
             reporter.phase("publish")
-            compress_file(log_path, root / "entry" / "build.log.zst")
+            compress_file(log_path, root / "entry" / layout.BUILD_LOG)
             finished = time.time()
             seconds = finished - started
             statement = make_statement(
@@ -276,7 +277,7 @@ def build(
                 started=started,
                 finished=finished,
             )
-            write_statement(root / "entry" / PROVENANCE, statement)
+            write_statement(root / "entry" / layout.PROVENANCE, statement)
             meta.update({"sandbox": runner.level, "build_seconds": round(seconds, 3)})
             # Which source caches this entry needs: gc keeps exactly these while it stays.
             meta["sources"] = source_refs(resolved, store.sources_dir)

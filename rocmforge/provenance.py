@@ -7,7 +7,6 @@ are the (stamped, normalized) wheels with their sha256 and blake3 digests.
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 from collections.abc import Mapping, Sequence
@@ -17,13 +16,13 @@ from typing import TYPE_CHECKING, Any
 
 from rocmforge import __version__
 from rocmforge.errors import StoreError
-from rocmforge.util.fsutil import json_bytes, write_atomic
+from rocmforge.store import layout
+from rocmforge.util.fsutil import json_bytes, read_json_object, write_atomic
 from rocmforge.util.hashing import blake3_hex, canonical_json
 
 if TYPE_CHECKING:
     from rocmforge.resolve import Resolved
 
-PROVENANCE = "provenance.json"
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
 BUILD_TYPE = "https://rocmforge.dev/build/v1"
@@ -134,7 +133,7 @@ def make_statement(
                     "startedOn": rfc3339(started),
                     "finishedOn": rfc3339(finished),
                 },
-                "byproducts": [{"name": "build.log.zst"}],
+                "byproducts": [{"name": layout.BUILD_LOG}],
             },
         },
     }
@@ -150,15 +149,7 @@ def write_statement(path: Path, statement: Mapping[str, Any]) -> None:
 
 def read_statement(path: Path) -> dict[str, Any] | None:
     """Return the statement stored at ``path``, or None if the entry has none (older builds)."""
-    try:
-        value = json.loads(path.read_bytes())
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as exc:
-        raise StoreError(f"{path}: cannot read provenance: {exc}") from exc
-    if not isinstance(value, dict):
-        raise StoreError(f"{path}: provenance is not a JSON object")
-    return value
+    return read_json_object(path, what="provenance")
 
 
 def run_facts(statement: Mapping[str, Any] | None) -> dict[str, Any]:

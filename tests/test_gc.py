@@ -260,7 +260,7 @@ def test_cli_older_than_on_a_real_store(timed_store: tuple[Path, dict[str, Entry
 
 def test_cli_max_size_on_a_real_store(timed_store: tuple[Path, dict[str, Entry]]) -> None:
     root, made = timed_store
-    sizes = {k: e.meta["size"] + len((e.path / "meta.json").read_bytes()) for k, e in made.items()}
+    sizes = {k: e.meta.size + len((e.path / "meta.json").read_bytes()) for k, e in made.items()}
     limit = sum(sizes.values()) - sizes["d"]  # dropping only the LRU entry fits exactly
     gc_json(root, "--max-size", str(limit))
     assert _gone(root, made) == ["d"]
