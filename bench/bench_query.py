@@ -32,8 +32,8 @@ from typing import Any
 
 from rocmforge.audit import audit_wheel
 from rocmforge.stamp import stamp_wheel
-from rocmforge.store.query import EnvFilter, list_entries, query_entries
 from rocmforge.store.entry import Entry, EntryMeta
+from rocmforge.store.query import EnvFilter, list_entries, query_entries
 from rocmforge.store.store import open_store
 from rocmforge.util.hashing import blake3_hex, canonical_json, file_blake3
 

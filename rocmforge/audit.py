@@ -29,7 +29,7 @@ from rocmforge.errors import UsageError
 from rocmforge.provenance import read_statement, run_facts
 from rocmforge.stamp import Stamp, StampError, read_stamp
 from rocmforge.store import layout
-from rocmforge.store.entry import read_derivation, read_meta
+from rocmforge.store.entry import DerivationDoc, read_derivation, read_meta
 from rocmforge.store.store import Store
 from rocmforge.util.hashing import file_blake3
 
@@ -69,14 +69,14 @@ class AuditReport:
 
     def facts(self) -> dict[str, Any]:
         """Return the traceability facts: package, recipe, source, toolchain, env, run."""
-        drv = self.derivation or {}
+        drv = DerivationDoc(self.derivation or {})
         params: Mapping[str, Any] = {}
         deps: list[Any] = []
         if self.statement:
             bd = self.statement.get("predicate", {}).get("buildDefinition", {})
             params = bd.get("externalParameters", {})
             deps = bd.get("resolvedDependencies", [])
-        source = dict(drv.get("source", {}))
+        source = dict(drv.source or {})
         for dep in deps:
             if isinstance(dep, dict) and dep.get("name") == "source" and dep.get("uri"):
                 source["uri"] = dep["uri"]
@@ -87,18 +87,18 @@ class AuditReport:
             else {}
         )
         return {
-            "package": drv.get("package"),
+            "package": drv.package,
             "recipe": {
                 "name": (params.get("recipe") or {}).get("package", {}).get("name"),
                 "file": params.get("recipeFile"),
                 "extends": params.get("extends"),
             },
             "source": source,
-            "toolchain": drv.get("toolchain"),
-            "env": drv.get("env"),
+            "toolchain": drv.toolchain,
+            "env": drv.env,
             "passthrough": internal.get("passthrough"),
-            "requirements": drv.get("requirements"),
-            "build": drv.get("build"),
+            "requirements": drv.requirements,
+            "build": drv.build,
             "run": run_facts(self.statement),
         }
 

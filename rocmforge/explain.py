@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rocmforge.errors import StoreError, UsageError
-from rocmforge.store.entry import read_derivation
+from rocmforge.store.entry import DerivationDoc, read_derivation
 
 if TYPE_CHECKING:
     from rocmforge.sources.requirements import Fetcher
@@ -202,8 +202,8 @@ def nearest_cached(store: Store, derivation: Mapping[str, Any]) -> Nearest | Non
     Nearest means the fewest differing keys; ties go to the newest build. Entries whose
     directory or derivation cannot be read are skipped (the index may lag behind the store).
     """
-    name = (derivation.get("package") or {}).get("name")
-    if not isinstance(name, str):
+    name = DerivationDoc(derivation).package_name
+    if name is None:
         return None
     best: tuple[int, float, Nearest] | None = None
     for row in store.index.by_name(name):

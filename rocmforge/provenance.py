@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from rocmforge import __version__
 from rocmforge.errors import StoreError
 from rocmforge.store import layout
+from rocmforge.store.entry import DerivationDoc
 from rocmforge.util.fsutil import json_bytes, read_json_object, write_atomic
 from rocmforge.util.hashing import blake3_hex, canonical_json
 
@@ -118,7 +119,7 @@ def make_statement(
                 },
                 "internalParameters": {
                     "inputHash": drv.hash,
-                    "builder": drv.data.get("builder"),
+                    "builder": DerivationDoc(drv.data).builder,
                     "sandbox": sandbox,
                     "host": host,
                     "buildSeconds": round(finished - started, 3),

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from rocmforge.errors import StoreError
-from rocmforge.store.index import SCHEMA_VERSION, Index, IndexRow, WheelRow
 from rocmforge.store.entry import Entry, EntryMeta
+from rocmforge.store.index import SCHEMA_VERSION, Index, IndexRow, WheelRow
 
 H1 = "0123456789abcdef0123456789abcdef"
 H2 = "0123ffffffffffffffffffffffffffff"

@@ -7,7 +7,8 @@ raises :class:`~rocmforge.errors.StoreError` naming the file and the field. Keys
 does not know are kept in :attr:`EntryMeta.extra` and written back unchanged. The fields are
 documented in ``docs/store.md``.
 
-The derivation document of an entry is read through :func:`read_derivation`.
+The derivation document of an entry is read through :func:`read_derivation`, its fields through
+:class:`DerivationDoc`; its input hash (the key of the store) is :func:`input_hash`.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 from rocmforge.errors import StoreError
 from rocmforge.store import layout
 from rocmforge.util.fsutil import read_json_object
+from rocmforge.util.hashing import blake3_hex, canonical_json
 
 
 def _fail(file: Path | str, key: str, expected: str, value: Any) -> StoreError:
@@ -217,6 +219,71 @@ def read_meta(entry_dir: Path) -> EntryMeta | None:
     except OSError as exc:
         raise StoreError(f"cannot read {path}: {exc}") from exc
     return EntryMeta.from_bytes(raw, file=path)
+
+
+def _table(value: Any) -> Mapping[str, Any] | None:
+    return value if isinstance(value, Mapping) else None
+
+
+@dataclass(frozen=True, slots=True)
+class DerivationDoc:
+    """Typed read access to a derivation document (``derivation.json``, or a wheel's stamp).
+
+    The document is written by :func:`rocmforge.derivation.make_derivation`. Each accessor
+    returns None when its part is absent or not of the documented type, so a document from an
+    untrusted wheel can be read without trusting its shape.
+    """
+
+    data: Mapping[str, Any]
+
+    @property
+    def package(self) -> Mapping[str, Any] | None:
+        """``package``: ``{"name", "version"}``."""
+        return _table(self.data.get("package"))
+
+    @property
+    def package_name(self) -> str | None:
+        """The package name, if the document names one."""
+        name = (self.package or {}).get("name")
+        return name if isinstance(name, str) else None
+
+    @property
+    def source(self) -> Mapping[str, Any] | None:
+        """``source``: the source identity (kind, commit or tree, submodules, patches)."""
+        return _table(self.data.get("source"))
+
+    @property
+    def toolchain(self) -> Mapping[str, Any] | None:
+        """``toolchain``: the probed toolchain fingerprint."""
+        return _table(self.data.get("toolchain"))
+
+    @property
+    def env(self) -> Mapping[str, Any] | None:
+        """``env``: the hashed environment."""
+        return _table(self.data.get("env"))
+
+    @property
+    def requirements(self) -> list[Any] | None:
+        """``requirements``: one table per build requirement (name, version, wheel, digests)."""
+        value = self.data.get("requirements")
+        return value if isinstance(value, list) else None
+
+    @property
+    def build(self) -> Mapping[str, Any] | None:
+        """``build``: ``{"steps": [...]}`` or ``{"pep517": true}``."""
+        return _table(self.data.get("build"))
+
+    @property
+    def builder(self) -> str | None:
+        """``builder``: the build protocol version."""
+        value = self.data.get("builder")
+        return value if isinstance(value, str) else None
+
+
+def input_hash(derivation: Mapping[str, Any]) -> str:
+    """Return the input hash of a derivation document: blake3 of its canonical JSON, cut to
+    :data:`~rocmforge.store.layout.HASH_LEN` hex digits."""
+    return blake3_hex(canonical_json(derivation))[: layout.HASH_LEN]
 
 
 def read_derivation(entry_dir: Path) -> dict[str, Any]:

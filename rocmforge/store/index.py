@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from rocmforge.errors import StoreError
 from rocmforge.store import layout
+from rocmforge.store.entry import DerivationDoc
 
 if TYPE_CHECKING:
     from rocmforge.store.entry import Entry
@@ -165,8 +166,8 @@ class Index:
         sandbox = meta.sandbox
         if sandbox is not None and not isinstance(sandbox, str):
             sandbox = json.dumps(sandbox, sort_keys=True, separators=(",", ":"))
-        env = derivation.get("env", {})
-        if not isinstance(env, Mapping):
+        env = DerivationDoc(derivation).env
+        if env is None:
             raise StoreError(f"derivation of {entry.hash}: 'env' is not a table")
         db.execute(
             """

@@ -26,9 +26,9 @@ from typing import Any
 
 from rocmforge.errors import StoreError
 from rocmforge.store import layout
-from rocmforge.store.entry import Entry, WheelRecord, read_derivation
+from rocmforge.store.entry import Entry, WheelRecord, input_hash, read_derivation
 from rocmforge.store.store import Store
-from rocmforge.util.hashing import blake3_hex, canonical_json, file_blake3, file_digests
+from rocmforge.util.hashing import file_blake3, file_digests
 
 INDEX_KINDS = frozenset({"unindexed", "stale-index"})
 
@@ -148,7 +148,7 @@ class _Checker:
         except StoreError as exc:
             self.add("modified", path, f"not a readable derivation: {exc}")
             return
-        if blake3_hex(canonical_json(data))[: len(entry.hash)] != entry.hash:
+        if input_hash(data) != entry.hash:
             self.add("modified", path, f"no longer hashes to the input hash {entry.hash}")
 
     def _index(self, entry: Entry) -> None:
