@@ -14,6 +14,7 @@ import pytest
 import zstandard
 from conftest import TINY_RECIPE, commit_all, git, pip_args, rf
 
+from rocmforge.store.entry import Entry
 from rocmforge.store.gc import (
     EntryInfo,
     Policies,
@@ -26,7 +27,7 @@ from rocmforge.store.gc import (
     plan_sources,
 )
 from rocmforge.store.roots import TempRoots, collect_roots, register_link
-from rocmforge.store.store import Entry, Store, open_store
+from rocmforge.store.store import Store, open_store
 from rocmforge.util.hashing import blake3_hex
 
 DAY = 86400.0

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from rocmforge.errors import StoreError, UsageError
-from rocmforge.store.store import Entry, Store, open_store
+from rocmforge.store.entry import Entry
+from rocmforge.store.store import Store, open_store
 from rocmforge.util.hashing import file_digests
 
 REPO = Path(__file__).resolve().parent.parent
