@@ -16,7 +16,7 @@ from rocmforge.store.entry import EntryMeta, WheelRecord, read_meta
 from rocmforge.store.roots import entry_of_path
 from rocmforge.store.store import Store, open_store
 from rocmforge.store.verify import verify_store
-from rocmforge.util.fsutil import json_bytes
+from rocmforge.util.fsutil import json_bytes, remove_tree, symlink_atomic
 
 REPO = Path(__file__).resolve().parent.parent
 H1 = "0123456789abcdef0123456789abcdef"
@@ -220,3 +220,40 @@ def test_a_published_entry_needs_a_valid_meta(tmp_path: Path) -> None:
             store.publish(staged, hash=H1, name="demo", version="1.0", meta={"sandbox": 1})
     assert store.lookup(H1, "demo", "1.0") is None
     store.close()
+
+
+# -- the shared file helpers ----------------------------------------------------------------------
+
+
+def test_remove_tree_removes_sealed_trees_and_never_follows_links(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep").write_text("keep")
+    tree = tmp_path / "tree"
+    for i in range(20):  # more than 16 children: removed by threads
+        sub = tree / f"d{i}" / "deeper"
+        sub.mkdir(parents=True)
+        (sub / "f").write_text("x")
+        os.chmod(sub / "f", 0o444)
+        os.chmod(sub, 0o555)
+        os.chmod(sub.parent, 0o555)
+    os.symlink(outside, tree / "link")
+    os.chmod(tree, 0o555)
+    remove_tree(tree)
+    assert not os.path.lexists(tree)
+    assert (outside / "keep").read_text() == "keep"
+    remove_tree(tree)  # a missing path is fine
+    link = tmp_path / "alone"
+    os.symlink(outside, link)
+    remove_tree(link)
+    assert not os.path.lexists(link) and outside.is_dir()
+
+
+def test_symlink_atomic_replaces_a_link(tmp_path: Path) -> None:
+    link = tmp_path / "sub" / "link"
+    with pytest.raises(FileNotFoundError):
+        symlink_atomic("a", link)
+    symlink_atomic("a", link, make_parents=True)
+    symlink_atomic("b", link)
+    assert os.readlink(link) == "b"
+    assert sorted(os.listdir(link.parent)) == ["link"]
