@@ -26,7 +26,7 @@ from rocmforge.sandbox import Mount, Runner
 from rocmforge.sources.identity import materialize_source
 from rocmforge.stamp import stamp_wheel
 from rocmforge.store import layout
-from rocmforge.store.entry import Entry
+from rocmforge.store.entry import Entry, WheelRecord, build_fields
 from rocmforge.store.gc import source_refs
 from rocmforge.store.store import Store
 from rocmforge.util.fsutil import json_bytes, write_atomic
@@ -174,7 +174,9 @@ def _stage(
     reporter: Reporter,
     log: BinaryIO,
     check_requirements: Sequence[Path] = (),
-) -> dict[str, Any]:
+) -> tuple[tuple[WheelRecord, ...], Mapping[str, Any] | None]:
+    """Stamp, normalize and check the built wheels and move them with the derivation into
+    ``root/entry``; return the wheels' records and the GPU archs the check read (if any)."""
     out = root / "out"
     wheels = sorted(out.glob("*.whl"))
     if not wheels:
@@ -199,9 +201,10 @@ def _stage(
     for w in wheels:
         os.replace(w, staged / w.name)
         d = wheel_digests(staged / w.name)
-        records.append({"file": w.name, "size": (staged / w.name).stat().st_size, **d})
+        size = (staged / w.name).stat().st_size
+        records.append(WheelRecord(file=w.name, sha256=d["sha256"], blake3=d["blake3"], size=size))
     write_atomic(staged / layout.DERIVATION, json_bytes(resolved.derivation.data))
-    return {"wheels": records, **found}
+    return tuple(records), found.get("archs")
 
 
 def _record_failure(exc: BuildError, resolved: Resolved, log_path: Path, failed: Path) -> None:
@@ -264,7 +267,9 @@ def build(
                 )
                 reporter.phase("build")
                 _run_steps(resolved, runner, root=root, log=log, reporter=reporter)
-                meta = _stage(resolved, root, runner, reporter, log, check_requirements)
+                records, archs = _stage(
+                    resolved, root, runner, reporter, log, check_requirements
+                )
                 log.write(f"rocmforge: build finished in {time.time() - started:.1f} s\n".encode())
             reporter.phase("publish")
             compress_file(log_path, root / "entry" / layout.BUILD_LOG)
@@ -272,16 +277,21 @@ def build(
             seconds = finished - started
             statement = make_statement(
                 resolved,
-                wheels=meta["wheels"],
+                wheels=records,
                 sandbox=runner.level,
                 started=started,
                 finished=finished,
             )
             write_statement(root / "entry" / layout.PROVENANCE, statement)
-            meta.update({"sandbox": runner.level, "build_seconds": round(seconds, 3)})
-            # Which source caches this entry needs: gc keeps exactly these while it stays.
-            meta["sources"] = source_refs(resolved, store.sources_dir)
-            meta["files"] = _file_digests(root / "entry")
+            meta = build_fields(
+                wheels=records,
+                sandbox=runner.level,
+                build_seconds=round(seconds, 3),
+                # Which source caches this entry needs: gc keeps exactly these while it stays.
+                sources=source_refs(resolved, store.sources_dir),
+                files=_file_digests(root / "entry"),
+                archs=archs,
+            )
             entry = store.publish(
                 root / "entry", hash=drv.hash, name=drv.name, version=drv.version, meta=meta
             )

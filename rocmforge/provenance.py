@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from rocmforge import __version__
 from rocmforge.errors import StoreError
 from rocmforge.store import layout
-from rocmforge.store.entry import DerivationDoc
+from rocmforge.store.entry import DerivationDoc, WheelRecord
 from rocmforge.util.fsutil import json_bytes, read_json_object, write_atomic
 from rocmforge.util.hashing import blake3_hex, canonical_json
 
@@ -72,7 +72,7 @@ def _source_dependencies(resolved: Resolved) -> list[dict[str, Any]]:
 def make_statement(
     resolved: Resolved,
     *,
-    wheels: Sequence[Mapping[str, Any]],
+    wheels: Sequence[WheelRecord],
     sandbox: str,
     started: float,
     finished: float,
@@ -80,7 +80,7 @@ def make_statement(
 ) -> dict[str, Any]:
     """Return the in-toto statement for a build of ``resolved`` that produced ``wheels``.
 
-    ``wheels`` are the meta records (``file``, ``sha256``, ``blake3``) of the staged wheels.
+    ``wheels`` are the records (file, sha256, blake3) of the staged wheels.
     """
     recipe, drv = resolved.recipe, resolved.derivation
     host = host or socket.gethostname()
@@ -105,7 +105,7 @@ def make_statement(
     return {
         "_type": STATEMENT_TYPE,
         "subject": [
-            {"name": w["file"], "digest": {"sha256": w["sha256"], "blake3": w["blake3"]}}
+            {"name": w.file, "digest": {"sha256": w.sha256, "blake3": w.blake3}}
             for w in wheels
         ],
         "predicateType": PREDICATE_TYPE,

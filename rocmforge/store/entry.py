@@ -14,7 +14,7 @@ The derivation document of an entry is read through :func:`read_derivation`, its
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -207,6 +207,30 @@ class EntryMeta:
         }
         out.update((k, v) for k, v in optional.items() if v is not None)
         return out
+
+
+def build_fields(
+    *,
+    wheels: Sequence[WheelRecord],
+    sandbox: str,
+    build_seconds: float,
+    sources: Sequence[str],
+    files: Mapping[str, str],
+    archs: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Return what a build knows of its entry's ``meta.json``, under the file's keys, for
+    :meth:`~rocmforge.store.store.Store.publish` (which adds hash, name, version, created and
+    size, and checks the whole through :class:`EntryMeta`)."""
+    out: dict[str, Any] = {
+        "wheels": [w.to_json() for w in wheels],
+        "sandbox": sandbox,
+        "build_seconds": build_seconds,
+        "sources": list(sources),
+        "files": dict(files),
+    }
+    if archs:
+        out["archs"] = dict(archs)
+    return out
 
 
 def read_meta(entry_dir: Path) -> EntryMeta | None:
