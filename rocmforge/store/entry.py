@@ -233,6 +233,38 @@ def build_fields(
     return out
 
 
+def listed_wheel_files(fields: Mapping[str, Any], *, what: str) -> list[str] | None:
+    """Return the wheel file names that publish ``fields`` list; None when they list none (then
+    :meth:`~rocmforge.store.store.Store.publish` records the staged wheels itself)."""
+    if "wheels" not in fields:
+        return None
+    listed = fields["wheels"]
+    if not isinstance(listed, list) or not all(
+        isinstance(w, dict) and isinstance(w.get("file"), str) for w in listed
+    ):
+        raise StoreError(f"{what}: 'wheels' must be a list of {{'file': ...}}")
+    return [w["file"] for w in listed]
+
+
+def complete_fields(
+    fields: Mapping[str, Any],
+    *,
+    hash: str,
+    name: str,
+    version: str,
+    created: float,
+    size: int,
+    wheels: Sequence[WheelRecord] | None,
+) -> dict[str, Any]:
+    """Return ``fields`` with what publishing adds: identity, creation time, size and (unless
+    ``wheels`` is None) the wheel records."""
+    full = dict(fields)
+    if wheels is not None:
+        full["wheels"] = [w.to_json() for w in wheels]
+    full.update(hash=hash, name=name, version=version, created=created, size=size)
+    return full
+
+
 def read_meta(entry_dir: Path) -> EntryMeta | None:
     """Return the :class:`EntryMeta` of the entry at ``entry_dir``; None if it has no meta.json."""
     path = entry_dir / layout.META

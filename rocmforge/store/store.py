@@ -26,7 +26,14 @@ from typing import TYPE_CHECKING, Any
 
 from rocmforge.errors import StoreError, UsageError
 from rocmforge.store import layout
-from rocmforge.store.entry import Entry, EntryMeta, read_derivation
+from rocmforge.store.entry import (
+    Entry,
+    EntryMeta,
+    WheelRecord,
+    complete_fields,
+    listed_wheel_files,
+    read_derivation,
+)
 from rocmforge.util.fsutil import fsync_path, json_bytes, remove_tree, write_atomic
 
 if TYPE_CHECKING:
@@ -470,14 +477,10 @@ class Store:
         wheel_files = sorted(n for n in os.listdir(staged) if n.endswith(layout.WHEEL_SUFFIX))
         if not wheel_files:
             raise StoreError(f"staged build output has no wheel: {staged}")
-        full = dict(meta)
-        if "wheels" in full:
-            listed = full["wheels"]
-            if not isinstance(listed, list) or not all(
-                isinstance(w, dict) and isinstance(w.get("file"), str) for w in listed
-            ):
-                raise StoreError(f"meta for {hash}: 'wheels' must be a list of {{'file': ...}}")
-            missing = sorted({w["file"] for w in listed} ^ set(wheel_files))
+        listed = listed_wheel_files(meta, what=f"meta for {hash}")
+        records: list[WheelRecord] | None = None
+        if listed is not None:
+            missing = sorted(set(listed) ^ set(wheel_files))
             if missing:
                 raise StoreError(
                     f"meta for {hash}: 'wheels' does not match the wheels in {staged}: "
@@ -486,19 +489,26 @@ class Store:
         else:
             from rocmforge.util.hashing import file_digests
 
-            rows = []
+            records = []
             for w in wheel_files:
                 b3, sha = file_digests(staged / w)
                 size = os.stat(staged / w).st_size
-                rows.append({"file": w, "sha256": sha, "blake3": b3, "size": size})
-            full["wheels"] = rows
+                records.append(WheelRecord(file=w, sha256=sha, blake3=b3, size=size))
         size = 0
         for dirpath, _, filenames in os.walk(staged):
             for f in filenames:
                 p = os.path.join(dirpath, f)
                 if p != os.path.join(staged, layout.META):
                     size += os.lstat(p).st_size
-        full.update(hash=hash, name=name, version=version, created=time.time(), size=size)
+        full = complete_fields(
+            meta,
+            hash=hash,
+            name=name,
+            version=version,
+            created=time.time(),
+            size=size,
+            wheels=records,
+        )
         return derivation, EntryMeta.from_json(full, file=staged / layout.META)
 
     @staticmethod
