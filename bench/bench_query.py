@@ -32,8 +32,9 @@ from typing import Any
 
 from rocmforge.audit import audit_wheel
 from rocmforge.stamp import stamp_wheel
+from rocmforge.store.entry import Entry, EntryMeta
 from rocmforge.store.query import EnvFilter, list_entries, query_entries
-from rocmforge.store.store import Entry, open_store
+from rocmforge.store.store import open_store
 from rocmforge.util.hashing import blake3_hex, canonical_json, file_blake3
 
 ARCHS = ["gfx90a", "gfx942", "gfx90a;gfx942", "gfx1100", "gfx942;gfx1100"]
@@ -83,8 +84,7 @@ def synthetic(store: Any, n: int, rng: random.Random) -> Iterator[tuple[Entry, d
                         "blake3": os.urandom(32).hex()}],
         }  # fmt: skip
         path = store.entries_dir / f"{h}-{name}-{version}"
-        yield Entry(hash=h, name=name, version=version, path=path,
-                    wheels=(path / file,), meta=meta), drv  # fmt: skip
+        yield Entry.from_meta(path, EntryMeta.from_json(meta, file=path / "meta.json")), drv
 
 
 def real_entry(store: Any, wheel_src: Path) -> tuple[Entry, dict[str, Any]]:
@@ -105,7 +105,7 @@ def real_entry(store: Any, wheel_src: Path) -> tuple[Entry, dict[str, Any]]:
             "size": wheel.stat().st_size,
             "wheels": [{"file": wheel.name, "sha256": sha, "blake3": b3}]}  # fmt: skip
     (path / "meta.json").write_text(json.dumps(meta))
-    return Entry(hash=h, name="big", version="1.0", path=path, wheels=(wheel,), meta=meta), drv
+    return Entry.from_meta(path, EntryMeta.from_json(meta, file=path / "meta.json")), drv
 
 
 def main() -> int:
@@ -126,7 +126,7 @@ def main() -> int:
         print(f"index of {n} entries built in {time.perf_counter() - t:.2f} s")
         wheel = big[0].wheels[0]
         size = wheel.stat().st_size
-        digest = big[0].meta["wheels"][0]["blake3"]
+        digest = big[0].meta.wheels[0].blake3
         r = args.runs
         gfx = [EnvFilter(key="PYTORCH_ROCM_ARCH", value="gfx942", substring=False)]
         sub = [EnvFilter(key="PYTORCH_ROCM_ARCH", value="gfx942", substring=True)]

@@ -26,9 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from rocmforge.errors import UsageError
-from rocmforge.provenance import PROVENANCE, read_statement, run_facts
+from rocmforge.provenance import read_statement, run_facts
 from rocmforge.stamp import Stamp, StampError, read_stamp
-from rocmforge.store.store import DERIVATION, META, Store, read_json_object
+from rocmforge.store import layout
+from rocmforge.store.entry import DerivationDoc, read_derivation, read_meta
+from rocmforge.store.store import Store
 from rocmforge.util.hashing import file_blake3
 
 VERIFIED = "verified"
@@ -67,14 +69,14 @@ class AuditReport:
 
     def facts(self) -> dict[str, Any]:
         """Return the traceability facts: package, recipe, source, toolchain, env, run."""
-        drv = self.derivation or {}
+        drv = DerivationDoc(self.derivation or {})
         params: Mapping[str, Any] = {}
         deps: list[Any] = []
         if self.statement:
             bd = self.statement.get("predicate", {}).get("buildDefinition", {})
             params = bd.get("externalParameters", {})
             deps = bd.get("resolvedDependencies", [])
-        source = dict(drv.get("source", {}))
+        source = dict(drv.source or {})
         for dep in deps:
             if isinstance(dep, dict) and dep.get("name") == "source" and dep.get("uri"):
                 source["uri"] = dep["uri"]
@@ -85,18 +87,18 @@ class AuditReport:
             else {}
         )
         return {
-            "package": drv.get("package"),
+            "package": drv.package,
             "recipe": {
                 "name": (params.get("recipe") or {}).get("package", {}).get("name"),
                 "file": params.get("recipeFile"),
                 "extends": params.get("extends"),
             },
             "source": source,
-            "toolchain": drv.get("toolchain"),
-            "env": drv.get("env"),
+            "toolchain": drv.toolchain,
+            "env": drv.env,
             "passthrough": internal.get("passthrough"),
-            "requirements": drv.get("requirements"),
-            "build": drv.get("build"),
+            "requirements": drv.requirements,
+            "build": drv.build,
             "run": run_facts(self.statement),
         }
 
@@ -208,11 +210,12 @@ def audit_wheel(wheel: Path, *, store: Store) -> AuditReport:
         derivation = statement = None
         archs = None
         if os.path.isdir(row.path):
-            derivation = read_json_object(row.path / DERIVATION)
-            statement = read_statement(row.path / PROVENANCE)
+            derivation = read_derivation(row.path)
+            statement = read_statement(row.path / layout.PROVENANCE)
             # what the check read from this very wheel's offload bundles when it was built
             name = next((w.filename for w in row.wheels if w.blake3 == b3), None)
-            archs = ((read_json_object(row.path / META) or {}).get("archs") or {}).get(name, {})
+            meta = read_meta(row.path)
+            archs = ((meta.archs if meta is not None else None) or {}).get(name or "", {})
             if statement is None:
                 notes.append("the store entry has no provenance statement (built before it)")
         else:

@@ -8,7 +8,6 @@ builds of one derivation give byte-identical wheels.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import time
 from collections import deque
@@ -27,13 +26,16 @@ from rocmforge.errors import (
     RequirementError,
     RocmforgeError,
 )
-from rocmforge.provenance import PROVENANCE, make_statement, write_statement
+from rocmforge.provenance import make_statement, write_statement
 from rocmforge.resolve import Resolved
 from rocmforge.sandbox import Mount, Runner
 from rocmforge.sources.identity import materialize_source
 from rocmforge.stamp import stamp_wheel
+from rocmforge.store import layout
+from rocmforge.store.entry import Entry, WheelRecord, build_fields
 from rocmforge.store.gc import source_refs
-from rocmforge.store.store import Entry, Store
+from rocmforge.store.store import Store
+from rocmforge.util.fsutil import json_bytes, write_atomic
 from rocmforge.util.hashing import file_blake3
 from rocmforge.util.progress import Reporter
 from rocmforge.wheels import create_venv, install_wheels, normalize_wheel, wheel_digests
@@ -94,7 +96,7 @@ def _file_digests(staged: Path) -> dict[str, str]:
     return {
         p.name: file_blake3(p)
         for p in sorted(staged.iterdir())
-        if p.is_file() and not p.name.endswith(".whl")
+        if p.is_file() and not p.name.endswith(layout.WHEEL_SUFFIX)
     }
 
 
@@ -178,7 +180,9 @@ def _stage(
     reporter: Reporter,
     log: BinaryIO,
     check_requirements: Sequence[Path] = (),
-) -> dict[str, Any]:
+) -> tuple[tuple[WheelRecord, ...], Mapping[str, Any] | None]:
+    """Stamp, normalize and check the built wheels and move them with the derivation into
+    ``root/entry``; return the wheels' records and the GPU archs the check read (if any)."""
     out = root / "out"
     wheels = sorted(out.glob("*.whl"))
     if not wheels:
@@ -203,10 +207,10 @@ def _stage(
     for w in wheels:
         os.replace(w, staged / w.name)
         d = wheel_digests(staged / w.name)
-        records.append({"file": w.name, "size": (staged / w.name).stat().st_size, **d})
-    with open(staged / "derivation.json", "wb") as f:
-        f.write(json.dumps(resolved.derivation.data, indent=2, sort_keys=True).encode() + b"\n")
-    return {"wheels": records, **found}
+        size = (staged / w.name).stat().st_size
+        records.append(WheelRecord(file=w.name, sha256=d["sha256"], blake3=d["blake3"], size=size))
+    write_atomic(staged / layout.DERIVATION, json_bytes(resolved.derivation.data))
+    return tuple(records), found.get("archs")
 
 
 def _record_failure(
@@ -272,24 +276,31 @@ def build(
                 )
                 reporter.phase("build")
                 _run_steps(resolved, runner, root=root, log=log, reporter=reporter)
-                meta = _stage(resolved, root, runner, reporter, log, check_requirements)
+                records, archs = _stage(
+                    resolved, root, runner, reporter, log, check_requirements
+                )
                 log.write(f"rocmforge: build finished in {time.time() - started:.1f} s\n".encode())
             reporter.phase("publish")
-            compress_file(log_path, root / "entry" / "build.log.zst")
+            compress_file(log_path, root / "entry" / layout.BUILD_LOG)
             finished = time.time()
             seconds = finished - started
             statement = make_statement(
                 resolved,
-                wheels=meta["wheels"],
+                wheels=records,
                 sandbox=runner.level,
                 started=started,
                 finished=finished,
             )
-            write_statement(root / "entry" / PROVENANCE, statement)
-            meta.update({"sandbox": runner.level, "build_seconds": round(seconds, 3)})
-            # Which source caches this entry needs: gc keeps exactly these while it stays.
-            meta["sources"] = source_refs(resolved, store.sources_dir)
-            meta["files"] = _file_digests(root / "entry")
+            write_statement(root / "entry" / layout.PROVENANCE, statement)
+            meta = build_fields(
+                wheels=records,
+                sandbox=runner.level,
+                build_seconds=round(seconds, 3),
+                # Which source caches this entry needs: gc keeps exactly these while it stays.
+                sources=source_refs(resolved, store.sources_dir),
+                files=_file_digests(root / "entry"),
+                archs=archs,
+            )
             entry = store.publish(
                 root / "entry", hash=drv.hash, name=drv.name, version=drv.version, meta=meta
             )

@@ -15,10 +15,10 @@ from typing import Any
 from rocmforge.recipe.model import Recipe
 from rocmforge.sources.identity import SourceIdentity
 from rocmforge.sources.requirements import ResolvedRequirement
-from rocmforge.util.hashing import blake3_hex, canonical_json
+from rocmforge.store.entry import input_hash
+from rocmforge.util.hashing import canonical_json
 
 BUILDER = "rocmforge-build/1"
-HASH_LEN = 32
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -67,5 +67,5 @@ def make_derivation(
         name=recipe.package.name,
         version=recipe.package.version,
         data=data,
-        hash=blake3_hex(canonical_json(data))[:HASH_LEN],
+        hash=input_hash(data),
     )

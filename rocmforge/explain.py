@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rocmforge.errors import StoreError, UsageError
+from rocmforge.store.entry import DerivationDoc, read_derivation
 
 if TYPE_CHECKING:
     from rocmforge.sources.requirements import Fetcher
@@ -142,16 +143,6 @@ class Side:
         return {"target": self.label, "kind": self.kind, "hash": self.hash}
 
 
-def _read_derivation(path: Path) -> dict[str, Any]:
-    try:
-        value = json.loads((path / "derivation.json").read_bytes())
-    except (OSError, ValueError) as exc:
-        raise StoreError(f"{path / 'derivation.json'}: cannot read: {exc}") from exc
-    if not isinstance(value, dict):
-        raise StoreError(f"{path / 'derivation.json'}: not a JSON object")
-    return value
-
-
 def load_side(target: str, *, store: Store, fetcher: Fetcher | None) -> Side:
     """Return the derivation named by ``target``: a wheel (its stamp), a recipe file (resolved),
     or a store entry (input hash, unique prefix, entry directory name or a path inside it)."""
@@ -170,7 +161,7 @@ def load_side(target: str, *, store: Store, fetcher: Fetcher | None) -> Side:
         return Side(label=target, kind="recipe", hash=drv.hash, derivation=drv.data)
     entry = store.resolve(target)
     return Side(
-        label=target, kind="store", hash=entry.hash, derivation=_read_derivation(entry.path)
+        label=target, kind="store", hash=entry.hash, derivation=read_derivation(entry.path)
     )
 
 
@@ -211,13 +202,13 @@ def nearest_cached(store: Store, derivation: Mapping[str, Any]) -> Nearest | Non
     Nearest means the fewest differing keys; ties go to the newest build. Entries whose
     directory or derivation cannot be read are skipped (the index may lag behind the store).
     """
-    name = (derivation.get("package") or {}).get("name")
-    if not isinstance(name, str):
+    name = DerivationDoc(derivation).package_name
+    if name is None:
         return None
     best: tuple[int, float, Nearest] | None = None
     for row in store.index.by_name(name):
         try:
-            other = _read_derivation(row.path)
+            other = read_derivation(row.path)
         except StoreError:
             continue
         diffs = diff_derivations(other, derivation)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from rocmforge.errors import Problem, RecipeError, SourceError, UsageError
 from rocmforge.recipe.model import normal_pin
+from rocmforge.store import layout
 from rocmforge.util.fsutil import write_atomic
 
 if TYPE_CHECKING:
@@ -158,7 +159,7 @@ def lock_recipe(
         resolved = resolve_requirements(
             recipe.requirements.build,
             python_version=toolchain.python_version,
-            wheel_dir=store.sources_dir / "wheels",
+            wheel_dir=store.sources_dir / layout.SOURCES_WHEELS,
             cache_dir=store.cache_dir,
             fetcher=fetcher,
         )

@@ -8,7 +8,8 @@ still in the store, answers at once. Anything unusual (other flags, a changed fi
 entry) falls through to the full pipeline, which recomputes the hash from scratch; the memo can
 make a run faster, never different.
 
-Deliberately imports only ``os``, ``sys``, ``marshal`` and ``fcntl`` (~1 ms in total).
+Deliberately imports only ``os``, ``sys``, ``marshal`` and ``fcntl`` (~1 ms in total), plus
+the import-free :mod:`rocmforge.store.layout` for the store's file names.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import marshal
 import os
 import sys
 from collections.abc import Iterable, Sequence
+
+from rocmforge.store import layout
 
 MEMO_FORMAT = 1
 _ENV_KEYS = ("PATH", "PYENV_VERSION", "ROCMFORGE_STORE")
@@ -35,7 +38,8 @@ def _sig(path: str, *, follow: bool = True) -> Sig | None:
 
 def memo_path(store_root: str) -> str:
     """Return the memo file of the store at ``store_root``."""
-    return os.path.join(store_root, "cache", f"realize-memo-{sys.implementation.cache_tag}.marshal")
+    name = f"realize-memo-{sys.implementation.cache_tag}.marshal"
+    return os.path.join(store_root, layout.CACHE, name)
 
 
 def memo_key(recipe: str) -> str:
@@ -117,7 +121,7 @@ def touch_used(store_root: str, hash: str) -> None:
 
     Best effort and cheap (one ``utime``, or one ``open`` the first time); never raises.
     """
-    path = os.path.join(store_root, "used", hash)
+    path = os.path.join(store_root, layout.USED, hash)
     try:
         os.utime(path)
     except FileNotFoundError:
@@ -179,7 +183,7 @@ def fast_realize(argv: Sequence[str]) -> int | None:
             return None
         results.append(result)
     try:
-        lock = os.open(os.path.join(store, "gc.lock"), os.O_RDWR)
+        lock = os.open(os.path.join(store, layout.GC_LOCK), os.O_RDWR)
     except OSError:
         return None
     try:
@@ -188,7 +192,7 @@ def fast_realize(argv: Sequence[str]) -> int | None:
         for r in results:
             wheels = r["wheels"]
             assert isinstance(wheels, list)
-            if not os.path.isfile(os.path.join(str(r["path"]), "meta.json")) or not all(
+            if not os.path.isfile(os.path.join(str(r["path"]), layout.META)) or not all(
                 os.path.isfile(w) for w in wheels
             ):
                 return None

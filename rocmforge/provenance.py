@@ -7,7 +7,6 @@ are the (stamped, normalized) wheels with their sha256 and blake3 digests.
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 from collections.abc import Mapping, Sequence
@@ -17,13 +16,14 @@ from typing import TYPE_CHECKING, Any
 
 from rocmforge import __version__
 from rocmforge.errors import StoreError
-from rocmforge.util.fsutil import json_bytes, write_atomic
+from rocmforge.store import layout
+from rocmforge.store.entry import DerivationDoc, WheelRecord
+from rocmforge.util.fsutil import json_bytes, read_json_object, write_atomic
 from rocmforge.util.hashing import blake3_hex, canonical_json
 
 if TYPE_CHECKING:
     from rocmforge.resolve import Resolved
 
-PROVENANCE = "provenance.json"
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
 BUILD_TYPE = "https://rocmforge.dev/build/v1"
@@ -72,7 +72,7 @@ def _source_dependencies(resolved: Resolved) -> list[dict[str, Any]]:
 def make_statement(
     resolved: Resolved,
     *,
-    wheels: Sequence[Mapping[str, Any]],
+    wheels: Sequence[WheelRecord],
     sandbox: str,
     started: float,
     finished: float,
@@ -80,7 +80,7 @@ def make_statement(
 ) -> dict[str, Any]:
     """Return the in-toto statement for a build of ``resolved`` that produced ``wheels``.
 
-    ``wheels`` are the meta records (``file``, ``sha256``, ``blake3``) of the staged wheels.
+    ``wheels`` are the records (file, sha256, blake3) of the staged wheels.
     """
     recipe, drv = resolved.recipe, resolved.derivation
     host = host or socket.gethostname()
@@ -105,7 +105,7 @@ def make_statement(
     return {
         "_type": STATEMENT_TYPE,
         "subject": [
-            {"name": w["file"], "digest": {"sha256": w["sha256"], "blake3": w["blake3"]}}
+            {"name": w.file, "digest": {"sha256": w.sha256, "blake3": w.blake3}}
             for w in wheels
         ],
         "predicateType": PREDICATE_TYPE,
@@ -119,7 +119,7 @@ def make_statement(
                 },
                 "internalParameters": {
                     "inputHash": drv.hash,
-                    "builder": drv.data.get("builder"),
+                    "builder": DerivationDoc(drv.data).builder,
                     "sandbox": sandbox,
                     "host": host,
                     "buildSeconds": round(finished - started, 3),
@@ -134,7 +134,7 @@ def make_statement(
                     "startedOn": rfc3339(started),
                     "finishedOn": rfc3339(finished),
                 },
-                "byproducts": [{"name": "build.log.zst"}],
+                "byproducts": [{"name": layout.BUILD_LOG}],
             },
         },
     }
@@ -150,15 +150,7 @@ def write_statement(path: Path, statement: Mapping[str, Any]) -> None:
 
 def read_statement(path: Path) -> dict[str, Any] | None:
     """Return the statement stored at ``path``, or None if the entry has none (older builds)."""
-    try:
-        value = json.loads(path.read_bytes())
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as exc:
-        raise StoreError(f"{path}: cannot read provenance: {exc}") from exc
-    if not isinstance(value, dict):
-        raise StoreError(f"{path}: provenance is not a JSON object")
-    return value
+    return read_json_object(path, what="provenance")
 
 
 def run_facts(statement: Mapping[str, Any] | None) -> dict[str, Any]:

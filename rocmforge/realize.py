@@ -6,7 +6,6 @@ build machinery (sandbox, venv, zstandard, filelock) is imported only on a miss.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -18,9 +17,12 @@ from rocmforge.recipe.lints import Finding, LintFacts, describe, preflight
 from rocmforge.recipe.model import Recipe
 from rocmforge.resolve import Resolved, resolve
 from rocmforge.sources.requirements import Fetcher, resolve_requirements
+from rocmforge.store import layout
+from rocmforge.store.entry import Entry
 from rocmforge.store.roots import TempRoots
-from rocmforge.store.store import Entry, Store
+from rocmforge.store.store import Store
 from rocmforge.toolchain.machine import lint_facts
+from rocmforge.util.fsutil import symlink_atomic
 from rocmforge.util.progress import NullReporter, Reporter
 
 if TYPE_CHECKING:
@@ -147,11 +149,7 @@ def _explain_miss(store: Store, derivation: Mapping[str, Any], reporter: Reporte
 
 def make_link(link: Path, target: Path) -> Path:
     """Point the symlink ``link`` at ``target`` atomically (replacing an older link)."""
-    tmp = link.with_name(f".{link.name}.{os.getpid()}.tmp")
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(tmp)
-    os.symlink(target.resolve(), tmp)
-    os.replace(tmp, link)
+    symlink_atomic(os.fspath(target.resolve()), link)
     return link
 
 
@@ -276,7 +274,7 @@ def realize(
                 check_reqs = resolve_requirements(
                     recipe.check.requirements,
                     python_version=r.toolchain.python_version,
-                    wheel_dir=store.sources_dir / "wheels",
+                    wheel_dir=store.sources_dir / layout.SOURCES_WHEELS,
                     cache_dir=store.cache_dir,
                     fetcher=fetcher,
                 )

@@ -16,6 +16,7 @@ from rocmforge.sources.identity import SourceIdentity, identify_source, needs_fe
 from rocmforge.sources.inputs import ResolvedInput, UrlFetcher, UrllibFetcher, resolve_inputs
 from rocmforge.sources.patches import patch_digests
 from rocmforge.sources.requirements import Fetcher, ResolvedRequirement, resolve_requirements
+from rocmforge.store import layout
 from rocmforge.store.store import Store
 from rocmforge.toolchain.probe import Toolchain
 from rocmforge.toolchain.system import resolve_toolchain
@@ -104,7 +105,7 @@ def resolve(
         requirements = resolve_requirements(
             recipe.requirements.build,
             python_version=toolchain.python_version,
-            wheel_dir=store.sources_dir / "wheels",
+            wheel_dir=store.sources_dir / layout.SOURCES_WHEELS,
             cache_dir=store.cache_dir,
             fetcher=None if notes else fetcher,
         )

@@ -25,11 +25,10 @@ from typing import Any
 
 from rocmforge import __version__
 from rocmforge.errors import EXIT_BAD_INPUT, CheckError, RocmforgeError
-from rocmforge.util.hashing import blake3_hex, canonical_json
+from rocmforge.store.entry import input_hash
 
 STAMP_NAME = "rocmforge.json"
 STAMP_FORMAT = 1
-HASH_LEN = 32
 
 
 class StampError(RocmforgeError):
@@ -49,7 +48,7 @@ class Stamp:
 
     def consistent(self) -> bool:
         """Return True if the derivation really hashes to the input hash it claims."""
-        return blake3_hex(canonical_json(self.derivation))[:HASH_LEN] == self.input_hash
+        return input_hash(self.derivation) == self.input_hash
 
 
 def stamp_bytes(input_hash: str, derivation: Mapping[str, Any]) -> bytes:

@@ -31,6 +31,7 @@ from installer.sources import WheelFile
 from packaging.utils import parse_wheel_filename
 
 from rocmforge.errors import CheckError, RocmforgeError, ToolchainError
+from rocmforge.util.fsutil import fsync_path
 from rocmforge.util.hashing import file_digests
 
 __all__ = [
@@ -300,15 +301,6 @@ def _copy_member(src: IO[bytes], dst: IO[bytes], algorithm: str | None) -> tuple
     return (_urlsafe_b64(h.digest()) if h is not None else None), size
 
 
-def _fsync_dir(directory: Path) -> None:
-    """Flush a directory entry change (a rename) to disk."""
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def normalize_wheel(path: Path, *, epoch: int) -> None:
     """Rewrite the wheel at ``path`` in place so that its bytes are reproducible.
 
@@ -333,7 +325,7 @@ def normalize_wheel(path: Path, *, epoch: int) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    _fsync_dir(directory)
+    fsync_path(directory, directory=True)
 
 
 def _rewrite(path: Path, out: IO[bytes], date_time: tuple[int, int, int, int, int, int]) -> None:

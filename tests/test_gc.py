@@ -14,6 +14,7 @@ import pytest
 import zstandard
 from conftest import TINY_RECIPE, commit_all, git, pip_args, rf
 
+from rocmforge.store.entry import Entry
 from rocmforge.store.gc import (
     EntryInfo,
     Policies,
@@ -26,7 +27,7 @@ from rocmforge.store.gc import (
     plan_sources,
 )
 from rocmforge.store.roots import TempRoots, collect_roots, register_link
-from rocmforge.store.store import Entry, Store, open_store
+from rocmforge.store.store import Store, open_store
 from rocmforge.util.hashing import blake3_hex
 
 DAY = 86400.0
@@ -260,7 +261,7 @@ def test_cli_older_than_on_a_real_store(timed_store: tuple[Path, dict[str, Entry
 
 def test_cli_max_size_on_a_real_store(timed_store: tuple[Path, dict[str, Entry]]) -> None:
     root, made = timed_store
-    sizes = {k: e.meta["size"] + len((e.path / "meta.json").read_bytes()) for k, e in made.items()}
+    sizes = {k: e.meta.size + len((e.path / "meta.json").read_bytes()) for k, e in made.items()}
     limit = sum(sizes.values()) - sizes["d"]  # dropping only the LRU entry fits exactly
     gc_json(root, "--max-size", str(limit))
     assert _gone(root, made) == ["d"]

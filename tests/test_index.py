@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from rocmforge.errors import StoreError
+from rocmforge.store.entry import Entry, EntryMeta
 from rocmforge.store.index import SCHEMA_VERSION, Index, IndexRow, WheelRow
-from rocmforge.store.store import Entry
 
 H1 = "0123456789abcdef0123456789abcdef"
 H2 = "0123ffffffffffffffffffffffffffff"
@@ -45,9 +45,7 @@ def make_entry(
             {"file": wheel, "sha256": sha or "a" * 64, "blake3": b3 or "b" * 64, "size": 1000}
         ],
     }
-    return Entry(
-        hash=hash, name=name, version=version, path=path, wheels=(path / wheel,), meta=meta
-    )
+    return Entry.from_meta(path, EntryMeta.from_json(meta, file=path / "meta.json"))
 
 
 def deriv(**env: str) -> dict[str, Any]:

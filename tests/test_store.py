@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from rocmforge.errors import StoreError, UsageError
-from rocmforge.store.store import Entry, Store, open_store
+from rocmforge.store.entry import Entry
+from rocmforge.store.store import Store, open_store
 from rocmforge.util.hashing import file_digests
 
 REPO = Path(__file__).resolve().parent.parent
@@ -137,7 +138,7 @@ def test_publish_makes_a_complete_read_only_entry(tmp_path: Path) -> None:
         "meta.json",
     ]
     meta = json.loads((entry.path / "meta.json").read_text())
-    assert meta == dict(entry.meta)
+    assert meta == entry.meta.to_json()
     assert meta["hash"] == H1 and meta["name"] == "demo" and meta["version"] == "1.0"
     assert meta["sandbox"] == "bwrap" and meta["build_seconds"] == 12.5
     assert before <= meta["created"] <= time.time()
@@ -173,7 +174,7 @@ def test_publish_keeps_caller_wheel_list_and_checks_it(tmp_path: Path) -> None:
         staged = stage(bd.path)
         wheels = [{"file": "demo-1.0-py3-none-any.whl", "sha256": "aa", "blake3": "bb", "size": 1}]
         entry = store.publish(staged, hash=H1, name="demo", version="1.0", meta={"wheels": wheels})
-    assert entry.meta["wheels"] == wheels
+    assert [w.to_json() for w in entry.meta.wheels] == wheels
     with store.new_build_dir(H2) as bd:
         staged = stage(bd.path)
         with pytest.raises(StoreError, match="does not match"):
@@ -207,7 +208,7 @@ def test_lookup_hit_and_miss(tmp_path: Path) -> None:
     entry = publish_one(store, H1)
     hit = store.lookup(H1, "demo", "1.0")
     assert hit == entry
-    assert hit is not None and hit.meta["hash"] == H1
+    assert hit is not None and hit.meta.hash == H1
     assert store.lookup(H1, "demo", "1.1") is None
     assert store.lookup(H2, "demo", "1.0") is None
 

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from conftest import TINY_RECIPE, rf
 
-from rocmforge.store.store import open_store, remove_tree
+from rocmforge.store.store import open_store
+from rocmforge.util.fsutil import remove_tree
 
 WITH_ENV = TINY_RECIPE.replace("[build]\n", '[env]\nTINY_FLAG = "{flag}"\n\n[build]\n')
 

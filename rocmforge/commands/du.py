@@ -26,7 +26,8 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """``rocmforge du``: print sizes by area, by package and the biggest entries."""
-    from rocmforge.store.gc import disk_usage, format_age, format_size
+    from rocmforge.store.gc import format_age, format_size
+    from rocmforge.store.usage import disk_usage
 
     usage = disk_usage(open_store(args))
     if args.json:

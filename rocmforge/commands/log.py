@@ -37,6 +37,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _find_log(store: Any, target: str) -> Path:
     from rocmforge.errors import RequirementError
+    from rocmforge.store import layout
 
     if target.endswith(".toml") or os.path.isfile(target):
         from rocmforge.realize import plan
@@ -48,16 +49,16 @@ def _find_log(store: Any, target: str) -> Path:
             raise UsageError(f"{target}: never built here ({exc})") from exc
         h, name, version = report.hash, report.name, report.version
         if report.path is not None:
-            return Path(report.path) / "build.log.zst"
+            return Path(report.path) / layout.BUILD_LOG
         failed = Path(store.failed_log_path(h, name, version))
         if failed.exists():
             return failed
         raise UsageError(f"{target}: no build log (hash {h} was never built in {store.root})")
     try:
         entry = store.resolve(target)
-        return Path(entry.path) / "build.log.zst"
+        return Path(entry.path) / layout.BUILD_LOG
     except UsageError:
-        failed_logs = sorted(Path(store.failed_dir).glob(f"{target}*.log.zst"))
+        failed_logs = sorted(Path(store.failed_dir).glob(f"{target}*{layout.FAILED_LOG_SUFFIX}"))
         if len(failed_logs) == 1:
             return failed_logs[0]
         raise

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rocmforge.commands._common import add_json_option, add_store_option, emit_json, open_store
+
+if TYPE_CHECKING:
+    from rocmforge.store.query import EntryDetails
 
 
 def register(sub: Any) -> None:
@@ -27,32 +30,32 @@ def run(args: argparse.Namespace) -> int:
 
     info = _show(args)
     if args.json:
-        emit_json(info)
+        emit_json(info.to_json())
         return 0
-    meta = info["meta"]
-    run = run_facts(info["provenance"])
-    print(f"{info['name']} {info['version']}  {info['hash']}")
-    print(f"  path         {info['path']}")
-    print(f"  size         {human_size(meta.get('size', 0))}")
-    print(f"  created      {human_time(meta.get('created', 0))} UTC")
-    print(f"  last used    {human_time(info['last_used'] or 0)} UTC")
-    print(f"  roots        {', '.join(info['roots']) or '-'}")
-    print(f"  indexed      {'yes' if info['indexed'] else 'no (run rocmforge verify)'}")
-    print(f"  sandbox      {meta.get('sandbox', '-')}")
+    entry, meta = info.entry, info.entry.meta
+    run = run_facts(info.provenance)
+    print(f"{entry.name} {entry.version}  {entry.hash}")
+    print(f"  path         {entry.path}")
+    print(f"  size         {human_size(meta.size)}")
+    print(f"  created      {human_time(meta.created)} UTC")
+    print(f"  last used    {human_time(info.last_used)} UTC")
+    print(f"  roots        {', '.join(info.roots) or '-'}")
+    print(f"  indexed      {'yes' if info.indexed else 'no (run rocmforge verify)'}")
+    print(f"  sandbox      {meta.sandbox if meta.sandbox is not None else '-'}")
     if run.get("started"):
         print(f"  built        {run['started']} .. {run['finished']} on {run['host']}")
-    for w in meta.get("wheels", []):
-        print(f"  wheel        {w['file']} ({human_size(w.get('size', 0))})")
-        print(f"    sha256     {w['sha256']}")
-        print(f"    blake3     {w['blake3']}")
-    if info["derivation"]:
+    for w in meta.wheels:
+        print(f"  wheel        {w.file} ({human_size(w.size or 0)})")
+        print(f"    sha256     {w.sha256}")
+        print(f"    blake3     {w.blake3}")
+    if info.derivation:
         print("  derivation")
-        for key, value in sorted(flatten(info["derivation"]).items()):
+        for key, value in sorted(flatten(info.derivation).items()):
             print(f"    {key} = {show_value(key, value) if key.startswith('env.') else value}")
     return 0
 
 
-def _show(args: argparse.Namespace) -> dict[str, Any]:
+def _show(args: argparse.Namespace) -> EntryDetails:
     from rocmforge.store.query import show_entry
 
     return show_entry(open_store(args), args.target)

@@ -28,13 +28,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rocmforge.errors import StoreError
+from rocmforge.store import layout
+from rocmforge.store.entry import EntryMeta
+from rocmforge.store.layout import DERIVATION, META
 from rocmforge.store.roots import RootSet, collect_roots
-from rocmforge.store.store import DERIVATION, HASH_LEN, META, Store, remove_tree
+from rocmforge.store.store import Store
+from rocmforge.util.fsutil import remove_tree, tree_size
 
 if TYPE_CHECKING:
     from rocmforge.resolve import Resolved
 
-_HASH_RE = re.compile(r"[0-9a-f]{32}")
 _SIZE_RE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([kmgtp]?)(?:i?b)?\s*", re.IGNORECASE)
 _UNITS = "KMGTP"
 
@@ -257,10 +260,10 @@ class SourceItem:
         """``git mirror``, ``requirement wheel``, ``tree stat cache`` or ``git resolve cache``."""
         top = self.rel.split("/", 1)[0]
         return {
-            "git": "git mirror",
-            "wheels": "requirement wheel",
-            "trees": "tree stat cache",
-            "git-resolved": "git resolve cache",
+            layout.SOURCES_GIT: "git mirror",
+            layout.SOURCES_WHEELS: "requirement wheel",
+            layout.SOURCES_TREES: "tree stat cache",
+            layout.SOURCES_GIT_RESOLVED: "git resolve cache",
         }.get(top, top)
 
     def to_json(self) -> dict[str, Any]:
@@ -286,9 +289,9 @@ def plan_sources(items: Iterable[SourceItem], refs: SourceRefs) -> tuple[SourceI
     out = []
     for item in items:
         top = item.rel.split("/", 1)[0]
-        if top == "git-resolved":
+        if top == layout.SOURCES_GIT_RESOLVED:
             unused = item.commit is not None and item.commit not in refs.commits
-        elif top == "wheels":
+        elif top == layout.SOURCES_WHEELS:
             unused = item.rel not in refs.refs
         else:
             unused = refs.complete and item.rel not in refs.refs
@@ -300,10 +303,6 @@ def plan_sources(items: Iterable[SourceItem], refs: SourceRefs) -> tuple[SourceI
 # -- reading the store -----------------------------------------------------------------------------
 
 
-def _is_entry_name(n: str) -> bool:
-    return len(n) > HASH_LEN + 1 and n[HASH_LEN] == "-" and bool(_HASH_RE.fullmatch(n[:HASH_LEN]))
-
-
 def gather_entries(store: Store) -> tuple[list[EntryInfo], list[str]]:
     """Return every entry of ``entries/`` with its last use, and warnings about damaged ones.
 
@@ -311,7 +310,7 @@ def gather_entries(store: Store) -> tuple[list[EntryInfo], list[str]]:
     ``used/<hash>`` (touched by every cache hit, including the memo's fast path).
     """
     try:
-        names = sorted(n for n in os.listdir(store.entries_dir) if _is_entry_name(n))
+        names = sorted(n for n in os.listdir(store.entries_dir) if layout.is_entry_name(n))
     except OSError as e:
         raise StoreError(f"cannot list {store.entries_dir}: {e}") from e
     used = store.used_times()
@@ -321,44 +320,32 @@ def gather_entries(store: Store) -> tuple[list[EntryInfo], list[str]]:
     base = os.fspath(store.entries_dir)
     for n in names:
         path = os.path.join(base, n)
+        meta_path = os.path.join(path, layout.META)
         try:
-            with open(os.path.join(path, META), "rb") as f:
+            with open(meta_path, "rb") as f:
                 raw = f.read()
-            meta = json.loads(raw)
-            h, name, version = meta["hash"], meta["name"], meta["version"]
-            if f"{h}-{name}-{version}" != n:
-                raise ValueError(f"meta.json records {h}-{name}-{version}")
-            created = float(meta.get("created", 0.0))
-            size = int(meta.get("size", 0)) + len(raw)
-        except (OSError, ValueError, KeyError, TypeError) as e:
+            meta = EntryMeta.from_bytes(raw, file=meta_path)
+            if meta.dirname != n:
+                raise StoreError(f"{meta_path}: records {meta.dirname}")
+        except (OSError, StoreError) as e:
             if os.path.islink(path) or not os.path.isdir(path):
                 continue
             warnings.append(f"damaged entry left alone: {path}: {e}")
             continue
-        last = max(created, indexed.get(h, 0.0), used.get(h, 0.0))
+        h = meta.hash
+        last = max(meta.created, indexed.get(h, 0.0), used.get(h, 0.0))
         entries.append(
             EntryInfo(
                 hash=h,
-                name=name,
-                version=version,
+                name=meta.name,
+                version=meta.version,
                 dirname=n,
-                size=size,
-                created=created,
+                size=meta.size + len(raw),
+                created=meta.created,
                 last_used=last,
             )
         )
     return entries, warnings
-
-
-def _tree_size(path: str) -> int:
-    total = 0
-    for dirpath, _, filenames in os.walk(path):
-        for f in filenames:
-            try:
-                total += os.lstat(os.path.join(dirpath, f)).st_size
-            except FileNotFoundError:
-                continue
-    return total
 
 
 def gather_sources(store: Store) -> list[SourceItem]:
@@ -374,28 +361,32 @@ def gather_sources(store: Store) -> list[SourceItem]:
         except OSError as e:
             raise StoreError(f"cannot list {src / sub}: {e}") from e
 
-    for n in names("git"):
+    git, wheels = layout.SOURCES_GIT, layout.SOURCES_WHEELS
+    trees_dir, resolved = layout.SOURCES_TREES, layout.SOURCES_GIT_RESOLVED
+    for n in names(git):
         if n.endswith(".git"):
-            items.append(SourceItem(rel=f"git/{n}", size=_tree_size(os.fspath(src / "git" / n))))
-    for n in names("wheels"):
-        if n.endswith(".whl"):
-            items.append(SourceItem(rel=f"wheels/{n}", size=os.lstat(src / "wheels" / n).st_size))
+            items.append(SourceItem(rel=f"{git}/{n}", size=tree_size(src / git / n)))
+    for n in names(wheels):
+        if n.endswith(layout.WHEEL_SUFFIX):
+            items.append(SourceItem(rel=f"{wheels}/{n}", size=os.lstat(src / wheels / n).st_size))
     trees: dict[str, int] = defaultdict(int)
-    for n in names("trees"):
+    for n in names(trees_dir):
         stem, dot, ext = n.rpartition(".")
         if dot and ext in ("head", "files"):
-            trees[stem] += os.lstat(src / "trees" / n).st_size
-    items.extend(SourceItem(rel=f"trees/{s}", size=size) for s, size in sorted(trees.items()))
-    for n in names("git-resolved"):
+            trees[stem] += os.lstat(src / trees_dir / n).st_size
+    items.extend(
+        SourceItem(rel=f"{trees_dir}/{s}", size=size) for s, size in sorted(trees.items())
+    )
+    for n in names(resolved):
         if n.endswith(".json"):
-            p = src / "git-resolved" / n
+            p = src / resolved / n
             try:
                 raw = p.read_bytes()
                 commit = json.loads(raw).get("commit")
             except (OSError, ValueError, AttributeError):
                 continue
             if isinstance(commit, str):
-                items.append(SourceItem(rel=f"git-resolved/{n}", size=len(raw), commit=commit))
+                items.append(SourceItem(rel=f"{resolved}/{n}", size=len(raw), commit=commit))
     return items
 
 
@@ -457,68 +448,7 @@ def source_refs(resolved: Resolved, sources_dir: Path) -> list[str]:
 # -- deleting --------------------------------------------------------------------------------------
 
 
-def _remove_any(path: Path) -> None:
-    """Remove ``path``: a symlink or file is unlinked (never followed), a directory emptied."""
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return
-    if stat.S_ISDIR(st.st_mode):
-        remove_tree(path)
-    else:
-        os.unlink(path)
-
-
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-PURGE_THREADS = 8  # unlinking is syscall-bound: threads overlap the filesystem's journal waits
-
-
-def _purge_dir(name: str, parent_fd: int) -> None:
-    """Remove directory ``name`` (relative to ``parent_fd``) and everything below it.
-
-    Works on descriptors opened with ``O_NOFOLLOW``: a symlink anywhere below is unlinked, never
-    followed, and a directory swapped for a symlink fails instead of leading outside. Only the
-    directories are made writable, just before they are emptied.
-    """
-    fd = os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
-    try:
-        os.fchmod(fd, 0o700)
-        with os.scandir(fd) as it:
-            children = [(de.name, de.is_dir(follow_symlinks=False)) for de in it]
-        for child, is_dir in children:
-            if is_dir:
-                _purge_dir(child, fd)
-            else:
-                os.unlink(child, dir_fd=fd)
-    finally:
-        os.close(fd)
-    os.rmdir(name, dir_fd=parent_fd)
-
-
-def _purge_children(directory: Path) -> None:
-    """Remove every child of ``directory`` (in parallel), then ``directory`` itself."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    fd = os.open(directory, _DIR_FLAGS)
-    try:
-        with os.scandir(fd) as it:
-            names = [(de.name, de.is_dir(follow_symlinks=False)) for de in it]
-
-        def one(item: tuple[str, bool]) -> None:
-            if item[1]:
-                _purge_dir(item[0], fd)
-            else:
-                os.unlink(item[0], dir_fd=fd)
-
-        if len(names) > 16:
-            with ThreadPoolExecutor(PURGE_THREADS) as pool:
-                list(pool.map(one, names))
-        else:
-            for item in names:
-                one(item)
-    finally:
-        os.close(fd)
-    os.rmdir(directory)
 
 
 def delete(
@@ -536,14 +466,10 @@ def delete(
     hashes = [d.entry.hash for d in plan.delete]
     if hashes:
         store.index.remove_many(hashes)
-    trash_root = store.root / "trash"
+    trash_root = store.root / layout.TRASH
     try:
         for n in os.listdir(trash_root) if trash_root.is_dir() else ():
-            left = trash_root / n  # left by a gc that crashed
-            if os.path.isdir(left) and not os.path.islink(left):
-                _purge_children(left)
-            else:
-                os.unlink(left)
+            remove_tree(trash_root / n)  # left by a gc that crashed
         trash = trash_root / f"gc-{os.getpid()}-{os.urandom(4).hex()}"
         if plan.delete:
             os.makedirs(trash)
@@ -570,22 +496,22 @@ def delete(
             if trash_fd >= 0:
                 os.close(trash_fd)
         if plan.delete:
-            _purge_children(trash)
-        used = store.root / "used"
+            remove_tree(trash)
+        used = store.root / layout.USED
         for h in hashes:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(used / h)
         for item in sources:
             path = store.sources_dir / item.rel
-            if item.rel.startswith("trees/"):
+            if item.rel.startswith(f"{layout.SOURCES_TREES}/"):
                 for ext in (".head", ".files"):
-                    _remove_any(path.with_name(path.name + ext))
+                    remove_tree(path.with_name(path.name + ext))
             else:
-                _remove_any(path)
-                if item.rel.startswith("git/"):
-                    _remove_any(path.with_suffix(".lock"))
+                remove_tree(path)
+                if item.rel.startswith(f"{layout.SOURCES_GIT}/"):
+                    remove_tree(path.with_suffix(layout.LOCK_SUFFIX))
         for p in stale_roots:
-            _remove_any(p)
+            remove_tree(p)
     except OSError as e:
         raise StoreError(f"gc: cannot delete from {store.root}: {e}") from e
 
@@ -676,59 +602,3 @@ def collect_garbage(
             leftovers=leftovers,
             warnings=tuple(warnings),
         )
-
-
-# -- disk usage ------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Usage:
-    """How big the store is and what dominates it."""
-
-    areas: tuple[tuple[str, int], ...]  # (area, bytes), biggest first
-    packages: tuple[tuple[str, int, int], ...]  # (name, entries, bytes), biggest first
-    entries: tuple[tuple[EntryInfo, tuple[str, ...]], ...]  # biggest first, with root reasons
-
-    @property
-    def total(self) -> int:
-        """Bytes of the whole store."""
-        return sum(size for _, size in self.areas)
-
-    def to_json(self) -> dict[str, Any]:
-        """Return JSON-ready data."""
-        return {
-            "total_bytes": self.total,
-            "areas": [{"area": a, "bytes": s} for a, s in self.areas],
-            "packages": [{"name": n, "entries": c, "bytes": s} for n, c, s in self.packages],
-            "entries": [{**e.to_json(), "roots": list(r)} for e, r in self.entries],
-        }
-
-
-def disk_usage(store: Store) -> Usage:
-    """Measure the store: entries per package, each area (sources by kind, caches, logs)."""
-    entries, _ = gather_entries(store)
-    roots = collect_roots(store).by_hash
-    areas: dict[str, int] = {"entries": sum(e.size for e in entries)}
-    for item in gather_sources(store):
-        key = f"sources: {item.kind}s"
-        areas[key] = areas.get(key, 0) + item.size
-    for name in ("cache", "failed", "tmp", "trash", "used", "roots", "locks"):
-        areas[name] = _tree_size(os.fspath(store.root / name))
-    areas["index"] = sum(
-        os.lstat(p).st_size
-        for p in (store.index_path, Path(f"{store.index_path}-wal"))
-        if os.path.lexists(p)
-    )
-    pkgs: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-    for e in entries:
-        pkgs[e.name][0] += 1
-        pkgs[e.name][1] += e.size
-    return Usage(
-        areas=tuple(sorted(((a, s) for a, s in areas.items() if s), key=lambda x: -x[1])),
-        packages=tuple(
-            sorted(((n, c, s) for n, (c, s) in pkgs.items()), key=lambda x: (-x[2], x[0]))
-        ),
-        entries=tuple(
-            (e, roots.get(e.hash, ())) for e in sorted(entries, key=lambda e: (-e.size, e.dirname))
-        ),
-    )

@@ -9,7 +9,6 @@ time. It runs in WAL mode so readers never block the single writer; writers wait
 from __future__ import annotations
 
 import json
-import re
 import sqlite3
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -19,13 +18,14 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from rocmforge.errors import StoreError
+from rocmforge.store import layout
+from rocmforge.store.entry import DerivationDoc
 
 if TYPE_CHECKING:
-    from rocmforge.store.store import Entry
+    from rocmforge.store.entry import Entry
 
 SCHEMA_VERSION = 1
 BUSY_TIMEOUT = 30.0
-_HEX_RE = re.compile(r"[0-9a-f]*")
 
 _SCHEMA = """
 CREATE TABLE entries (
@@ -162,16 +162,13 @@ class Index:
         last_used: float | None,
     ) -> None:
         meta = entry.meta
-        created = float(meta.get("created", 0.0))
-        sandbox = meta.get("sandbox")
+        created = meta.created
+        sandbox = meta.sandbox
         if sandbox is not None and not isinstance(sandbox, str):
             sandbox = json.dumps(sandbox, sort_keys=True, separators=(",", ":"))
-        env = derivation.get("env", {})
-        if not isinstance(env, Mapping):
+        env = DerivationDoc(derivation).env
+        if env is None:
             raise StoreError(f"derivation of {entry.hash}: 'env' is not a table")
-        wheels = meta.get("wheels", [])
-        if not isinstance(wheels, list):
-            raise StoreError(f"meta of {entry.hash}: 'wheels' is not a list")
         db.execute(
             """
             INSERT INTO entries (hash, name, version, path, created, last_used, size, sandbox)
@@ -188,21 +185,15 @@ class Index:
                 str(entry.path),
                 created,
                 max(created, last_used or 0.0),
-                int(meta.get("size", 0)),
+                meta.size,
                 sandbox,
             ),
         )
         db.execute("DELETE FROM wheels WHERE hash = ?", (entry.hash,))
         db.execute("DELETE FROM env WHERE hash = ?", (entry.hash,))
-        try:
-            wheel_rows = [
-                (entry.hash, str(w["file"]), str(w["sha256"]).lower(), str(w["blake3"]).lower())
-                for w in wheels
-            ]
-        except (KeyError, TypeError) as e:
-            raise StoreError(
-                f"meta of {entry.hash}: each of 'wheels' needs file, sha256 and blake3"
-            ) from e
+        wheel_rows = [
+            (entry.hash, w.file, w.sha256.lower(), w.blake3.lower()) for w in meta.wheels
+        ]
         db.executemany(
             "INSERT INTO wheels (hash, filename, sha256, blake3) VALUES (?, ?, ?, ?)", wheel_rows
         )
@@ -303,7 +294,7 @@ class Index:
 
     def by_prefix(self, prefix: str) -> list[IndexRow]:
         """Return the rows whose hash starts with ``prefix`` (lowercase hex)."""
-        if not _HEX_RE.fullmatch(prefix):
+        if prefix and not layout.is_hex(prefix):
             return []
         return self._rows("hash GLOB ?", (prefix + "*",))
 

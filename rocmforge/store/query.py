@@ -18,8 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from rocmforge.errors import UsageError
+from rocmforge.store import layout
+from rocmforge.store.entry import Entry, read_derivation
 from rocmforge.store.index import IndexRow
-from rocmforge.store.store import DERIVATION, META, Store, read_json_object
+from rocmforge.store.store import Store
+from rocmforge.util.fsutil import read_json_object
 
 _ENV_FILTER = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)([=~])(.*)$", re.DOTALL)
 
@@ -146,22 +149,44 @@ def find_entry_dir(store: Store, target: str) -> Path:
     return store.resolve(target).path
 
 
-def show_entry(store: Store, target: str) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EntryDetails:
+    """Everything known about one entry, as ``show`` prints it."""
+
+    entry: Entry
+    derivation: Mapping[str, Any]
+    provenance: Mapping[str, Any] | None
+    indexed: bool
+    last_used: float
+    roots: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the details as JSON-ready data (``meta`` as stored in ``meta.json``)."""
+        e = self.entry
+        return {
+            "hash": e.hash,
+            "name": e.name,
+            "version": e.version,
+            "path": str(e.path),
+            "meta": e.meta.to_json(),
+            "derivation": dict(self.derivation),
+            "provenance": dict(self.provenance) if self.provenance is not None else None,
+            "indexed": self.indexed,
+            "last_used": self.last_used,
+            "roots": list(self.roots),
+        }
+
+
+def show_entry(store: Store, target: str) -> EntryDetails:
     """Return everything known about one entry: meta, derivation, provenance, index, roots."""
-    path = find_entry_dir(store, target)
-    meta = read_json_object(path / META) or {}
-    entry_hash = str(meta.get("hash", path.name[:32]))
-    row = store.index.get(entry_hash)
+    entry = store.load(find_entry_dir(store, target))
+    row = store.index.get(entry.hash)
     listed = _listed(store, [row]) if row is not None else []
-    return {
-        "hash": entry_hash,
-        "name": meta.get("name"),
-        "version": meta.get("version"),
-        "path": str(path),
-        "meta": meta,
-        "derivation": read_json_object(path / DERIVATION),
-        "provenance": read_json_object(path / "provenance.json"),
-        "indexed": row is not None,
-        "last_used": listed[0].last_used if listed else meta.get("created"),
-        "roots": list(listed[0].roots) if listed else list(_roots(store).get(entry_hash, ())),
-    }
+    return EntryDetails(
+        entry=entry,
+        derivation=read_derivation(entry.path),
+        provenance=read_json_object(entry.path / layout.PROVENANCE, what="provenance"),
+        indexed=row is not None,
+        last_used=listed[0].last_used if listed else entry.meta.created,
+        roots=listed[0].roots if listed else _roots(store).get(entry.hash, ()),
+    )

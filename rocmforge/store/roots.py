@@ -11,8 +11,9 @@ Layout under the store root::
                                      process's lifetime, so an unheld file is stale
     tmp/<hash>.<pid>.<rand>.lock     (store.py) a held lock is a build in progress
 
-Every write here happens under :meth:`Store.shared_lock` and gc reads under
-:meth:`Store.exclusive_lock`, so gc never sees half of a change.
+The names are owned by :mod:`rocmforge.store.layout`. Every write here happens under
+:meth:`Store.shared_lock` and gc reads under :meth:`Store.exclusive_lock`, so gc never sees half
+of a change.
 """
 
 from __future__ import annotations
@@ -25,41 +26,30 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rocmforge.errors import StoreError, UsageError
-from rocmforge.store.store import HASH_LEN, Entry, Store
+from rocmforge.store import layout
+from rocmforge.store.entry import Entry
+from rocmforge.store.store import Store
+from rocmforge.util.fsutil import symlink_atomic
 from rocmforge.util.hashing import blake3_hex
 
 _PIN_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
-_HASH_RE = re.compile(r"[0-9a-f]{32}")
-_BUILD_LOCK_RE = re.compile(r"([0-9a-f]{32})\.(\d+)\.[0-9a-f]+\.lock")
 
 
 def roots_dir(store: Store) -> Path:
     """Return ``roots/`` of ``store``."""
-    return store.root / "roots"
+    return store.root / layout.ROOTS
 
 
 def _auto_dir(store: Store) -> Path:
-    return store.root / "roots" / "auto"
+    return store.root / layout.ROOTS / layout.ROOTS_AUTO
 
 
 def _pins_dir(store: Store) -> Path:
-    return store.root / "roots" / "pins"
+    return store.root / layout.ROOTS / layout.ROOTS_PINS
 
 
 def _live_dir(store: Store) -> Path:
-    return store.root / "roots" / "live"
-
-
-def _symlink_atomic(target: str, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
-    os.makedirs(path.parent, exist_ok=True)
-    os.symlink(target, tmp)
-    try:
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    return store.root / layout.ROOTS / layout.ROOTS_LIVE
 
 
 def _absolute_link(link: Path) -> Path:
@@ -74,10 +64,10 @@ def register_link(store: Store, link: Path) -> Path:
     Call with :meth:`Store.shared_lock` held, right after making the link.
     """
     absolute = _absolute_link(link)
-    name = blake3_hex(os.fsencode(absolute))[:HASH_LEN]
+    name = blake3_hex(os.fsencode(absolute))[: layout.HASH_LEN]
     auto = _auto_dir(store) / name
     try:
-        _symlink_atomic(os.fspath(absolute), auto)
+        symlink_atomic(os.fspath(absolute), auto, make_parents=True)
     except OSError as e:
         raise StoreError(f"cannot register result link {absolute} as a gc root: {e}") from e
     return auto
@@ -93,16 +83,14 @@ def entry_of_path(store: Store, path: Path | str) -> str | None:
     if not real.startswith(base):
         return None
     top = real[len(base) :].split(os.sep, 1)[0]
-    if len(top) > HASH_LEN and top[HASH_LEN] == "-" and _HASH_RE.fullmatch(top[:HASH_LEN]):
-        return top
-    return None
+    return top if layout.is_entry_name(top) else None
 
 
 # -- pins ------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Pin:
+class RootPin:
     """A named root: ``roots/pins/<name>`` pointing at one entry directory."""
 
     name: str
@@ -119,18 +107,19 @@ def check_pin_name(name: str) -> None:
         )
 
 
-def pin(store: Store, name: str, entry: Entry) -> Pin:
+def pin(store: Store, name: str, entry: Entry) -> RootPin:
     """Create or replace the pin ``name`` pointing at ``entry``; call under the shared lock."""
     check_pin_name(name)
     path = _pins_dir(store) / name
+    target = os.path.join("..", "..", layout.ENTRIES, entry.path.name)
     try:
-        _symlink_atomic(os.path.join("..", "..", "entries", entry.path.name), path)
+        symlink_atomic(target, path, make_parents=True)
     except OSError as e:
         raise StoreError(f"cannot write pin {path}: {e}") from e
-    return Pin(name=name, entry=entry.path.name, path=path)
+    return RootPin(name=name, entry=entry.path.name, path=path)
 
 
-def unpin(store: Store, name: str) -> Pin:
+def unpin(store: Store, name: str) -> RootPin:
     """Remove the pin ``name``; an unknown name raises :class:`UsageError`."""
     check_pin_name(name)
     for p in pins(store):
@@ -144,7 +133,7 @@ def unpin(store: Store, name: str) -> Pin:
     raise UsageError(f"no pin named {name!r} in {store.root} (pins: {known})")
 
 
-def pins(store: Store) -> list[Pin]:
+def pins(store: Store) -> list[RootPin]:
     """Return every pin, sorted by name."""
     d = _pins_dir(store)
     try:
@@ -153,7 +142,7 @@ def pins(store: Store) -> list[Pin]:
         return []
     except OSError as e:
         raise StoreError(f"cannot list {d}: {e}") from e
-    return [Pin(name=n, entry=entry_of_path(store, d / n), path=d / n) for n in names]
+    return [RootPin(name=n, entry=entry_of_path(store, d / n), path=d / n) for n in names]
 
 
 # -- temp roots of a running realize -------------------------------------------------------------
@@ -277,7 +266,7 @@ def collect_roots(store: Store) -> RootSet:
     def add(dirname: str | None, why: str) -> bool:
         if dirname is None:
             return False
-        by_hash.setdefault(dirname[:HASH_LEN], []).append(why)
+        by_hash.setdefault(dirname[: layout.HASH_LEN], []).append(why)
         return True
 
     for n in _listdir(_pins_dir(store)):
@@ -309,18 +298,21 @@ def collect_roots(store: Store) -> RootSet:
         pid = n.split("-", 1)[0]
         for line in content.decode(errors="replace").splitlines():
             word, _, arg = line.partition(" ")
-            if word == "root" and _HASH_RE.fullmatch(arg):
+            if word == "root" and layout.is_hash(arg):
                 by_hash.setdefault(arg, []).append(f"realize pid {pid} running")
             elif word == "busy":
                 busy.append(f"realize pid {pid} is resolving or building")
     for n in _listdir(store.tmp_dir):
-        m = _BUILD_LOCK_RE.fullmatch(n)
-        if m is None:
+        build = n.endswith(layout.LOCK_SUFFIX) and layout.parse_build_dir_name(
+            n.removesuffix(layout.LOCK_SUFFIX)
+        )
+        if not build:
             continue
+        h, pid = build
         state = _held(store.tmp_dir / n)
         if state is not None and state[0]:
-            by_hash.setdefault(m.group(1), []).append(f"build in progress (pid {m.group(2)})")
-            busy.append(f"build of {m.group(1)} in progress (pid {m.group(2)})")
+            by_hash.setdefault(h, []).append(f"build in progress (pid {pid})")
+            busy.append(f"build of {h} in progress (pid {pid})")
     return RootSet(
         by_hash={h: tuple(w) for h, w in by_hash.items()}, busy=tuple(busy), stale=tuple(stale)
     )

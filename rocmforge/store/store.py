@@ -1,15 +1,10 @@
 """The content-addressed store: published entries, in-progress builds, locks and the index.
 
-Layout under the store root::
-
-    entries/<hash>-<name>-<version>/   published, read-only: wheels, derivation.json,
-                                       build.log.zst, meta.json
-    tmp/<hash>.<pid>.<rand>/           builds in progress, each guarded by tmp/<same>.lock
-    locks/<hash>.lock                  per-hash build locks (filelock)
-    failed/                            logs of failed builds
-    sources/  cache/                   owned by other modules
-    index.sqlite                       SQLite index (WAL), rebuildable from entries/
-    gc.lock                            store-wide read/write lock (flock SH for realize, EX for gc)
+The layout under the store root is described (and every name in it owned) by
+:mod:`rocmforge.store.layout`; an entry and its ``meta.json`` by :mod:`rocmforge.store.entry`.
+``tmp/<hash>.<pid>.<rand>/`` are builds in progress, each guarded by a held flock on
+``tmp/<same>.lock``; ``locks/<hash>.lock`` are per-hash build locks (filelock); ``gc.lock`` is
+the store-wide read/write lock (flock SH for realize, EX for gc).
 
 ``entries/`` is the source of truth; the index may lag behind it. :meth:`Store.lookup` is the
 cache-hit hot path: it only stats and reads ``meta.json`` and never imports ``sqlite3`` or
@@ -20,110 +15,45 @@ from __future__ import annotations
 
 import errno
 import fcntl
-import json
 import os
-import re
 import stat
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, suppress
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from rocmforge.errors import StoreError, UsageError
-from rocmforge.util.fsutil import json_bytes, write_atomic
+from rocmforge.store import layout
+from rocmforge.store.entry import (
+    Entry,
+    EntryMeta,
+    WheelRecord,
+    complete_fields,
+    listed_wheel_files,
+    read_derivation,
+)
+from rocmforge.util.fsutil import fsync_path, json_bytes, remove_tree, write_atomic
 
 if TYPE_CHECKING:
     from rocmforge.store.index import Index
 
-HASH_LEN = 32
-MIN_PREFIX = 4
-_HASH_RE = re.compile(r"[0-9a-f]{32}")
-_HEX_RE = re.compile(r"[0-9a-f]+")
-_NAME_RE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?")
-_VERSION_RE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._+!-]*[A-Za-z0-9])?")
-_TMP_RE = re.compile(r"([0-9a-f]{32})\.(\d+)\.([0-9a-f]+)")
-META = "meta.json"
-DERIVATION = "derivation.json"
-BUILD_LOG = "build.log.zst"
 FILE_MODE = 0o444
 DIR_MODE = 0o555
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Entry:
-    """One published store entry: its identity, directory, wheels and parsed ``meta.json``."""
-
-    hash: str
-    name: str
-    version: str
-    path: Path
-    wheels: tuple[Path, ...]
-    meta: Mapping[str, Any] = field(compare=False)
-
-
 def _check_hash(hash: str) -> None:
-    if not _HASH_RE.fullmatch(hash):
-        raise StoreError(f"not an input hash (32 lowercase hex characters): {hash!r}")
+    if not layout.is_hash(hash):
+        raise StoreError(
+            f"not an input hash ({layout.HASH_LEN} lowercase hex characters): {hash!r}"
+        )
 
 
-def _check_name_version(name: str, version: str) -> None:
-    if not _NAME_RE.fullmatch(name):
-        raise StoreError(f"invalid package name for a store entry: {name!r}")
-    if not _VERSION_RE.fullmatch(version):
-        raise StoreError(f"invalid version for a store entry: {version!r}")
-
-
-def _fsync_path(path: Path | str, *, directory: bool = False) -> None:
-    """Open ``path`` read-only and fsync it (files and directories alike)."""
-    flags = os.O_RDONLY | os.O_CLOEXEC | (os.O_DIRECTORY if directory else 0)
-    fd = os.open(path, flags)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_json_atomic(path: Path, value: Mapping[str, Any]) -> None:
-    """Write ``value`` as JSON to ``path`` via a temp file in the same directory + os.replace."""
-    write_atomic(path, json_bytes(value))
-
-
-def read_json_object(path: Path) -> dict[str, Any] | None:
-    """Read a JSON object stored in an entry; None if the file is absent, StoreError if damaged."""
-    try:
-        value = json.loads(path.read_bytes())
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as exc:
-        raise StoreError(f"{path}: cannot read: {exc}") from exc
-    return value if isinstance(value, dict) else None
-
-
-def remove_tree(path: Path) -> None:
-    """Remove ``path`` recursively even if it was sealed read-only; a missing path is fine.
-
-    Only directories are made writable (that is what unlinking needs); file modes are left alone
-    so a file hard-linked elsewhere (e.g. into a published entry) keeps its read-only mode.
-    """
-    import shutil
-
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return
-    if not stat.S_ISDIR(st.st_mode):
-        os.unlink(path)
-        return
-    os.chmod(path, 0o700)
-    for dirpath, dirnames, _ in os.walk(path):
-        for d in dirnames:
-            sub = os.path.join(dirpath, d)
-            if not stat.S_ISLNK(os.lstat(sub).st_mode):
-                os.chmod(sub, 0o700)
-    shutil.rmtree(path)
+def _check_entry(hash: str, name: str, version: str) -> None:
+    problem = layout.entry_problem(hash, name, version)
+    if problem is not None:
+        raise StoreError(problem)
 
 
 def _open_locked_nb(lock_path: Path) -> int | None:
@@ -247,14 +177,14 @@ class Store:
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        self.entries_dir = root / "entries"
-        self.tmp_dir = root / "tmp"
-        self.locks_dir = root / "locks"
-        self.failed_dir = root / "failed"
-        self.sources_dir = root / "sources"
-        self.cache_dir = root / "cache"
-        self.index_path = root / "index.sqlite"
-        self.gc_lock_path = root / "gc.lock"
+        self.entries_dir = root / layout.ENTRIES
+        self.tmp_dir = root / layout.TMP
+        self.locks_dir = root / layout.LOCKS
+        self.failed_dir = root / layout.FAILED
+        self.sources_dir = root / layout.SOURCES
+        self.cache_dir = root / layout.CACHE
+        self.index_path = root / layout.INDEX
+        self.gc_lock_path = root / layout.GC_LOCK
         self._index: Index | None = None
 
     def __repr__(self) -> str:
@@ -264,15 +194,13 @@ class Store:
 
     def entry_dir(self, hash: str, name: str, version: str) -> Path:
         """Return ``entries/<hash>-<name>-<version>`` (validating all three parts)."""
-        _check_hash(hash)
-        _check_name_version(name, version)
-        return self.entries_dir / f"{hash}-{name}-{version}"
+        _check_entry(hash, name, version)
+        return self.entries_dir / layout.entry_name(hash, name, version)
 
     def failed_log_path(self, hash: str, name: str, version: str) -> Path:
         """Return where the log of a failed build of ``hash`` is kept."""
-        _check_hash(hash)
-        _check_name_version(name, version)
-        return self.failed_dir / f"{hash}-{name}-{version}.log.zst"
+        _check_entry(hash, name, version)
+        return self.failed_dir / layout.failed_log_name(hash, name, version)
 
     # -- reading ----------------------------------------------------------------------------------
 
@@ -283,60 +211,39 @@ class Store:
         :class:`StoreError` (publishing never leaves one, so it is damage, not a miss).
         """
         path = self.entry_dir(hash, name, version)
+        meta_path = path / layout.META
         try:
-            with open(path / META, "rb") as f:
+            with open(meta_path, "rb") as f:
                 raw = f.read()
         except FileNotFoundError:
             if not os.path.lexists(path):
                 return None
-            raise StoreError(f"damaged store entry (no {META}): {path}") from None
+            raise StoreError(f"damaged store entry (no {layout.META}): {path}") from None
         except OSError as e:
-            raise StoreError(f"cannot read {path / META}: {e}") from e
+            raise StoreError(f"cannot read {meta_path}: {e}") from e
         entry = self._entry_from_meta(path, raw)
-        if (entry.hash, entry.name, entry.version) != (hash, name, version):
-            raise StoreError(
-                f"{path / META}: records {entry.hash}-{entry.name}-{entry.version}, not {path.name}"
-            )
         for wheel in entry.wheels:
             if not os.path.isfile(wheel):
                 raise StoreError(f"damaged store entry (wheel missing): {wheel}")
         return entry
 
-    def _entry_from_meta(self, path: Path, raw: bytes) -> Entry:
-        try:
-            meta = json.loads(raw)
-        except ValueError as e:
-            raise StoreError(f"{path / META}: invalid JSON: {e}") from e
-        if not isinstance(meta, dict):
-            raise StoreError(f"{path / META}: not a JSON object")
-        hash_, name, version = meta.get("hash"), meta.get("name"), meta.get("version")
-        if not (isinstance(hash_, str) and isinstance(name, str) and isinstance(version, str)):
-            raise StoreError(f"{path / META}: missing hash, name or version")
-        wheels_meta = meta.get("wheels")
-        if not isinstance(wheels_meta, list):
-            raise StoreError(f"{path / META}: 'wheels' is not a list")
-        wheels: list[Path] = []
-        for i, w in enumerate(wheels_meta):
-            file = w.get("file") if isinstance(w, dict) else None
-            if not isinstance(file, str) or "/" in file or file in ("", ".", ".."):
-                raise StoreError(f"{path / META}: wheels[{i}].file is not a file name")
-            wheels.append(path / file)
-        return Entry(
-            hash=hash_, name=name, version=version, path=path, wheels=tuple(wheels), meta=meta
-        )
+    @staticmethod
+    def _entry_from_meta(path: Path, raw: bytes) -> Entry:
+        """Parse ``meta.json`` bytes of the entry directory ``path``; its name must match."""
+        meta = EntryMeta.from_bytes(raw, file=path / layout.META)
+        if path.name != meta.dirname:
+            raise StoreError(f"{path / layout.META}: records {meta.dirname}, not {path.name}")
+        return Entry.from_meta(path, meta)
 
-    def _load_dir(self, path: Path) -> Entry:
-        """Load the entry in directory ``path`` (any name), checking name against meta."""
+    def load(self, path: Path) -> Entry:
+        """Load the entry in directory ``path``, checking its name against its ``meta.json``."""
         try:
-            raw = (path / META).read_bytes()
+            raw = (path / layout.META).read_bytes()
         except OSError as e:
-            raise StoreError(f"damaged store entry (cannot read {META}): {path}: {e}") from e
-        entry = self._entry_from_meta(path, raw)
-        if path.name != f"{entry.hash}-{entry.name}-{entry.version}":
             raise StoreError(
-                f"{path / META}: records {entry.hash}-{entry.name}-{entry.version}, not {path.name}"
-            )
-        return entry
+                f"damaged store entry (cannot read {layout.META}): {path}: {e}"
+            ) from e
+        return self._entry_from_meta(path, raw)
 
     def _entry_names(self) -> list[str]:
         try:
@@ -346,16 +253,13 @@ class Store:
         return sorted(
             n
             for n in names
-            if len(n) > HASH_LEN + 1
-            and n[HASH_LEN] == "-"
-            and _HASH_RE.fullmatch(n[:HASH_LEN])
-            and os.path.isdir(self.entries_dir / n)
+            if layout.is_entry_name(n) and os.path.isdir(self.entries_dir / n)
         )
 
     def entries(self) -> Iterator[Entry]:
         """Yield every published entry, sorted by directory name (``entries/`` is the truth)."""
         for n in self._entry_names():
-            yield self._load_dir(self.entries_dir / n)
+            yield self.load(self.entries_dir / n)
 
     def resolve(self, target: str) -> Entry:
         """Find one entry from a hash or unique hash prefix (>= 4 chars), a dir name, or a path.
@@ -366,16 +270,16 @@ class Store:
         if target and "/" not in target and target not in (".", ".."):
             candidate = self.entries_dir / target
             if os.path.isdir(candidate):
-                return self._load_dir(candidate)
+                return self.load(candidate)
         names = self._entry_names()
-        if _HEX_RE.fullmatch(target) and len(target) <= HASH_LEN:
-            if len(target) < MIN_PREFIX and not os.path.exists(target):
+        if layout.is_hex(target) and len(target) <= layout.HASH_LEN:
+            if len(target) < layout.MIN_PREFIX and not os.path.exists(target):
                 raise UsageError(
-                    f"hash prefix {target!r} is too short (at least {MIN_PREFIX} characters)"
+                    f"hash prefix {target!r} is too short (at least {layout.MIN_PREFIX} characters)"
                 )
             matches = [n for n in names if n.startswith(target)]
             if len(matches) == 1:
-                return self._load_dir(self.entries_dir / matches[0])
+                return self.load(self.entries_dir / matches[0])
             if len(matches) > 1:
                 raise UsageError(
                     f"hash prefix {target!r} is ambiguous; candidates:\n"
@@ -388,7 +292,7 @@ class Store:
             if rel != "." and not rel.startswith(".."):
                 top = rel.split(os.sep, 1)[0]
                 if top in names:
-                    return self._load_dir(self.entries_dir / top)
+                    return self.load(self.entries_dir / top)
             raise UsageError(f"{target} is not inside a store entry of {self.entries_dir}")
         hint = ""
         if names:
@@ -432,7 +336,7 @@ class Store:
     def _build_lock(self, hash: str) -> Iterator[None]:
         import filelock
 
-        lock = filelock.FileLock(str(self.locks_dir / f"{hash}.lock"))
+        lock = filelock.FileLock(str(self.locks_dir / f"{hash}{layout.LOCK_SUFFIX}"))
         try:
             lock.acquire()
         except OSError as e:
@@ -452,8 +356,8 @@ class Store:
     def new_build_dir(self, hash: str) -> BuildDir:
         """Return a :class:`BuildDir` for ``tmp/<hash>.<pid>.<rand>/``; use it with ``with``."""
         _check_hash(hash)
-        base = f"{hash}.{os.getpid()}.{os.urandom(6).hex()}"
-        return BuildDir(self.tmp_dir / base, self.tmp_dir / f"{base}.lock")
+        base = layout.build_dir_name(hash, os.getpid(), os.urandom(6).hex())
+        return BuildDir(self.tmp_dir / base, self.tmp_dir / f"{base}{layout.LOCK_SUFFIX}")
 
     def clean_leftovers(self, *, include_kept: bool = False) -> list[Path]:
         """Remove build dirs of dead processes from ``tmp/``; return what was removed.
@@ -470,24 +374,29 @@ class Store:
             raise StoreError(f"cannot list {self.tmp_dir}: {e}") from e
         removed: list[Path] = []
         present = set(names)
+        lock = layout.LOCK_SUFFIX
         try:
             for n in sorted(names):
-                if n.endswith(".lock") and _TMP_RE.fullmatch(n[: -len(".lock")]):
+                if n.endswith(lock) and layout.parse_build_dir_name(n.removesuffix(lock)):
                     lock_path = self.tmp_dir / n
                     fd = _open_locked_nb(lock_path)
                     if fd is None:
                         continue
                     try:
-                        d = self.tmp_dir / n[: -len(".lock")]
+                        d = self.tmp_dir / n.removesuffix(lock)
                         if os.path.lexists(d):
                             remove_tree(d)
                             removed.append(d)
                         os.unlink(lock_path)
                     finally:
                         os.close(fd)
-                elif include_kept and _TMP_RE.fullmatch(n) and f"{n}.lock" not in present:
+                elif (
+                    include_kept
+                    and layout.parse_build_dir_name(n)
+                    and f"{n}{lock}" not in present
+                ):
                     d = self.tmp_dir / n
-                    if not os.path.lexists(f"{d}.lock"):
+                    if not os.path.lexists(f"{d}{lock}"):
                         remove_tree(d)
                         removed.append(d)
         except OSError as e:
@@ -520,7 +429,7 @@ class Store:
             return existing
         try:
             derivation, full_meta = self._prepare(staged, hash, name, version, meta)
-            _write_json_atomic(staged / META, full_meta)
+            write_atomic(staged / layout.META, json_bytes(full_meta.to_json()))
             self._seal(staged)
         except OSError as e:
             raise StoreError(f"cannot stage {staged} for publishing as {final.name}: {e}") from e
@@ -537,11 +446,11 @@ class Store:
         try:
             # After the rename: moving a directory needs write access to it (its "..").
             os.chmod(final, DIR_MODE)
-            _fsync_path(final, directory=True)
-            _fsync_path(self.entries_dir, directory=True)
+            fsync_path(final, directory=True)
+            fsync_path(self.entries_dir, directory=True)
         except OSError as e:
             raise StoreError(f"cannot seal published entry {final}: {e}") from e
-        entry = self._load_dir(final)
+        entry = self.load(final)
         self.index.add(entry, derivation)
         return entry
 
@@ -553,29 +462,25 @@ class Store:
 
     def _prepare(
         self, staged: Path, hash: str, name: str, version: str, meta: Mapping[str, Any]
-    ) -> tuple[dict[str, Any], dict[str, Any]]:
-        """Read the derivation, check the wheels, and return (derivation, full meta)."""
+    ) -> tuple[dict[str, Any], EntryMeta]:
+        """Read the derivation, check the wheels, and return (derivation, full meta).
+
+        ``meta`` holds the fields of :class:`EntryMeta` the caller knows (by their JSON keys);
+        ``hash``, ``name``, ``version``, ``created``, ``size`` and (when absent) ``wheels`` are
+        added here, and the result is checked field by field.
+        """
         if not staged.is_dir():
             raise StoreError(f"staged build output is not a directory: {staged}")
-        try:
-            derivation = json.loads((staged / DERIVATION).read_bytes())
-        except FileNotFoundError:
-            raise StoreError(f"staged build output has no {DERIVATION}: {staged}") from None
-        except ValueError as e:
-            raise StoreError(f"{staged / DERIVATION}: invalid JSON: {e}") from e
-        if not isinstance(derivation, dict):
-            raise StoreError(f"{staged / DERIVATION}: not a JSON object")
-        wheel_files = sorted(n for n in os.listdir(staged) if n.endswith(".whl"))
+        if not os.path.isfile(staged / layout.DERIVATION):
+            raise StoreError(f"staged build output has no {layout.DERIVATION}: {staged}")
+        derivation = read_derivation(staged)
+        wheel_files = sorted(n for n in os.listdir(staged) if n.endswith(layout.WHEEL_SUFFIX))
         if not wheel_files:
             raise StoreError(f"staged build output has no wheel: {staged}")
-        full = dict(meta)
-        if "wheels" in full:
-            listed = full["wheels"]
-            if not isinstance(listed, list) or not all(
-                isinstance(w, dict) and isinstance(w.get("file"), str) for w in listed
-            ):
-                raise StoreError(f"meta for {hash}: 'wheels' must be a list of {{'file': ...}}")
-            missing = sorted({w["file"] for w in listed} ^ set(wheel_files))
+        listed = listed_wheel_files(meta, what=f"meta for {hash}")
+        records: list[WheelRecord] | None = None
+        if listed is not None:
+            missing = sorted(set(listed) ^ set(wheel_files))
             if missing:
                 raise StoreError(
                     f"meta for {hash}: 'wheels' does not match the wheels in {staged}: "
@@ -584,20 +489,27 @@ class Store:
         else:
             from rocmforge.util.hashing import file_digests
 
-            rows = []
+            records = []
             for w in wheel_files:
                 b3, sha = file_digests(staged / w)
                 size = os.stat(staged / w).st_size
-                rows.append({"file": w, "sha256": sha, "blake3": b3, "size": size})
-            full["wheels"] = rows
+                records.append(WheelRecord(file=w, sha256=sha, blake3=b3, size=size))
         size = 0
         for dirpath, _, filenames in os.walk(staged):
             for f in filenames:
                 p = os.path.join(dirpath, f)
-                if p != os.path.join(staged, META):
+                if p != os.path.join(staged, layout.META):
                     size += os.lstat(p).st_size
-        full.update(hash=hash, name=name, version=version, created=time.time(), size=size)
-        return derivation, full
+        full = complete_fields(
+            meta,
+            hash=hash,
+            name=name,
+            version=version,
+            created=time.time(),
+            size=size,
+            wheels=records,
+        )
+        return derivation, EntryMeta.from_json(full, file=staged / layout.META)
 
     @staticmethod
     def _seal(staged: Path) -> None:
@@ -610,20 +522,20 @@ class Store:
                 p = os.path.join(dirpath, f)
                 if stat.S_ISLNK(os.lstat(p).st_mode):
                     continue
-                _fsync_path(p)
+                fsync_path(p)
                 os.chmod(p, FILE_MODE)
             for d in dirnames:
                 p = os.path.join(dirpath, d)
                 if stat.S_ISLNK(os.lstat(p).st_mode):
                     continue
-                _fsync_path(p, directory=True)
+                fsync_path(p, directory=True)
                 os.chmod(p, DIR_MODE)
-        _fsync_path(staged, directory=True)
+        fsync_path(staged, directory=True)
 
     def used_times(self) -> dict[str, float]:
         """Return the last-use time of each entry hash marked under ``used/`` (every cache hit,
         the memo's included, touches ``used/<hash>``; see :func:`rocmforge.memo.touch_used`)."""
-        d = self.root / "used"
+        d = self.root / layout.USED
         out: dict[str, float] = {}
         try:
             with os.scandir(d) as it:
@@ -652,11 +564,7 @@ class Store:
 
         def pairs() -> Iterator[tuple[Entry, Mapping[str, Any]]]:
             for entry in self.entries():
-                try:
-                    derivation = json.loads((entry.path / DERIVATION).read_bytes())
-                except (OSError, ValueError) as e:
-                    raise StoreError(f"{entry.path / DERIVATION}: cannot read: {e}") from e
-                yield entry, derivation
+                yield entry, read_derivation(entry.path)
 
         return self.index.rebuild(pairs())
 
@@ -674,15 +582,8 @@ def open_store(root: Path) -> Store:
     if os.path.lexists(root) and not os.path.isdir(root):
         raise StoreError(f"store root exists and is not a directory: {root}")
     try:
-        for d in (
-            store.entries_dir,
-            store.tmp_dir,
-            store.locks_dir,
-            store.failed_dir,
-            store.sources_dir,
-            store.cache_dir,
-        ):
-            os.makedirs(d, exist_ok=True)
+        for d in layout.CREATED_DIRS:
+            os.makedirs(root / d, exist_ok=True)
     except OSError as e:
         raise StoreError(f"cannot create store layout under {root}: {e}") from e
     return store

@@ -18,19 +18,18 @@ and verifies again.
 
 from __future__ import annotations
 
-import json
 import os
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rocmforge.errors import StoreError
-from rocmforge.store.store import DERIVATION, META, Entry, Store
-from rocmforge.util.hashing import blake3_hex, canonical_json, file_blake3, file_digests
+from rocmforge.store import layout
+from rocmforge.store.entry import Entry, WheelRecord, input_hash, read_derivation
+from rocmforge.store.store import Store
+from rocmforge.util.hashing import file_blake3, file_digests
 
-_ENTRY_NAME = re.compile(r"[0-9a-f]{32}-.+")
 INDEX_KINDS = frozenset({"unindexed", "stale-index"})
 
 
@@ -86,18 +85,18 @@ class _Checker:
 
     def entry(self, entry: Entry) -> None:
         meta = entry.meta
-        known = {META}
-        for w in meta.get("wheels", []):
-            path = entry.path / str(w.get("file"))
+        known = {layout.META}
+        for w in meta.wheels:
+            path = entry.path / w.file
             known.add(path.name)
             self._wheel(path, w)
-        files = meta.get("files")
-        if isinstance(files, dict):
+        files = meta.files
+        if files is not None:
             for name, digest in sorted(files.items()):
-                known.add(str(name))
-                self._file(entry.path / str(name), str(digest))
+                known.add(name)
+                self._file(entry.path / name, digest)
         self._derivation(entry)
-        if isinstance(files, dict):
+        if files is not None:
             try:
                 present = sorted(os.listdir(entry.path))
             except OSError as exc:
@@ -108,7 +107,7 @@ class _Checker:
                     self.add("orphaned", entry.path / name, "not recorded in meta.json")
         self._index(entry)
 
-    def _wheel(self, path: Path, record: dict[str, Any]) -> None:
+    def _wheel(self, path: Path, record: WheelRecord) -> None:
         try:
             size = os.stat(path).st_size
             b3, sha = file_digests(path)
@@ -119,10 +118,10 @@ class _Checker:
             self.add("damaged", path, f"cannot read: {exc}")
             return
         self.files += 1
-        if (b3, sha) != (record.get("blake3"), record.get("sha256")):
+        if (b3, sha) != (record.blake3, record.sha256):
             self.add("modified", path, f"digest differs from meta.json (blake3 now {b3[:16]}..)")
-        elif "size" in record and size != record["size"]:
-            self.add("modified", path, f"size {size} differs from meta.json ({record['size']})")
+        elif record.size is not None and size != record.size:
+            self.add("modified", path, f"size {size} differs from meta.json ({record.size})")
 
     def _file(self, path: Path, digest: str) -> None:
         try:
@@ -138,18 +137,18 @@ class _Checker:
             self.add("modified", path, f"blake3 differs from meta.json (now {b3[:16]}..)")
 
     def _derivation(self, entry: Entry) -> None:
-        path = entry.path / DERIVATION
+        path = entry.path / layout.DERIVATION
         if any(p.path == path for p in self.problems):
             return
-        try:
-            data = json.loads(path.read_bytes())
-        except FileNotFoundError:
+        if not os.path.lexists(path):
             self.add("missing", path, "the entry has no derivation")
             return
-        except (OSError, ValueError) as exc:
-            self.add("modified", path, f"not readable JSON: {exc}")
+        try:
+            data = read_derivation(entry.path)
+        except StoreError as exc:
+            self.add("modified", path, f"not a readable derivation: {exc}")
             return
-        if blake3_hex(canonical_json(data))[: len(entry.hash)] != entry.hash:
+        if input_hash(data) != entry.hash:
             self.add("modified", path, f"no longer hashes to the input hash {entry.hash}")
 
     def _index(self, entry: Entry) -> None:
@@ -158,7 +157,7 @@ class _Checker:
             self.add("unindexed", entry.path, "the index does not know this entry")
             return
         indexed = {(w.filename, w.blake3) for w in row.wheels}
-        recorded = {(str(w.get("file")), str(w.get("blake3"))) for w in entry.meta["wheels"]}
+        recorded = {(w.file, w.blake3) for w in entry.meta.wheels}
         if indexed != recorded or Path(row.path) != entry.path:
             self.add("stale-index", entry.path, "the index records other wheels or another path")
 
@@ -178,7 +177,7 @@ def _check(store: Store, targets: Sequence[str]) -> tuple[int, _Checker]:
     seen: set[str] = set()
     for name in names:
         path = store.entries_dir / name
-        if not _ENTRY_NAME.fullmatch(name) or not path.is_dir() or path.is_symlink():
+        if not layout.is_entry_name(name) or not path.is_dir() or path.is_symlink():
             c.add("orphaned", path, "not a store entry")
             continue
         try:

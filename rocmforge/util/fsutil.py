@@ -1,12 +1,24 @@
-"""Atomic file writes: a temp file in the same directory, fsync, rename — never a half file."""
+"""File-system helpers: atomic writes and symlinks, fsync, safe tree removal, JSON objects.
+
+Atomic means a temp file in the same directory, fsync, rename: never a half file.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any
+
+from rocmforge.errors import StoreError
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+#: Threads :func:`remove_tree` uses for a directory with many children: unlinking is
+#: syscall-bound, so threads overlap the file system's journal waits.
+REMOVE_THREADS = 8
 
 
 def write_atomic(path: Path, data: bytes, *, mode: int = 0o644) -> None:
@@ -32,3 +44,128 @@ def write_atomic(path: Path, data: bytes, *, mode: int = 0o644) -> None:
 def json_bytes(value: Any) -> bytes:
     """Return ``value`` as readable, stable JSON: sorted keys, indented, trailing newline."""
     return (json.dumps(value, indent=2, sort_keys=True) + "\n").encode()
+
+
+def read_json_object(path: Path, *, what: str = "JSON object") -> dict[str, Any] | None:
+    """Return the JSON object stored at ``path``, or None if the file does not exist.
+
+    A file that cannot be read, is not JSON or holds something other than an object raises
+    :class:`StoreError` naming ``path`` and ``what`` it should have held.
+    """
+    try:
+        value = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise StoreError(f"{path}: cannot read {what}: {exc}") from exc
+    if not isinstance(value, dict):
+        raise StoreError(f"{path}: {what} is not a JSON object")
+    return value
+
+
+def fsync_path(path: Path | str, *, directory: bool = False) -> None:
+    """Open ``path`` read-only and fsync it (a file, or with ``directory`` a directory)."""
+    flags = os.O_RDONLY | os.O_CLOEXEC | (os.O_DIRECTORY if directory else 0)
+    fd = os.open(path, flags)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def symlink_atomic(target: str, path: Path, *, make_parents: bool = False) -> None:
+    """Point the symlink ``path`` at ``target`` atomically, replacing whatever link was there.
+
+    The link is made under a unique temp name beside ``path`` and renamed over it, so a reader
+    sees the old link or the new one, never none. ``make_parents`` creates missing parent
+    directories first. Raises :class:`OSError`.
+    """
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+    if make_parents:
+        os.makedirs(path.parent, exist_ok=True)
+    os.symlink(target, tmp)
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def tree_size(path: Path | str) -> int:
+    """Return the bytes of every non-directory below ``path`` (lstat sizes; links not followed).
+
+    A missing ``path`` is 0 bytes; files that vanish meanwhile are skipped.
+    """
+    total = 0
+    for dirpath, _, filenames in os.walk(path):
+        for f in filenames:
+            try:
+                total += os.lstat(os.path.join(dirpath, f)).st_size
+            except FileNotFoundError:
+                continue
+    return total
+
+
+def _purge_dir(name: str, parent_fd: int) -> None:
+    """Remove directory ``name`` (relative to ``parent_fd``) and everything below it.
+
+    Works on descriptors opened with ``O_NOFOLLOW``: a symlink anywhere below is unlinked, never
+    followed, and a directory swapped for a symlink fails instead of leading outside. Only the
+    directories are made writable, just before they are emptied.
+    """
+    fd = os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
+    try:
+        os.fchmod(fd, 0o700)
+        with os.scandir(fd) as it:
+            children = [(de.name, de.is_dir(follow_symlinks=False)) for de in it]
+        for child, is_dir in children:
+            if is_dir:
+                _purge_dir(child, fd)
+            else:
+                os.unlink(child, dir_fd=fd)
+    finally:
+        os.close(fd)
+    os.rmdir(name, dir_fd=parent_fd)
+
+
+def remove_tree(path: Path | str) -> None:
+    """Remove ``path`` recursively even if it was sealed read-only; a missing path is fine.
+
+    A symlink or file is unlinked, never followed. Below a directory, symlinks are unlinked and
+    never followed either (every directory is opened with ``O_NOFOLLOW``). Only directories are
+    made writable (that is what unlinking needs); file modes are left alone, so a file
+    hard-linked elsewhere (e.g. into a published entry) keeps its read-only mode. The children of
+    a directory with many of them are removed by :data:`REMOVE_THREADS` threads. Raises
+    :class:`OSError`.
+    """
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISDIR(st.st_mode):
+        os.unlink(path)
+        return
+    fd = os.open(path, _DIR_FLAGS)
+    try:
+        os.fchmod(fd, 0o700)
+        with os.scandir(fd) as it:
+            names = [(de.name, de.is_dir(follow_symlinks=False)) for de in it]
+
+        def one(item: tuple[str, bool]) -> None:
+            if item[1]:
+                _purge_dir(item[0], fd)
+            else:
+                os.unlink(item[0], dir_fd=fd)
+
+        if len(names) > 16:
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(REMOVE_THREADS) as pool:
+                list(pool.map(one, names))
+        else:
+            for item in names:
+                one(item)
+    finally:
+        os.close(fd)
+    os.rmdir(path)

@@ -1,0 +1,160 @@
+"""The store's on-disk layout: every file and directory name, the input hash and entry names.
+
+This module is the one owner of those facts; every other module spells them through it. It
+imports nothing (not even ``re``): the realize memo's fast path (:mod:`rocmforge.memo`) imports
+it before anything else is loaded, and the source modules (``rocmforge.sources``) may import it
+too although they sit above the store. Checks use plain ``str`` methods.
+
+Layout under the store root::
+
+    entries/<hash>-<name>-<version>/   published, read-only: the wheels, derivation.json,
+                                       build.log.zst, provenance.json, meta.json
+    tmp/<hash>.<pid>.<rand>/           builds in progress, each guarded by tmp/<same>.lock
+    locks/<hash>.lock                  per-hash build locks
+    failed/<entry name>.log.zst        logs of failed builds (and a .json diagnosis beside each)
+    sources/git/  wheels/  trees/      source caches: git mirrors, requirement wheels, tree stat
+    sources/git-resolved/  inputs/     caches, resolved remote refs, extra build inputs
+    cache/                             other caches (the realize memo)
+    roots/auto/  roots/pins/           gc roots: result links, named pins,
+    roots/live/                        temp roots of running realizes
+    used/<hash>                        mtime = last use of the entry
+    trash/                             entries gc is deleting
+    index.sqlite                       SQLite index (WAL), rebuildable from entries/
+    gc.lock                            store-wide lock (shared for realize, exclusive for gc)
+"""
+
+from __future__ import annotations
+
+#: Length of an input hash: the first 32 hex digits (128 bits) of the derivation's blake3.
+HASH_LEN = 32
+#: The shortest hash prefix a command accepts.
+MIN_PREFIX = 4
+HEX_DIGITS = "0123456789abcdef"
+
+# -- files of an entry ----------------------------------------------------------------------------
+META = "meta.json"
+DERIVATION = "derivation.json"
+BUILD_LOG = "build.log.zst"
+PROVENANCE = "provenance.json"
+WHEEL_SUFFIX = ".whl"
+
+# -- files and directories at the store root ------------------------------------------------------
+INDEX = "index.sqlite"
+GC_LOCK = "gc.lock"
+ENTRIES = "entries"
+TMP = "tmp"
+LOCKS = "locks"
+FAILED = "failed"
+SOURCES = "sources"
+CACHE = "cache"
+ROOTS = "roots"
+USED = "used"
+TRASH = "trash"
+#: The subdirectories :func:`rocmforge.store.store.open_store` creates.
+CREATED_DIRS = (ENTRIES, TMP, LOCKS, FAILED, SOURCES, CACHE)
+
+# -- below roots/ ---------------------------------------------------------------------------------
+ROOTS_AUTO = "auto"
+ROOTS_PINS = "pins"
+ROOTS_LIVE = "live"
+
+# -- below sources/ -------------------------------------------------------------------------------
+SOURCES_GIT = "git"
+SOURCES_WHEELS = "wheels"
+SOURCES_TREES = "trees"
+SOURCES_GIT_RESOLVED = "git-resolved"
+SOURCES_INPUTS = "inputs"
+SOURCES_TMP = "tmp"
+
+# -- suffixes -------------------------------------------------------------------------------------
+LOCK_SUFFIX = ".lock"
+FAILED_LOG_SUFFIX = ".log.zst"
+
+_NAME_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-"
+_VERSION_CHARS = _NAME_CHARS + "+!"
+
+
+def is_hex(text: str) -> bool:
+    """True if ``text`` is one or more lowercase hex digits."""
+    return bool(text) and not text.strip(HEX_DIGITS)
+
+
+def is_hash(text: str) -> bool:
+    """True if ``text`` is an input hash: exactly 32 lowercase hex digits."""
+    return len(text) == HASH_LEN and not text.strip(HEX_DIGITS)
+
+
+def _word(text: str, chars: str) -> bool:
+    return (
+        bool(text)
+        and text.isascii()
+        and text[0].isalnum()
+        and text[-1].isalnum()
+        and not text.strip(chars)
+    )
+
+
+def is_name(text: str) -> bool:
+    """True if ``text`` may be the package name of an entry: ASCII letters, digits, ``._-``,
+    starting and ending with a letter or digit."""
+    return _word(text, _NAME_CHARS)
+
+
+def is_version(text: str) -> bool:
+    """True if ``text`` may be the version of an entry: like a name, plus ``+`` and ``!``."""
+    return _word(text, _VERSION_CHARS)
+
+
+def entry_problem(hash: str, name: str, version: str) -> str | None:
+    """Return what is wrong with the parts of an entry name, or None when all three are valid."""
+    if not is_hash(hash):
+        return f"not an input hash ({HASH_LEN} lowercase hex characters): {hash!r}"
+    if not is_name(name):
+        return f"invalid package name for a store entry: {name!r}"
+    if not is_version(version):
+        return f"invalid version for a store entry: {version!r}"
+    return None
+
+
+def entry_name(hash: str, name: str, version: str) -> str:
+    """Return the directory name ``<hash>-<name>-<version>`` (check the parts with
+    :func:`entry_problem` first)."""
+    return f"{hash}-{name}-{version}"
+
+
+def is_entry_name(dirname: str) -> bool:
+    """True if ``dirname`` has the form ``<hash>-<name>-<version>`` with all three parts valid.
+
+    Names and versions may both hold ``-``, so the split is not unique; one valid split is enough.
+    An empty name or version is never valid.
+    """
+    if len(dirname) < HASH_LEN + 4 or dirname[HASH_LEN] != "-" or not is_hash(dirname[:HASH_LEN]):
+        return False
+    rest = dirname[HASH_LEN + 1 :]
+    i = rest.find("-")
+    while i > 0:
+        if is_name(rest[:i]) and is_version(rest[i + 1 :]):
+            return True
+        i = rest.find("-", i + 1)
+    return False
+
+
+def build_dir_name(hash: str, pid: int, rand: str) -> str:
+    """Return ``<hash>.<pid>.<rand>``, the name of a build directory under ``tmp/``."""
+    return f"{hash}.{pid}.{rand}"
+
+
+def parse_build_dir_name(name: str) -> tuple[str, str] | None:
+    """Return ``(hash, pid)`` of a build directory name ``<hash>.<pid>.<rand>``, else None."""
+    parts = name.split(".")
+    if len(parts) != 3:
+        return None
+    hash, pid, rand = parts
+    if not (is_hash(hash) and pid.isascii() and pid.isdigit() and is_hex(rand)):
+        return None
+    return hash, pid
+
+
+def failed_log_name(hash: str, name: str, version: str) -> str:
+    """Return the file name under ``failed/`` of the log of a failed build."""
+    return entry_name(hash, name, version) + FAILED_LOG_SUFFIX
