@@ -142,6 +142,8 @@ def test_wrong_version_fails_the_check(tiny_src: Path, tmp_path: Path, store: Pa
     assert "promises tiny 0.2" in proc.stderr
 
 
+@pytest.mark.slow
+@pytest.mark.stress
 def test_three_concurrent_realizes_build_once(tiny_src: Path, tmp_path: Path, store: Path) -> None:
     recipe = tmp_path / "slow.toml"
     recipe.write_text(TINY_RECIPE.format(src=tiny_src).replace("steps = [", 'steps = ["sleep 2", '))
@@ -175,6 +177,7 @@ def test_three_concurrent_realizes_build_once(tiny_src: Path, tmp_path: Path, st
     assert len(list((store / "entries").iterdir())) == 1
 
 
+@pytest.mark.slow
 def test_kill_mid_build_leaves_nothing_and_next_realize_succeeds(
     tiny_src: Path, tmp_path: Path, store: Path
 ) -> None:
@@ -211,6 +214,7 @@ def test_kill_mid_build_leaves_nothing_and_next_realize_succeeds(
     assert leftovers == []
 
 
+@pytest.mark.slow
 def test_built_demo_wheel_installs_and_imports_in_a_fresh_venv(
     wheelhouse: Path, tmp_path: Path, store: Path
 ) -> None:
@@ -236,6 +240,7 @@ def test_built_demo_wheel_installs_and_imports_in_a_fresh_venv(
     assert run.stdout.split() == ["5", "1.0.0"], run.stderr
 
 
+@pytest.mark.slow
 def test_demo_builds_byte_identical_in_two_stores(wheelhouse: Path, tmp_path: Path) -> None:
     a = _realize_json(REPO / "recipes" / "demo.toml", tmp_path / "store-a")
     b = _realize_json(REPO / "recipes" / "demo.toml", tmp_path / "store-b")
@@ -251,6 +256,7 @@ def test_out_link_points_at_the_entry(tiny_recipe: Path, store: Path, tmp_path: 
     assert link.is_symlink() and link.resolve() == Path(report["path"]).resolve()
 
 
+@pytest.mark.slow
 def test_tty_progress_shows_phase_elapsed_and_last_line(
     tiny_src: Path, tmp_path: Path, store: Path
 ) -> None:
