@@ -319,6 +319,7 @@ def test_bad_policy_values_are_usage_errors(tmp_path: Path) -> None:
 # -- roots -----------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_unrooted_goes_rooted_stays_and_a_moved_link_stops_rooting(
     tiny_src: Path, tmp_path: Path, store: Path
 ) -> None:
@@ -350,6 +351,7 @@ def test_unrooted_goes_rooted_stays_and_a_moved_link_stops_rooting(
     assert not w1.exists()
 
 
+@pytest.mark.slow
 def test_pin_command_targets_and_errors(tiny_recipe: Path, store: Path) -> None:
     wheel = realize(tiny_recipe, store)
     for target in (wheel.parent.name[:6], str(wheel)):
@@ -362,6 +364,7 @@ def test_pin_command_targets_and_errors(tiny_recipe: Path, store: Path) -> None:
     assert wheel.is_file()
 
 
+@pytest.mark.slow
 def test_running_realize_and_build_in_progress_are_roots(tiny_recipe: Path, store: Path) -> None:
     wheel = realize(tiny_recipe, store)
     h = wheel.parent.name[:32]

@@ -14,6 +14,7 @@ import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from conftest import TINY_RECIPE, pip_args, rf
 
 
@@ -78,6 +79,7 @@ def test_recipe_edit_is_seen(tiny_recipe: Path, store: Path) -> None:
     assert second != first and "built" in err
 
 
+@pytest.mark.slow
 def test_deleted_entry_is_rebuilt_not_printed(tiny_recipe: Path, store: Path) -> None:
     first, _ = realize(tiny_recipe, store)
     entry = Path(first).parent
@@ -118,7 +120,12 @@ def answered_by_memo(recipe: Path, store: Path, env: dict[str, str] | None = Non
     full.pop("ROCMFORGE_STORE", None)
     argv = [sys.executable, "-X", "importtime", "-m", "rocmforge", "realize", str(recipe)]
     proc = subprocess.run(
-        [*argv, "--store", str(store)], env=full, capture_output=True, text=True, check=False
+        [*argv, "--store", str(store)],
+        env=full,
+        cwd=recipe.parent,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert proc.returncode == 0, proc.stderr
     imported = {ln.split("|")[-1].strip() for ln in proc.stderr.splitlines() if "|" in ln}
@@ -126,7 +133,7 @@ def answered_by_memo(recipe: Path, store: Path, env: dict[str, str] | None = Non
 
 
 def realize_env(recipe: Path, store: Path, env: dict[str, str] | None = None) -> str:
-    proc = rf("realize", recipe, "--store", store, env=env)
+    proc = rf("realize", recipe, "--store", store, env=env, cwd=recipe.parent)
     assert proc.returncode == 0, proc.stderr
     return proc.stdout.strip().splitlines()[-1]
 
@@ -148,7 +155,7 @@ def assert_change_is_seen(
 
 
 def plan_hash(recipe: Path, store: Path, env: dict[str, str] | None = None) -> str:
-    proc = rf("plan", recipe, "--store", store, "--json", env=env)
+    proc = rf("plan", recipe, "--store", store, "--json", env=env, cwd=recipe.parent)
     assert proc.returncode == 0, proc.stderr
     return str(json.loads(proc.stdout)["hash"])
 
@@ -212,6 +219,7 @@ def fake_rocm_root(parent: Path, version: str) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_patch_content_change_is_seen(tiny_recipe: Path, tmp_path: Path, store: Path) -> None:
     patch = tmp_path / "value.patch"
     patch.write_text(PATCH.format(value=43))
@@ -219,6 +227,7 @@ def test_patch_content_change_is_seen(tiny_recipe: Path, tmp_path: Path, store: 
     assert_change_is_seen(tiny_recipe, store, lambda: patch.write_text(PATCH.format(value=44)))
 
 
+@pytest.mark.slow
 def test_extends_parent_change_is_seen(tiny_src: Path, tmp_path: Path, store: Path) -> None:
     parent = tmp_path / "base" / "parent.toml"
     parent.parent.mkdir()
@@ -230,6 +239,7 @@ def test_extends_parent_change_is_seen(tiny_src: Path, tmp_path: Path, store: Pa
     )
 
 
+@pytest.mark.slow
 def test_tree_input_change_is_seen(tiny_recipe: Path, tmp_path: Path, store: Path) -> None:
     data = tmp_path / "data"
     (data / "lib").mkdir(parents=True)
@@ -243,6 +253,7 @@ def test_tree_input_change_is_seen(tiny_recipe: Path, tmp_path: Path, store: Pat
     assert_change_is_seen(tiny_recipe, store, lambda: (data / "lib" / "new.txt").write_text("n\n"))
 
 
+@pytest.mark.slow
 def test_archive_input_change_is_seen(tiny_recipe: Path, tmp_path: Path, store: Path) -> None:
     archive = tmp_path / "data.tar.gz"
 
@@ -262,6 +273,7 @@ def test_archive_input_change_is_seen(tiny_recipe: Path, tmp_path: Path, store: 
     assert_change_is_seen(tiny_recipe, store, lambda: pack("v2\n"))
 
 
+@pytest.mark.slow
 def test_requirement_wheel_change_is_seen(tiny_recipe: Path, tmp_path: Path, store: Path) -> None:
     wheels = tmp_path / "wheels"
     tiny_wheel(wheels, "rfmemo", "1.0", "V = 1\n")
@@ -279,6 +291,7 @@ def test_requirement_wheel_change_is_seen(tiny_recipe: Path, tmp_path: Path, sto
     assert_change_is_seen(tiny_recipe, store, republish, env)
 
 
+@pytest.mark.slow
 def test_toolchain_binary_change_is_seen(tiny_recipe: Path, tmp_path: Path, store: Path) -> None:
     bin_dir = tmp_path / "bin"
     cc = fake_cc(bin_dir / "rfcc", "1")
@@ -287,6 +300,7 @@ def test_toolchain_binary_change_is_seen(tiny_recipe: Path, tmp_path: Path, stor
     assert_change_is_seen(tiny_recipe, store, lambda: fake_cc(cc, "2") and None, env)
 
 
+@pytest.mark.slow
 def test_rocm_version_file_change_is_seen(tiny_recipe: Path, tmp_path: Path, store: Path) -> None:
     root = fake_rocm_root(tmp_path, "6.2.4")
     tiny_recipe.write_text(
@@ -296,3 +310,143 @@ def test_rocm_version_file_change_is_seen(tiny_recipe: Path, tmp_path: Path, sto
     assert_change_is_seen(
         tiny_recipe, store, lambda: header.write_text(ROCM_VERSION_H.format(6, 2, 5)) and None
     )
+
+
+def test_code_change_is_seen(tiny_recipe: Path, tmp_path: Path, store: Path) -> None:
+    """A rocmforge upgrade that changes how hashes are made (here BUILDER) is an input too."""
+    copy = tmp_path / "pkg" / "rocmforge"
+    shutil.copytree(
+        Path(__file__).resolve().parent.parent / "rocmforge",
+        copy,
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
+    env = {"PYTHONPATH": str(copy.parent)}  # the helpers run from the recipe's directory
+    derivation = copy / "derivation.py"
+    text = derivation.read_text()
+    assert 'BUILDER = "rocmforge-build/1"' in text
+
+    def upgrade() -> None:
+        derivation.write_text(text.replace('"rocmforge-build/1"', '"rocmforge-build/1-next"'))
+
+    assert_change_is_seen(tiny_recipe, store, upgrade, env)
+
+
+# -- the meta-test: every key of the derivation has a memo case ------------------------------------
+
+#: Every key path of a derivation (``env`` and ``inputs`` names as ``*``, list items as ``[]``,
+#: down to DEPTH levels) -> the test above showing that changing it makes the memo fall through.
+KEY_CASES = {
+    "builder": "test_code_change_is_seen",
+    # The machine: a store shared between machines sees other toolchain executables (other
+    # stat signatures), so the toolchain guards stand for it.
+    "system": "test_toolchain_binary_change_is_seen",
+    "package.name": "test_recipe_edit_is_seen",
+    "package.version": "test_recipe_edit_is_seen",
+    "source.kind": "test_recipe_edit_is_seen",
+    "source.tree": "test_source_edit_and_new_file_in_empty_dir_are_seen",
+    "source.patches": "test_patch_content_change_is_seen",
+    # A git source's identity is a function of the recipe's `rev` (a full commit: its content,
+    # submodules and date never change) and of `submodules`; both are recipe text.
+    "source.commit": "test_recipe_edit_is_seen",
+    "source.submodules": "test_recipe_edit_is_seen",
+    "source.epoch": "test_recipe_edit_is_seen",
+    "source.patches[]": "test_patch_content_change_is_seen",
+    "env.*": "test_recipe_edit_is_seen",
+    "build.steps": "test_recipe_edit_is_seen",
+    "build.steps[]": "test_recipe_edit_is_seen",
+    "build.pep517": "test_recipe_edit_is_seen",
+    "inputs.*.kind": "test_archive_input_change_is_seen",
+    "inputs.*.digest": "test_tree_input_change_is_seen",
+    "inputs.*.env": "test_recipe_edit_is_seen",
+    "inputs.*.subdir": "test_recipe_edit_is_seen",
+    "requirements[].name": "test_recipe_edit_is_seen",
+    "requirements[].version": "test_recipe_edit_is_seen",
+    "requirements[].wheel": "test_requirement_wheel_change_is_seen",
+    "requirements[].blake3": "test_requirement_wheel_change_is_seen",
+    "toolchain.kind": "test_rocm_version_file_change_is_seen",
+    "toolchain.machine": "test_toolchain_binary_change_is_seen",
+    "toolchain.cc.version": "test_toolchain_binary_change_is_seen",
+    "toolchain.cc.blake3": "test_toolchain_binary_change_is_seen",
+    "toolchain.cc.cc1": "test_toolchain_binary_change_is_seen",
+    "toolchain.cxx.version": "test_toolchain_binary_change_is_seen",
+    "toolchain.cxx.blake3": "test_toolchain_binary_change_is_seen",
+    "toolchain.cxx.cc1plus": "test_toolchain_binary_change_is_seen",
+    # The interpreter is in the same guard list as cc and cxx (every probed executable); a fake
+    # interpreter cannot run inside the sandbox, so the cc/cxx case stands for it.
+    "toolchain.python.version": "test_toolchain_binary_change_is_seen",
+    "toolchain.python.short": "test_toolchain_binary_change_is_seen",
+    "toolchain.python.implementation": "test_toolchain_binary_change_is_seen",
+    "toolchain.python.soabi": "test_toolchain_binary_change_is_seen",
+    "toolchain.python.platform": "test_toolchain_binary_change_is_seen",
+    "toolchain.python.blake3": "test_toolchain_binary_change_is_seen",
+    "toolchain.rocm.version": "test_rocm_version_file_change_is_seen",
+    "toolchain.rocm.version_file": "test_rocm_version_file_change_is_seen",
+    "toolchain.rocm.comparable": "test_rocm_version_file_change_is_seen",
+    "toolchain.rocm.declared": "test_recipe_edit_is_seen",
+    "toolchain.rocm.hip_version": "test_rocm_version_file_change_is_seen",
+    "toolchain.rocm.hipcc": "test_rocm_version_file_change_is_seen",
+    "toolchain.rocm.clang": "test_rocm_version_file_change_is_seen",
+}
+DEPTH = 3
+USER_NAMED = {"env", "inputs"}
+
+
+def key_paths(value: object, prefix: str = "", depth: int = DEPTH) -> set[str]:
+    """Return the key paths of a JSON value down to ``depth`` levels."""
+    if depth == 0 or not isinstance(value, dict | list) or not value:
+        return {prefix}
+    out: set[str] = set()
+    if isinstance(value, list):
+        for item in value:
+            out |= key_paths(item, f"{prefix}[]", depth - 1)
+        return out
+    for key, sub in value.items():
+        name = "*" if prefix in USER_NAMED else key
+        out |= key_paths(sub, f"{prefix}.{name}" if prefix else name, depth - 1)
+    return out
+
+
+def full_recipe(tmp_path: Path, tiny_src: Path) -> tuple[Path, dict[str, str]]:
+    """A recipe using every feature a derivation records, and the env to plan it with."""
+    (tmp_path / "base").mkdir()
+    (tmp_path / "base" / "parent.toml").write_text('schema = 1\n[env]\nLEVEL = "1"\n')
+    patch = tmp_path / "value.patch"
+    patch.write_text(PATCH.format(value=43))
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "kernels.txt").write_text("v1\n")
+    archive = tmp_path / "more.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(data / "kernels.txt", arcname="top/kernels.txt")
+    wheels = tmp_path / "wheels"
+    tiny_wheel(wheels, "rfmemo", "1.0", "V = 1\n")
+    bin_dir = tmp_path / "bin"
+    fake_cc(bin_dir / "rfcc", "1")
+    root = fake_rocm_root(tmp_path, "6.2.4")
+    recipe = tmp_path / "full.toml"
+    recipe.write_text(
+        'extends = "base/parent.toml"\n'
+        + TINY_RECIPE.format(src=tiny_src).replace(
+            "[source]\n", f'[source]\npatches = ["{patch}"]\n'
+        )
+        + f'\n[toolchain]\nkind = "rocm"\nrocm = "6.2"\nroot = "{root}"\ncc = "rfcc"\n'
+        + '\n[requirements]\nbuild = ["rfmemo==1.0"]\n'
+        + f'\n[inputs.data]\npath = "{data}"\nenv = "DATA"\n'
+        + f'\n[inputs.more]\npath = "{archive}"\nenv = "MORE"\nsubdir = "top"\n'
+    )
+    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "ROCMFORGE_PIP_ARGS": pip_args(wheels)}
+    return recipe, env
+
+
+def test_every_derivation_key_has_a_memo_case(tiny_src: Path, tmp_path: Path, store: Path) -> None:
+    recipe, env = full_recipe(tmp_path, tiny_src)
+    proc = rf("plan", recipe, "--store", store, "--json", env=env)
+    assert proc.returncode == 0, proc.stderr
+    plan = json.loads(proc.stdout)
+    assert plan["provisional"] == []
+    keys = key_paths(plan["derivation"])
+    assert {"source.patches[]", "inputs.*.digest", "toolchain.rocm.version"} <= keys
+    missing = sorted(keys - set(KEY_CASES))
+    assert not missing, f"derivation keys without a memo case (add one to KEY_CASES): {missing}"
+    unknown = sorted({t for t in KEY_CASES.values() if not callable(globals().get(t))})
+    assert not unknown, f"KEY_CASES names tests that do not exist: {unknown}"

@@ -102,6 +102,7 @@ def test_build_cannot_reach_host_loopback(tiny_src: Path, tmp_path: Path, store:
     assert not (store / "entries").exists() or list((store / "entries").iterdir()) == []
 
 
+@pytest.mark.slow
 def test_failed_build_reports_tail_and_publishes_nothing(
     tiny_src: Path, tmp_path: Path, store: Path
 ) -> None:
@@ -121,6 +122,7 @@ def test_failed_build_reports_tail_and_publishes_nothing(
     assert log.returncode == 0 and "the-last-words" in log.stdout
 
 
+@pytest.mark.slow
 def test_failed_check_publishes_nothing(tiny_src: Path, tmp_path: Path, store: Path) -> None:
     recipe = tmp_path / "check.toml"
     recipe.write_text(
@@ -132,6 +134,7 @@ def test_failed_check_publishes_nothing(tiny_src: Path, tmp_path: Path, store: P
     assert list((store / "entries").iterdir()) == []
 
 
+@pytest.mark.slow
 def test_wrong_version_fails_the_check(tiny_src: Path, tmp_path: Path, store: Path) -> None:
     recipe = tmp_path / "version.toml"
     recipe.write_text(
@@ -284,6 +287,7 @@ def test_tty_progress_shows_phase_elapsed_and_last_line(
     assert "tiny-0.1-py3-none-any.whl" in screen
 
 
+@pytest.mark.slow
 def test_check_requirements_are_installed_for_the_import_but_not_hashed(
     tiny_src: Path, tmp_path: Path, store: Path
 ) -> None:
