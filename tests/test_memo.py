@@ -312,6 +312,7 @@ def test_rocm_version_file_change_is_seen(tiny_recipe: Path, tmp_path: Path, sto
     )
 
 
+@pytest.mark.slow
 def test_code_change_is_seen(tiny_recipe: Path, tmp_path: Path, store: Path) -> None:
     """A rocmforge upgrade that changes how hashes are made (here BUILDER) is an input too."""
     copy = tmp_path / "pkg" / "rocmforge"
