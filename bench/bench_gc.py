@@ -70,7 +70,10 @@ def main() -> int:
     ap.add_argument("--entries", type=int, default=1000)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--wheel-kb", type=int, default=64)
+    ap.add_argument("--quick", action="store_true", help="smoke run: 100 entries, 2 runs")
     args = ap.parse_args()
+    if args.quick:
+        args.entries, args.runs, args.wheel_kb = 100, 2, 8
     tmp = Path(tempfile.mkdtemp(prefix="rf-bench-gc-"))
     template = tmp / "template"
     make_store(template, args.entries, args.wheel_kb)

@@ -154,7 +154,10 @@ def main() -> None:
     ap.add_argument("--drop-caches", action="store_true", help="also time a truly cold read (root)")
     ap.add_argument("--keep", type=Path, help="build the tree here and keep it")
     ap.add_argument("--repeat", type=int, default=2, help="cold runs (the best is shown)")
+    ap.add_argument("--quick", action="store_true", help="smoke run: 600 files, 1 cold run")
     args = ap.parse_args()
+    if args.quick:
+        args.files, args.big, args.big_mb, args.repeat = 600, 1, 2, 1
     if args.full:
         args.files, args.big = 60_000, 50
     base = args.keep or Path(tempfile.mkdtemp(prefix="bench-hash-"))

@@ -32,7 +32,10 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--store", type=Path, default=None)
     ap.add_argument("--recipe", type=Path, default=REPO / "recipes" / "demo.toml")
+    ap.add_argument("--quick", action="store_true", help="a smoke run: 3 runs")
     args = ap.parse_args()
+    if args.quick:
+        args.runs = 3
     tmp = Path(tempfile.mkdtemp(prefix="rf-bench-"))
     store = args.store or tmp / "store"
     env = dict(os.environ)

@@ -39,7 +39,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--sandbox", default="auto")
+    ap.add_argument("--quick", action="store_true", help="a smoke run: 2 runs")
     args = ap.parse_args()
+    if args.quick:
+        args.runs = 2
     tmp = Path(tempfile.mkdtemp(prefix="rf-overhead-"))
     src = tmp / "src"
     (src / "tiny").mkdir(parents=True)

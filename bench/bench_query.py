@@ -113,7 +113,10 @@ def main() -> int:
     ap.add_argument("--entries", type=int, default=10_000)
     ap.add_argument("--wheel-mb", type=int, default=512)
     ap.add_argument("--runs", type=int, default=20)
+    ap.add_argument("--quick", action="store_true", help="smoke run: 500 entries, 3 runs")
     args = ap.parse_args()
+    if args.quick:
+        args.entries, args.wheel_mb, args.runs = 500, 64, 3
     tmp = Path(tempfile.mkdtemp(prefix="rf-bench-query-"))
     try:
         store = open_store(tmp / "store")

@@ -7,6 +7,7 @@ build machinery (sandbox, venv, zstandard, filelock) is imported only on a miss.
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -158,10 +159,18 @@ def _remember(store: Store, r: Resolved, entry: Entry) -> None:
     from rocmforge import memo
 
     recipe = r.recipe
+    # The code is an input too: an upgrade may hash differently (BUILDER, identities), so every
+    # rocmforge module this run loaded is guarded (a few dozen stats on a hit).
+    code = [
+        str(m.__file__)
+        for name, m in list(sys.modules.items())
+        if (name == "rocmforge" or name.startswith("rocmforge.")) and getattr(m, "__file__", None)
+    ]
     memo.record(
         str(store.root),
         str(recipe.file),
         files=[
+            *code,
             *map(str, recipe.extends_chain),
             *map(str, recipe.source.patches),
             *r.toolchain.guards,

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # Set up (scripts/setup.sh), then run every check CI runs: ruff, mypy and the test suite.
+# --quick: the same setup and checks, but only the quick tier of tests (-m "not slow", < 60 s);
+# any other arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh --with-hip
@@ -8,4 +10,9 @@ bash scripts/setup.sh --with-hip
   -d .ci/wheelhouse setuptools==75.6.0
 .venv/bin/ruff check rocmforge tests bench
 .venv/bin/mypy
-exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
+tier=()
+if [[ "${1:-}" == "--quick" ]]; then
+  shift
+  tier=(-m "not slow")
+fi
+exec .venv/bin/python -m pytest -q -p no:cacheprovider "${tier[@]}" "$@"

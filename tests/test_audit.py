@@ -164,6 +164,7 @@ def test_claimed_in_another_store_and_unknown_without_stamp(
     assert rf("audit", tmp_path / "missing.whl", "--store", tmp_path / "s").returncode == 2
 
 
+@pytest.mark.slow
 def test_provenance_and_audit_name_every_submodule_commit(tmp_path: Path, store: Path) -> None:
     sub = tmp_path / "sub"
     sub.mkdir()

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import os
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 from conftest import TINY_RECIPE, rf
@@ -190,13 +192,47 @@ def test_cli_recipe_with_a_missing_rocm_root_exits_1(tmp_path: Path) -> None:
     assert "toolchain: ERROR:" in proc.stdout and "no-rocm" in proc.stdout
 
 
-def test_cli_on_this_machine() -> None:
-    proc = rf("doctor", "--json")
+def test_cli_on_a_controlled_machine(tmp_path: Path) -> None:
+    """The CLI's machine report on a fake machine: ROCm roots, GPU tools, one pinned CPU."""
+    sysroot = tmp_path / "sys"
+    opt = opt_rocm(sysroot, "6.2.4")
+    usr = debian_usr(sysroot)
+    elsewhere = opt_rocm(tmp_path / "x", "6.1.0")
+    bin_dir = tmp_path / "bin"
+    script(bin_dir / "rocminfo", "echo '  Name:                    gfx90a'")
+    script(bin_dir / "amdgpu-arch", "echo gfx90a")
+    script(bin_dir / "rocm_agent_enumerator", "echo 'no kfd here' >&2; exit 2")
+    env = dict(os.environ, PATH=str(bin_dir), ROCM_PATH=str(elsewhere))
+    env.pop("ROCMFORGE_STORE", None)
+    cpu = min(os.sched_getaffinity(0))
+    proc = subprocess.run(
+        [sys.executable, "-m", "rocmforge", "doctor", "--json", "--sysroot", str(sysroot)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        preexec_fn=lambda: os.sched_setaffinity(0, {cpu}),
+    )
     assert proc.returncode == 0, proc.stderr
-    data = json.loads(proc.stdout)
-    roots = {r["root"]: r for r in data["machine"]["rocm"]}
-    if os.path.exists("/usr/include/hip/hip_version.h"):  # after `apt-get install hipcc`
-        assert roots["/usr"]["version"] == rocm_version(Path("/usr"))[0]
-    else:
-        assert "/usr" not in roots
-    assert data["machine"]["cpu_count"] == len(os.sched_getaffinity(0))
+    m = json.loads(proc.stdout)["machine"]
+    assert [(r["root"], r["version"], r["raw_version"]) for r in m["rocm"]] == [
+        (str(elsewhere), "6.1.0", "6.1.0"),
+        (str(opt), "6.2.4", "6.2.4"),
+        (str(usr), "5.2", "5.2.21153"),
+    ]
+    assert m["rocm"][1]["hip_clang"] == str(opt / "llvm" / "bin" / "clang++")
+    assert m["rocm"][1]["hip_clang_version"] == "AMD clang version 18.0.0git (roc-6.2.4)"
+    assert m["rocm"][2]["hip_clang_version"] == "Debian clang version 15.0.6"
+    assert m["rocm"][2]["version_file"] == str(usr / "include" / "hip" / "hip_version.h")
+    assert m["gpus"] == ["gfx90a"]
+    assert [(p["tool"], p["archs"], p["detail"]) for p in m["gpu_probes"]] == [
+        ("rocminfo", ["gfx90a"], ""),
+        ("amdgpu-arch", ["gfx90a"], ""),
+        ("rocm_agent_enumerator", [], "exited 2: no kfd here"),
+    ]
+    assert m["gpu_probes"][1]["path"] == str(bin_dir / "amdgpu-arch")
+    assert m["cpu_count"] == 1  # the affinity mask, not the machine's core count
+    assert m["bwrap"] is None  # not on this PATH
+    meminfo = Path("/proc/meminfo").read_text().split("MemTotal:")[1].split()[0]
+    assert m["ram_bytes"] == int(meminfo) * 1024

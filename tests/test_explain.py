@@ -6,6 +6,7 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
 from conftest import DATA, TINY_RECIPE, commit_all, git, rf
 
 from rocmforge.explain import diff_derivations
@@ -35,6 +36,7 @@ def test_explain_names_exactly_the_env_flag_that_differs(
     assert same.returncode == 0 and same.stdout.startswith("identical derivations")
 
 
+@pytest.mark.slow
 def test_explain_accepts_hash_prefix_store_path_and_wheel(
     tmp_path: Path, tiny_src: Path, store: Path
 ) -> None:
@@ -52,6 +54,7 @@ def test_explain_accepts_hash_prefix_store_path_and_wheel(
     assert bad.returncode == 2 and "no store entry" in bad.stderr
 
 
+@pytest.mark.slow
 def test_realize_and_plan_name_the_nearest_cached_build(
     tmp_path: Path, tiny_src: Path, store: Path
 ) -> None:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import stat
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -31,6 +33,8 @@ from rocmforge.store.store import Store, open_store
 from rocmforge.util.hashing import blake3_hex
 
 DAY = 86400.0
+STRESS_ROUNDS = 6
+STRESS_SEED = 8
 
 
 # -- helpers ---------------------------------------------------------------------------------------
@@ -316,6 +320,7 @@ def test_bad_policy_values_are_usage_errors(tmp_path: Path) -> None:
 # -- roots -----------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_unrooted_goes_rooted_stays_and_a_moved_link_stops_rooting(
     tiny_src: Path, tmp_path: Path, store: Path
 ) -> None:
@@ -347,6 +352,7 @@ def test_unrooted_goes_rooted_stays_and_a_moved_link_stops_rooting(
     assert not w1.exists()
 
 
+@pytest.mark.slow
 def test_pin_command_targets_and_errors(tiny_recipe: Path, store: Path) -> None:
     wheel = realize(tiny_recipe, store)
     for target in (wheel.parent.name[:6], str(wheel)):
@@ -359,6 +365,7 @@ def test_pin_command_targets_and_errors(tiny_recipe: Path, store: Path) -> None:
     assert wheel.is_file()
 
 
+@pytest.mark.slow
 def test_running_realize_and_build_in_progress_are_roots(tiny_recipe: Path, store: Path) -> None:
     wheel = realize(tiny_recipe, store)
     h = wheel.parent.name[:32]
@@ -464,6 +471,7 @@ def test_index_row_goes_and_a_crashed_gcs_trash_is_cleaned(tmp_path: Path) -> No
 # -- source caches ---------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_unreferenced_source_caches_are_collected(
     tmp_path: Path, wheelhouse: Path, tiny_src: Path
 ) -> None:
@@ -529,88 +537,114 @@ def test_du_reports_areas_packages_and_entries(tmp_path: Path) -> None:
 # -- concurrency -----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
+@pytest.mark.stress
 def test_stress_realize_and_gc_in_parallel(tiny_src: Path, tmp_path: Path, store: Path) -> None:
-    """Realizes (with and without -o) and gc race for ~20 s; no returned path may vanish early."""
-    recipes = [variant(tmp_path, tiny_src, str(i)) for i in range(3)]
+    """Realizes (with and without -o) and gc race for a fixed number of seeded rounds.
+
+    Each round starts all four workers together: two realize with a link, one without, one runs
+    gc. The schedule never lets round k+1 touch the recipe realized without a link in round k,
+    so by construction every round's gc has something unrooted to delete and every round after
+    the second rebuilds something deleted: the race is real however slow the machine is.
+    """
+    recipes = [variant(tmp_path, tiny_src, str(i)) for i in range(4)]
     assert realize(recipes[0], store).is_file()  # warm the toolchain probe and stat caches
-    deadline = time.monotonic() + 20
+    rng = random.Random(STRESS_SEED)
+    schedule: list[tuple[int, int, int, float]] = []  # (linked 0, linked 1, plain, gc delay)
+    plain = -1
+    for _ in range(STRESS_ROUNDS):
+        picks = [i for i in range(len(recipes)) if i != plain]
+        rng.shuffle(picks)
+        plain = picks[2]
+        schedule.append((picks[0], picks[1], plain, rng.uniform(0.0, 0.3)))
+    barrier = threading.Barrier(4)
     failures: list[str] = []
     counts = {"realize": 0, "built": 0, "gc": 0, "deleted": 0}
     cv = threading.Lock()
 
-    def linked_worker(k: int) -> None:
-        link = tmp_path / f"result-{k}"
-        i = k
-        while time.monotonic() < deadline and not failures:
-            recipe = recipes[i % len(recipes)]
-            i += 1
-            proc = rf("realize", recipe, "--store", store, "-o", link, timeout=120)
-            if proc.returncode != 0:
-                failures.append(f"realize -o failed: {proc.stderr}")
+    def rounds(work: Callable[[int], str | None]) -> Callable[[], None]:
+        def loop() -> None:
+            try:
+                for k in range(STRESS_ROUNDS):
+                    barrier.wait(timeout=300)
+                    failure = work(k)
+                    if failure:
+                        failures.append(failure)
+                        barrier.abort()
+                        return
+            except threading.BrokenBarrierError:
                 return
+
+        return loop
+
+    def linked_work(w: int) -> Callable[[int], str | None]:
+        link = tmp_path / f"result-{w}"
+
+        def work(k: int) -> str | None:
+            proc = rf("realize", recipes[schedule[k][w]], "--store", store, "-o", link, timeout=120)
+            if proc.returncode != 0:
+                return f"realize -o failed: {proc.stderr}"
             wheel = Path(proc.stdout.strip().splitlines()[-1])
             # The link roots it: it must exist now, however many gcs ran since.
             if not wheel.is_file() or os.path.realpath(link) != str(wheel.parent):
-                failures.append(f"linked realize returned {wheel}, gone or unlinked after exit")
-                return
+                return f"linked realize returned {wheel}, gone or unlinked after exit"
             with cv:
                 counts["realize"] += 1
                 counts["built"] += "built" in proc.stderr
+            return None
 
-    plain: list[tuple[float, Path, bool]] = []  # (started, wheel, existed right after exit)
+        return work
+
+    plain_runs: list[tuple[float, Path, bool]] = []  # (started, wheel, existed right after exit)
     gcs: list[tuple[float, set[str]]] = []  # (finished, entries deleted)
 
-    def plain_worker() -> None:
-        i = 0
-        while time.monotonic() < deadline and not failures:
-            recipe = recipes[i % len(recipes)]
-            i += 1
-            started = time.monotonic()
-            proc = rf("realize", recipe, "--store", store, timeout=120)
-            if proc.returncode != 0:
-                failures.append(f"realize failed: {proc.stderr}")
-                return
-            wheel = Path(proc.stdout.strip().splitlines()[-1])
-            plain.append((started, wheel, wheel.is_file()))
-            with cv:
-                counts["realize"] += 1
-                counts["built"] += "built" in proc.stderr
+    def plain_work(k: int) -> str | None:
+        started = time.monotonic()
+        proc = rf("realize", recipes[schedule[k][2]], "--store", store, timeout=120)
+        if proc.returncode != 0:
+            return f"realize failed: {proc.stderr}"
+        wheel = Path(proc.stdout.strip().splitlines()[-1])
+        plain_runs.append((started, wheel, wheel.is_file()))
+        with cv:
+            counts["realize"] += 1
+            counts["built"] += "built" in proc.stderr
+        return None
 
-    def gc_worker() -> None:
-        while time.monotonic() < deadline and not failures:
-            proc = rf("gc", "--store", store, "--json", timeout=120)
-            if proc.returncode != 0:
-                failures.append(f"gc failed: {proc.stderr}")
-                return
-            deleted = {d["entry"] for d in json.loads(proc.stdout)["deleted"]}
-            gcs.append((time.monotonic(), deleted))
-            with cv:
-                counts["gc"] += 1
-                counts["deleted"] += len(deleted)
-            time.sleep(0.2)
+    def gc_work(k: int) -> str | None:
+        time.sleep(schedule[k][3])  # land somewhere inside the round's realizes
+        proc = rf("gc", "--store", store, "--json", timeout=120)
+        if proc.returncode != 0:
+            return f"gc failed: {proc.stderr}"
+        deleted = {d["entry"] for d in json.loads(proc.stdout)["deleted"]}
+        gcs.append((time.monotonic(), deleted))
+        with cv:
+            counts["gc"] += 1
+            counts["deleted"] += len(deleted)
+        return None
 
     threads = [
-        threading.Thread(target=linked_worker, args=(0,)),
-        threading.Thread(target=linked_worker, args=(1,)),
-        threading.Thread(target=plain_worker),
-        threading.Thread(target=gc_worker),
+        threading.Thread(target=rounds(linked_work(0))),
+        threading.Thread(target=rounds(linked_work(1))),
+        threading.Thread(target=rounds(plain_work)),
+        threading.Thread(target=rounds(gc_work)),
     ]
     for t in threads:
         t.start()
     for t in threads:
-        t.join(timeout=200)
+        t.join(timeout=600)
     assert not any(t.is_alive() for t in threads), "a worker hung"
     assert not failures, failures[0]
     # Without a link an entry is unrooted once the realize exits, so a gc may take it right
     # after; but only a gc that was still running after the realize started, never an earlier
     # one (that would mean the realize printed a path that was already gone).
-    for started, wheel, existed in plain:
+    for started, wheel, existed in plain_runs:
         if not existed:
             assert any(wheel.parent.name in deleted and done >= started for done, deleted in gcs), (
                 f"{wheel} was gone after the realize that printed it, and no gc explains it"
             )
     # The race was real: entries were deleted under the workers and rebuilt.
-    assert counts["gc"] >= 5 and counts["deleted"] >= 3 and counts["built"] >= 3, counts
+    assert counts["gc"] == STRESS_ROUNDS and counts["realize"] == 3 * STRESS_ROUNDS, counts
+    assert counts["deleted"] >= STRESS_ROUNDS - 1 and counts["built"] >= STRESS_ROUNDS - 2, counts
     # Afterwards the links still root their entries and nothing else is left.
     final = gc_json(store)
     for k in (0, 1):

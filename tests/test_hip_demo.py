@@ -26,6 +26,8 @@ else:
 """
 
 
+@pytest.mark.hip
+@pytest.mark.slow
 def test_hip_demo_realize(tmp_path: Path, wheelhouse: Path) -> None:
     if shutil.which("hipcc") is None:
         if os.environ.get("CI") == "true":

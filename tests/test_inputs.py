@@ -57,6 +57,7 @@ def aot(tmp_path: Path) -> Path:
     return d
 
 
+@pytest.mark.slow
 def test_directory_input(tmp_path: Path, tiny_src: Path, aot: Path) -> None:
     store = tmp_path / "store"
     r = recipe(tmp_path, tiny_src, f'path = "{aot}"\nenv = "AOT"')
@@ -87,6 +88,7 @@ def make_tar(tmp_path: Path, text: str) -> Path:
     return archive
 
 
+@pytest.mark.slow
 def test_archive_input_with_subdir_and_sha256(tmp_path: Path, tiny_src: Path) -> None:
     store = tmp_path / "store"
     archive = make_tar(tmp_path, "packed\n")
@@ -123,6 +125,7 @@ def http_dir(tmp_path: Path) -> Iterator[tuple[str, list[str]]]:
         server.shutdown()
 
 
+@pytest.mark.slow
 def test_url_input_fetched_once(
     tmp_path: Path, tiny_src: Path, http_dir: tuple[str, list[str]]
 ) -> None:

@@ -421,6 +421,7 @@ def test_error_lint_stops_realize_before_anything_is_fetched(
     assert not (store / "failed").exists() or not any((store / "failed").iterdir())
 
 
+@pytest.mark.slow
 def test_acknowledged_error_lint_builds(tmp_path: Path, tiny_src: Path) -> None:
     recipe = _tiny(
         tmp_path,
@@ -434,6 +435,7 @@ def test_acknowledged_error_lint_builds(tmp_path: Path, tiny_src: Path) -> None:
     assert "RF131" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_warning_lint_is_printed_and_does_not_stop(tmp_path: Path, tiny_src: Path) -> None:
     recipe = _tiny(tmp_path, tiny_src, '[env]\nRCCL_HOME = "/opt/rocm"\n')
     proc = rf("realize", recipe, "--store", tmp_path / "store")

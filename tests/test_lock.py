@@ -59,6 +59,7 @@ def _setuptools_sha256() -> str:
     return hashlib.sha256(wheel.read_bytes()).hexdigest()
 
 
+@pytest.mark.slow
 def test_lock_keeps_commented_recipe_identical_except_resolved_values(
     repo: Path, tmp_path: Path, store: Path, wheelhouse: Path
 ) -> None:
@@ -83,6 +84,7 @@ def test_lock_keeps_commented_recipe_identical_except_resolved_values(
     assert built.returncode == 0, built.stderr
 
 
+@pytest.mark.slow
 def test_lock_inserts_rev_and_digests_and_follows_a_moved_branch(
     repo: Path, tmp_path: Path, store: Path, wheelhouse: Path
 ) -> None:

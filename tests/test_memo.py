@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import json
 import os
 import shutil
 import subprocess
 import sys
+import tarfile
+import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
-from conftest import rf
+import pytest
+from conftest import TINY_RECIPE, pip_args, rf
 
 
 def realize(recipe: Path, store: Path) -> tuple[str, str]:
@@ -72,6 +79,7 @@ def test_recipe_edit_is_seen(tiny_recipe: Path, store: Path) -> None:
     assert second != first and "built" in err
 
 
+@pytest.mark.slow
 def test_deleted_entry_is_rebuilt_not_printed(tiny_recipe: Path, store: Path) -> None:
     first, _ = realize(tiny_recipe, store)
     entry = Path(first).parent
@@ -79,3 +87,367 @@ def test_deleted_entry_is_rebuilt_not_printed(tiny_recipe: Path, store: Path) ->
     shutil.rmtree(entry)
     second, err = realize(tiny_recipe, store)
     assert second == first and Path(second).is_file() and "built" in err
+
+
+# -- every input of the derivation -----------------------------------------------------------------
+# Each case: realize, show the memo answers the unchanged recipe, change one input, realize again:
+# the memo must fall through and the new hash must come back. KEY_CASES (at the end) maps every key
+# of a real derivation to its case, and a meta-test fails when a key has none.
+
+PATCH = """\
+diff --git a/tiny/__init__.py b/tiny/__init__.py
+--- a/tiny/__init__.py
++++ b/tiny/__init__.py
+@@ -1 +1 @@
+-VALUE = 42
++VALUE = {value}
+"""
+
+ROCM_VERSION_H = """\
+#define ROCM_VERSION_MAJOR {0}
+#define ROCM_VERSION_MINOR {1}
+#define ROCM_VERSION_PATCH {2}
+"""
+
+
+def entry_hash(wheel: str) -> str:
+    return Path(wheel).parent.name.split("-", 1)[0]
+
+
+def answered_by_memo(recipe: Path, store: Path, env: dict[str, str] | None = None) -> bool:
+    """Realize ``recipe`` again and tell whether the memo answered (the CLI was never imported)."""
+    full = {**os.environ, "ROCMFORGE_PIP_ARGS": pip_args(), **(env or {})}
+    full.pop("ROCMFORGE_STORE", None)
+    argv = [sys.executable, "-X", "importtime", "-m", "rocmforge", "realize", str(recipe)]
+    proc = subprocess.run(
+        [*argv, "--store", str(store)],
+        env=full,
+        cwd=recipe.parent,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    imported = {ln.split("|")[-1].strip() for ln in proc.stderr.splitlines() if "|" in ln}
+    return "rocmforge.cli" not in imported
+
+
+def realize_env(recipe: Path, store: Path, env: dict[str, str] | None = None) -> str:
+    proc = rf("realize", recipe, "--store", store, env=env, cwd=recipe.parent)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip().splitlines()[-1]
+
+
+def assert_change_is_seen(
+    recipe: Path, store: Path, change: Callable[[], None], env: dict[str, str] | None = None
+) -> tuple[str, str]:
+    """Realize, check the memo answers, ``change()``, realize: a new hash, built or re-resolved."""
+    first = realize_env(recipe, store, env)
+    assert answered_by_memo(recipe, store, env), "the memo did not answer an unchanged recipe"
+    plan_before = plan_hash(recipe, store, env)
+    assert plan_before == entry_hash(first)
+    change()
+    second = realize_env(recipe, store, env)
+    assert entry_hash(second) != entry_hash(first), "the memo answered with the old build"
+    assert entry_hash(second) == plan_hash(recipe, store, env)  # what the full pipeline says
+    assert answered_by_memo(recipe, store, env)  # and the new state is remembered
+    return first, second
+
+
+def plan_hash(recipe: Path, store: Path, env: dict[str, str] | None = None) -> str:
+    proc = rf("plan", recipe, "--store", store, "--json", env=env, cwd=recipe.parent)
+    assert proc.returncode == 0, proc.stderr
+    return str(json.loads(proc.stdout)["hash"])
+
+
+def with_source_lines(recipe: Path, lines: str) -> None:
+    text = recipe.read_text()
+    recipe.write_text(text.replace("[source]\n", f"[source]\n{lines}\n", 1))
+
+
+def tiny_wheel(directory: Path, name: str, version: str, body: str) -> Path:
+    """Write a valid pure wheel ``name`` whose module holds ``body`` into ``directory``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{name}-{version}-py3-none-any.whl"
+    di = f"{name}-{version}.dist-info"
+    files = {
+        f"{name}/__init__.py": body.encode(),
+        f"{di}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
+        f"{di}/WHEEL": b"Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = []
+    for arcname, data in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        record.append(f"{arcname},sha256={digest},{len(data)}")
+    files[f"{di}/RECORD"] = ("\n".join([*record, f"{di}/RECORD,,"]) + "\n").encode()
+    tmp = path.with_suffix(".tmp")
+    with zipfile.ZipFile(tmp, "w") as z:
+        for arcname, data in files.items():
+            z.writestr(arcname, data)
+    os.replace(tmp, path)
+    return path
+
+
+def fake_cc(path: Path, build: str) -> Path:
+    """A C compiler wrapper: same version output, different bytes per ``build``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(
+        f"#!/bin/sh\n# wrapper build {build}\n"
+        'if [ "$1" = --version ]; then echo "rfcc 1.0"; exit 0; fi\nexec gcc "$@"\n'
+    )
+    path.chmod(0o755)
+    return path
+
+
+def fake_rocm_root(parent: Path, version: str) -> Path:
+    """A fake ROCm root like /opt/rocm-X: rocm_version.h and a hipcc running a fake clang."""
+    root = parent / "rocm"
+    header = root / "include" / "rocm-core" / "rocm_version.h"
+    header.parent.mkdir(parents=True)
+    header.write_text(ROCM_VERSION_H.format(*version.split(".")))
+    clang = root / "llvm" / "bin" / "clang"
+    clang.parent.mkdir(parents=True)
+    clang.write_text('#!/bin/sh\necho "AMD clang version 18.0.0git (roc-6.2.4 24355)"\n')
+    hipcc = root / "bin" / "hipcc"
+    hipcc.parent.mkdir(parents=True)
+    hipcc.write_text(
+        f'#!/bin/sh\necho "hipcc-cmd: {clang} --version"\necho "HIP version: 6.2.41134-0"\n'
+        f'exec "{clang}" --version\n'
+    )
+    for exe in (clang, hipcc):
+        exe.chmod(0o755)
+    return root
+
+
+@pytest.mark.slow
+def test_patch_content_change_is_seen(tiny_recipe: Path, tmp_path: Path, store: Path) -> None:
+    patch = tmp_path / "value.patch"
+    patch.write_text(PATCH.format(value=43))
+    with_source_lines(tiny_recipe, f'patches = ["{patch}"]')
+    assert_change_is_seen(tiny_recipe, store, lambda: patch.write_text(PATCH.format(value=44)))
+
+
+@pytest.mark.slow
+def test_extends_parent_change_is_seen(tiny_src: Path, tmp_path: Path, store: Path) -> None:
+    parent = tmp_path / "base" / "parent.toml"
+    parent.parent.mkdir()
+    parent.write_text('schema = 1\n[env]\nLEVEL = "1"\n')
+    recipe = tmp_path / "child.toml"
+    recipe.write_text('extends = "base/parent.toml"\n' + TINY_RECIPE.format(src=tiny_src))
+    assert_change_is_seen(
+        recipe, store, lambda: parent.write_text('schema = 1\n[env]\nLEVEL = "2"\n')
+    )
+
+
+@pytest.mark.slow
+def test_tree_input_change_is_seen(tiny_recipe: Path, tmp_path: Path, store: Path) -> None:
+    data = tmp_path / "data"
+    (data / "lib").mkdir(parents=True)
+    (data / "lib" / "kernels.txt").write_text("v1\n")
+    tiny_recipe.write_text(
+        tiny_recipe.read_text() + f'\n[inputs.data]\npath = "{data}"\nenv = "DATA"\n'
+    )
+    assert_change_is_seen(
+        tiny_recipe, store, lambda: (data / "lib" / "kernels.txt").write_text("v2\n")
+    )
+    assert_change_is_seen(tiny_recipe, store, lambda: (data / "lib" / "new.txt").write_text("n\n"))
+
+
+@pytest.mark.slow
+def test_archive_input_change_is_seen(tiny_recipe: Path, tmp_path: Path, store: Path) -> None:
+    archive = tmp_path / "data.tar.gz"
+
+    def pack(content: str) -> None:
+        member = tmp_path / "member" / "kernels.txt"
+        member.parent.mkdir(exist_ok=True)
+        member.write_text(content)
+        tmp = tmp_path / "data.tmp"
+        with tarfile.open(tmp, "w:gz") as tar:
+            tar.add(member, arcname="kernels.txt")
+        os.replace(tmp, archive)
+
+    pack("v1\n")
+    tiny_recipe.write_text(
+        tiny_recipe.read_text() + f'\n[inputs.data]\npath = "{archive}"\nenv = "DATA"\n'
+    )
+    assert_change_is_seen(tiny_recipe, store, lambda: pack("v2\n"))
+
+
+@pytest.mark.slow
+def test_requirement_wheel_change_is_seen(tiny_recipe: Path, tmp_path: Path, store: Path) -> None:
+    wheels = tmp_path / "wheels"
+    tiny_wheel(wheels, "rfmemo", "1.0", "V = 1\n")
+    env = {"ROCMFORGE_PIP_ARGS": pip_args(wheels)}
+    text = tiny_recipe.read_text() + '\n[requirements]\nbuild = ["rfmemo==1.0"]\n'
+    tiny_recipe.write_text(text)
+    cached = store / "sources" / "wheels" / "rfmemo-1.0-py3-none-any.whl"
+
+    def republish() -> None:
+        # The index now serves other bytes under the same name, and the store's copy is gone
+        # (gc'd, or repaired by hand): the next resolve fetches and digests the new wheel.
+        tiny_wheel(wheels, "rfmemo", "1.0", "V = 2\n")
+        cached.unlink()
+
+    assert_change_is_seen(tiny_recipe, store, republish, env)
+
+
+@pytest.mark.slow
+def test_toolchain_binary_change_is_seen(tiny_recipe: Path, tmp_path: Path, store: Path) -> None:
+    bin_dir = tmp_path / "bin"
+    cc = fake_cc(bin_dir / "rfcc", "1")
+    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    tiny_recipe.write_text(tiny_recipe.read_text() + '\n[toolchain]\ncc = "rfcc"\n')
+    assert_change_is_seen(tiny_recipe, store, lambda: fake_cc(cc, "2") and None, env)
+
+
+@pytest.mark.slow
+def test_rocm_version_file_change_is_seen(tiny_recipe: Path, tmp_path: Path, store: Path) -> None:
+    root = fake_rocm_root(tmp_path, "6.2.4")
+    tiny_recipe.write_text(
+        tiny_recipe.read_text() + f'\n[toolchain]\nkind = "rocm"\nrocm = "6.2"\nroot = "{root}"\n'
+    )
+    header = root / "include" / "rocm-core" / "rocm_version.h"
+    assert_change_is_seen(
+        tiny_recipe, store, lambda: header.write_text(ROCM_VERSION_H.format(6, 2, 5)) and None
+    )
+
+
+@pytest.mark.slow
+def test_code_change_is_seen(tiny_recipe: Path, tmp_path: Path, store: Path) -> None:
+    """A rocmforge upgrade that changes how hashes are made (here BUILDER) is an input too."""
+    copy = tmp_path / "pkg" / "rocmforge"
+    shutil.copytree(
+        Path(__file__).resolve().parent.parent / "rocmforge",
+        copy,
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
+    env = {"PYTHONPATH": str(copy.parent)}  # the helpers run from the recipe's directory
+    derivation = copy / "derivation.py"
+    text = derivation.read_text()
+    assert 'BUILDER = "rocmforge-build/1"' in text
+
+    def upgrade() -> None:
+        derivation.write_text(text.replace('"rocmforge-build/1"', '"rocmforge-build/1-next"'))
+
+    assert_change_is_seen(tiny_recipe, store, upgrade, env)
+
+
+# -- the meta-test: every key of the derivation has a memo case ------------------------------------
+
+#: Every key path of a derivation (``env`` and ``inputs`` names as ``*``, list items as ``[]``,
+#: down to DEPTH levels) -> the test above showing that changing it makes the memo fall through.
+KEY_CASES = {
+    "builder": "test_code_change_is_seen",
+    # The machine: a store shared between machines sees other toolchain executables (other
+    # stat signatures), so the toolchain guards stand for it.
+    "system": "test_toolchain_binary_change_is_seen",
+    "package.name": "test_recipe_edit_is_seen",
+    "package.version": "test_recipe_edit_is_seen",
+    "source.kind": "test_recipe_edit_is_seen",
+    "source.tree": "test_source_edit_and_new_file_in_empty_dir_are_seen",
+    "source.patches": "test_patch_content_change_is_seen",
+    # A git source's identity is a function of the recipe's `rev` (a full commit: its content,
+    # submodules and date never change) and of `submodules`; both are recipe text.
+    "source.commit": "test_recipe_edit_is_seen",
+    "source.submodules": "test_recipe_edit_is_seen",
+    "source.epoch": "test_recipe_edit_is_seen",
+    "source.patches[]": "test_patch_content_change_is_seen",
+    "env.*": "test_recipe_edit_is_seen",
+    "build.steps": "test_recipe_edit_is_seen",
+    "build.steps[]": "test_recipe_edit_is_seen",
+    "build.pep517": "test_recipe_edit_is_seen",
+    "inputs.*.kind": "test_archive_input_change_is_seen",
+    "inputs.*.digest": "test_tree_input_change_is_seen",
+    "inputs.*.env": "test_recipe_edit_is_seen",
+    "inputs.*.subdir": "test_recipe_edit_is_seen",
+    "requirements[].name": "test_recipe_edit_is_seen",
+    "requirements[].version": "test_recipe_edit_is_seen",
+    "requirements[].wheel": "test_requirement_wheel_change_is_seen",
+    "requirements[].blake3": "test_requirement_wheel_change_is_seen",
+    "toolchain.kind": "test_rocm_version_file_change_is_seen",
+    "toolchain.machine": "test_toolchain_binary_change_is_seen",
+    "toolchain.cc.version": "test_toolchain_binary_change_is_seen",
+    "toolchain.cc.blake3": "test_toolchain_binary_change_is_seen",
+    "toolchain.cc.cc1": "test_toolchain_binary_change_is_seen",
+    "toolchain.cxx.version": "test_toolchain_binary_change_is_seen",
+    "toolchain.cxx.blake3": "test_toolchain_binary_change_is_seen",
+    "toolchain.cxx.cc1plus": "test_toolchain_binary_change_is_seen",
+    # The interpreter is in the same guard list as cc and cxx (every probed executable); a fake
+    # interpreter cannot run inside the sandbox, so the cc/cxx case stands for it.
+    "toolchain.python.version": "test_toolchain_binary_change_is_seen",
+    "toolchain.python.short": "test_toolchain_binary_change_is_seen",
+    "toolchain.python.implementation": "test_toolchain_binary_change_is_seen",
+    "toolchain.python.soabi": "test_toolchain_binary_change_is_seen",
+    "toolchain.python.platform": "test_toolchain_binary_change_is_seen",
+    "toolchain.python.blake3": "test_toolchain_binary_change_is_seen",
+    "toolchain.rocm.version": "test_rocm_version_file_change_is_seen",
+    "toolchain.rocm.version_file": "test_rocm_version_file_change_is_seen",
+    "toolchain.rocm.comparable": "test_rocm_version_file_change_is_seen",
+    "toolchain.rocm.declared": "test_recipe_edit_is_seen",
+    "toolchain.rocm.hip_version": "test_rocm_version_file_change_is_seen",
+    "toolchain.rocm.hipcc": "test_rocm_version_file_change_is_seen",
+    "toolchain.rocm.clang": "test_rocm_version_file_change_is_seen",
+}
+DEPTH = 3
+USER_NAMED = {"env", "inputs"}
+
+
+def key_paths(value: object, prefix: str = "", depth: int = DEPTH) -> set[str]:
+    """Return the key paths of a JSON value down to ``depth`` levels."""
+    if depth == 0 or not isinstance(value, dict | list) or not value:
+        return {prefix}
+    out: set[str] = set()
+    if isinstance(value, list):
+        for item in value:
+            out |= key_paths(item, f"{prefix}[]", depth - 1)
+        return out
+    for key, sub in value.items():
+        name = "*" if prefix in USER_NAMED else key
+        out |= key_paths(sub, f"{prefix}.{name}" if prefix else name, depth - 1)
+    return out
+
+
+def full_recipe(tmp_path: Path, tiny_src: Path) -> tuple[Path, dict[str, str]]:
+    """A recipe using every feature a derivation records, and the env to plan it with."""
+    (tmp_path / "base").mkdir()
+    (tmp_path / "base" / "parent.toml").write_text('schema = 1\n[env]\nLEVEL = "1"\n')
+    patch = tmp_path / "value.patch"
+    patch.write_text(PATCH.format(value=43))
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "kernels.txt").write_text("v1\n")
+    archive = tmp_path / "more.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(data / "kernels.txt", arcname="top/kernels.txt")
+    wheels = tmp_path / "wheels"
+    tiny_wheel(wheels, "rfmemo", "1.0", "V = 1\n")
+    bin_dir = tmp_path / "bin"
+    fake_cc(bin_dir / "rfcc", "1")
+    root = fake_rocm_root(tmp_path, "6.2.4")
+    recipe = tmp_path / "full.toml"
+    recipe.write_text(
+        'extends = "base/parent.toml"\n'
+        + TINY_RECIPE.format(src=tiny_src).replace(
+            "[source]\n", f'[source]\npatches = ["{patch}"]\n'
+        )
+        + f'\n[toolchain]\nkind = "rocm"\nrocm = "6.2"\nroot = "{root}"\ncc = "rfcc"\n'
+        + '\n[requirements]\nbuild = ["rfmemo==1.0"]\n'
+        + f'\n[inputs.data]\npath = "{data}"\nenv = "DATA"\n'
+        + f'\n[inputs.more]\npath = "{archive}"\nenv = "MORE"\nsubdir = "top"\n'
+    )
+    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "ROCMFORGE_PIP_ARGS": pip_args(wheels)}
+    return recipe, env
+
+
+def test_every_derivation_key_has_a_memo_case(tiny_src: Path, tmp_path: Path, store: Path) -> None:
+    recipe, env = full_recipe(tmp_path, tiny_src)
+    proc = rf("plan", recipe, "--store", store, "--json", env=env)
+    assert proc.returncode == 0, proc.stderr
+    plan = json.loads(proc.stdout)
+    assert plan["provisional"] == []
+    keys = key_paths(plan["derivation"])
+    assert {"source.patches[]", "inputs.*.digest", "toolchain.rocm.version"} <= keys
+    missing = sorted(keys - set(KEY_CASES))
+    assert not missing, f"derivation keys without a memo case (add one to KEY_CASES): {missing}"
+    unknown = sorted({t for t in KEY_CASES.values() if not callable(globals().get(t))})
+    assert not unknown, f"KEY_CASES names tests that do not exist: {unknown}"

@@ -72,6 +72,8 @@ def hip(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return d
 
 
+@pytest.mark.hip
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("obj", "archs"),
     [("one", {"gfx90a"}), ("two", {"gfx90a", "gfx940"}), ("three", {"gfx90a", "gfx940", "gfx908"})],
@@ -83,6 +85,8 @@ def test_hipcc_objects(hip: Path, obj: str, archs: set[str]) -> None:
     assert any(i.startswith("host-") for i in lib.bundles[0].ids)  # host entry is not an arch
 
 
+@pytest.mark.hip
+@pytest.mark.slow
 def test_library_union_and_common(hip: Path) -> None:
     lib = read_file_archs(hip / "libmixed.so")
     assert lib is not None and len(lib.bundles) == 2
@@ -93,6 +97,8 @@ def test_library_union_and_common(hip: Path) -> None:
     assert problems and "lacks gfx940 (only in some of its 2 bundles" in problems[0]
 
 
+@pytest.mark.hip
+@pytest.mark.slow
 def test_wheel_archs_and_problems(hip: Path, tmp_path: Path) -> None:
     wheel = tmp_path / "p-1-py3-none-any.whl"
     with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as z:
@@ -203,6 +209,8 @@ def test_compressed_bundles(tmp_path: Path, version: int, method: int) -> None:
     assert lib.common == frozenset()
 
 
+@pytest.mark.hip
+@pytest.mark.slow
 def test_real_bundle_compressed(hip: Path) -> None:
     # The bundle hipcc wrote, compressed as ROCm >= 6.2 does, reads back to the same archs.
     raw = (hip / "three.o").read_bytes()
@@ -248,6 +256,8 @@ def arch_recipe(tmp_path: Path, src: Path, archs: list[str]) -> Path:
     return path
 
 
+@pytest.mark.hip
+@pytest.mark.slow
 def test_check_archs_fails_realize(hip: Path, tiny_src: Path, tmp_path: Path) -> None:
     shutil.copy(hip / "libonly940.so", tiny_src / "tiny" / "libkernels.so")
     store = tmp_path / "store"

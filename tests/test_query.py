@@ -35,6 +35,7 @@ def _query(store: Path, *args: str) -> list[str]:
     return sorted(e["hash"] for e in json.loads(proc.stdout))
 
 
+@pytest.mark.slow
 def test_query_by_env_flag_finds_exactly_the_matching_entries(
     three: dict[str, dict], store: Path
 ) -> None:

@@ -102,6 +102,7 @@ def test_build_cannot_reach_host_loopback(tiny_src: Path, tmp_path: Path, store:
     assert not (store / "entries").exists() or list((store / "entries").iterdir()) == []
 
 
+@pytest.mark.slow
 def test_failed_build_reports_tail_and_publishes_nothing(
     tiny_src: Path, tmp_path: Path, store: Path
 ) -> None:
@@ -121,6 +122,7 @@ def test_failed_build_reports_tail_and_publishes_nothing(
     assert log.returncode == 0 and "the-last-words" in log.stdout
 
 
+@pytest.mark.slow
 def test_failed_check_publishes_nothing(tiny_src: Path, tmp_path: Path, store: Path) -> None:
     recipe = tmp_path / "check.toml"
     recipe.write_text(
@@ -132,6 +134,7 @@ def test_failed_check_publishes_nothing(tiny_src: Path, tmp_path: Path, store: P
     assert list((store / "entries").iterdir()) == []
 
 
+@pytest.mark.slow
 def test_wrong_version_fails_the_check(tiny_src: Path, tmp_path: Path, store: Path) -> None:
     recipe = tmp_path / "version.toml"
     recipe.write_text(
@@ -142,6 +145,8 @@ def test_wrong_version_fails_the_check(tiny_src: Path, tmp_path: Path, store: Pa
     assert "promises tiny 0.2" in proc.stderr
 
 
+@pytest.mark.slow
+@pytest.mark.stress
 def test_three_concurrent_realizes_build_once(tiny_src: Path, tmp_path: Path, store: Path) -> None:
     recipe = tmp_path / "slow.toml"
     recipe.write_text(TINY_RECIPE.format(src=tiny_src).replace("steps = [", 'steps = ["sleep 2", '))
@@ -175,6 +180,7 @@ def test_three_concurrent_realizes_build_once(tiny_src: Path, tmp_path: Path, st
     assert len(list((store / "entries").iterdir())) == 1
 
 
+@pytest.mark.slow
 def test_kill_mid_build_leaves_nothing_and_next_realize_succeeds(
     tiny_src: Path, tmp_path: Path, store: Path
 ) -> None:
@@ -211,6 +217,7 @@ def test_kill_mid_build_leaves_nothing_and_next_realize_succeeds(
     assert leftovers == []
 
 
+@pytest.mark.slow
 def test_built_demo_wheel_installs_and_imports_in_a_fresh_venv(
     wheelhouse: Path, tmp_path: Path, store: Path
 ) -> None:
@@ -236,6 +243,7 @@ def test_built_demo_wheel_installs_and_imports_in_a_fresh_venv(
     assert run.stdout.split() == ["5", "1.0.0"], run.stderr
 
 
+@pytest.mark.slow
 def test_demo_builds_byte_identical_in_two_stores(wheelhouse: Path, tmp_path: Path) -> None:
     a = _realize_json(REPO / "recipes" / "demo.toml", tmp_path / "store-a")
     b = _realize_json(REPO / "recipes" / "demo.toml", tmp_path / "store-b")
@@ -251,6 +259,7 @@ def test_out_link_points_at_the_entry(tiny_recipe: Path, store: Path, tmp_path: 
     assert link.is_symlink() and link.resolve() == Path(report["path"]).resolve()
 
 
+@pytest.mark.slow
 def test_tty_progress_shows_phase_elapsed_and_last_line(
     tiny_src: Path, tmp_path: Path, store: Path
 ) -> None:
@@ -278,6 +287,7 @@ def test_tty_progress_shows_phase_elapsed_and_last_line(
     assert "tiny-0.1-py3-none-any.whl" in screen
 
 
+@pytest.mark.slow
 def test_check_requirements_are_installed_for_the_import_but_not_hashed(
     tiny_src: Path, tmp_path: Path, store: Path
 ) -> None:

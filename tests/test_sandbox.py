@@ -150,6 +150,7 @@ def test_network(runner: Runner, tmp_path: Path, listener: int) -> None:
         assert runner.warning is None
 
 
+@pytest.mark.slow
 def test_timeout_kills_the_whole_tree(runner: Runner, tmp_path: Path) -> None:
     token = f"rfgrandchild-{uuid.uuid4().hex}"
     work = Mount(host=tmp_path / "w", inside="/w", writable=True)
@@ -162,7 +163,8 @@ def test_timeout_kills_the_whole_tree(runner: Runner, tmp_path: Path) -> None:
     )
     result, out = run(runner, tmp_path, sh(script), mounts=[work], timeout=1.5)
     assert result.timed_out
-    assert 1.5 <= result.seconds < 6
+    # Killed at the timeout, not when `sleep 300` ends (a bound on behaviour, not on speed).
+    assert 1.5 <= result.seconds < 100
     assert b"started" in out
     assert wait_gone(token) == []
     beat_file = work.host / "beat"
@@ -183,7 +185,8 @@ def test_keyboard_interrupt_kills_tree_and_reraises(runner: Runner, tmp_path: Pa
     start = time.monotonic()
     with pytest.raises(KeyboardInterrupt):
         run(runner, tmp_path, sh(script), on_line=on_line, timeout=60)
-    assert time.monotonic() - start < 6
+    # The interrupt ended the run, not the 60 s timeout (behaviour, not speed).
+    assert time.monotonic() - start < 30
     assert wait_gone(token) == []
 
 

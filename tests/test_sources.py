@@ -293,6 +293,7 @@ def test_git_identity_has_every_submodule_and_no_url(tmp_path: Path) -> None:
     assert plain.submodules == () and plain.commit == c["top"]
 
 
+@pytest.mark.slow
 def test_git_same_commits_through_a_mirror_url_same_identity(tmp_path: Path) -> None:
     c = make_super(tmp_path)
     other = tmp_path / "other"
@@ -307,6 +308,7 @@ def test_git_same_commits_through_a_mirror_url_same_identity(tmp_path: Path) -> 
     assert a.to_json() == b.to_json()
 
 
+@pytest.mark.slow
 def test_git_submodule_bump_changes_identity(tmp_path: Path) -> None:
     c = make_super(tmp_path)
     cache = tmp_path / "cache"
@@ -398,6 +400,7 @@ def test_git_unknown_commit(tmp_path: Path) -> None:
         identify_source(git_spec(repo, "main"), cache=tmp_path / "cache")
 
 
+@pytest.mark.slow
 def test_git_materialize_tree_submodules_modes(tmp_path: Path) -> None:
     c = make_super(tmp_path)
     cache = tmp_path / "cache"
@@ -621,6 +624,7 @@ def test_parallel_warm_scan_loads_no_table_and_sees_edits(
     assert source_path.tree_digest(src, cache=cache) not in (first, edited)
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("parallel")
 def test_parallel_git_scan_hashes_like_the_plain_copy(tmp_path: Path) -> None:
     repo = tmp_path / "repo"

@@ -187,6 +187,7 @@ def test_missing_root_stops_realize_before_any_fetch(tmp_path: Path) -> None:
     assert not list(store.rglob("*.git")) and not list(store.rglob("*.whl"))
 
 
+@pytest.mark.hip
 @pytest.mark.skipif(
     shutil.which("hipcc") is None and os.environ.get("CI") != "true",
     reason="hipcc not installed (apt-get install hipcc); CI installs it",
