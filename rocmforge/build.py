@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import stat
 import time
 from collections import deque
 from collections.abc import Mapping, Sequence
@@ -28,6 +29,7 @@ from rocmforge.sources.identity import materialize_source
 from rocmforge.stamp import stamp_wheel
 from rocmforge.store.gc import source_refs
 from rocmforge.store.store import Entry, Store
+from rocmforge.util.fsutil import file_kind
 from rocmforge.util.hashing import file_blake3
 from rocmforge.util.progress import Reporter
 from rocmforge.wheels import create_venv, install_wheels, normalize_wheel, wheel_digests
@@ -173,8 +175,7 @@ def _stage(
     log: BinaryIO,
     check_requirements: Sequence[Path] = (),
 ) -> dict[str, Any]:
-    out = root / "out"
-    wheels = sorted(out.glob("*.whl"))
+    wheels = out_wheels(root / "out")
     if not wheels:
         raise BuildError("the build finished but wrote no wheel into $OUT")
     for w in wheels:
@@ -201,6 +202,38 @@ def _stage(
     with open(staged / "derivation.json", "wb") as f:
         f.write(json.dumps(resolved.derivation.data, indent=2, sort_keys=True).encode() + b"\n")
     return {"wheels": records, **found}
+
+
+def out_wheels(out: Path) -> list[Path]:
+    """Return the ``*.whl`` files the build left in ``out`` ($OUT), checked without following.
+
+    The build wrote ``out``; nothing on the host may follow a link or open a special file it
+    made there (a link to a host file would put bytes the sandbox never saw into the published
+    wheel; a FIFO would hang the host). ``out`` itself and every wheel must be a plain
+    directory and regular files (``lstat``); anything else fails the build, naming it.
+    """
+    try:
+        mode = os.lstat(out).st_mode
+        if not stat.S_ISDIR(mode):
+            raise BuildError(
+                f"$OUT ({out}) is a {file_kind(mode)}, not a directory: the build replaced it"
+            )
+        found = []
+        with os.scandir(out) as it:
+            for item in it:
+                if not item.name.endswith(".whl"):
+                    continue
+                mode = item.stat(follow_symlinks=False).st_mode
+                if not stat.S_ISREG(mode):
+                    raise BuildError(
+                        f"$OUT/{item.name} is a {file_kind(mode)}, not a regular file: a build "
+                        "must write its wheels into $OUT as regular files (rocmforge never "
+                        "follows links or opens special files the build made)"
+                    )
+                found.append(Path(item.path))
+    except OSError as exc:
+        raise BuildError(f"cannot list the wheels in $OUT ({out}): {exc}") from exc
+    return sorted(found)
 
 
 def _record_failure(exc: BuildError, resolved: Resolved, log_path: Path, failed: Path) -> None:
@@ -230,11 +263,13 @@ def build(
     reporter: Reporter,
     keep_failed: bool = False,
     check_requirements: Sequence[Path] = (),
+    replace: bool = False,
 ) -> BuildOutcome:
     """Build ``resolved`` in a fresh directory under ``store/tmp`` and publish it.
 
     ``check_requirements`` are the wheels of ``[check] requirements``, installed beside the built
-    wheel for the import check only.
+    wheel for the import check only. With ``replace`` the new entry supersedes an existing one
+    of the same hash (built under a weaker sandbox) atomically, see :meth:`Store.replace`.
     """
     drv = resolved.derivation
     started = time.time()
@@ -281,7 +316,8 @@ def build(
             # Which source caches this entry needs: gc keeps exactly these while it stays.
             meta["sources"] = source_refs(resolved, store.sources_dir)
             meta["files"] = _file_digests(root / "entry")
-            entry = store.publish(
+            publish = store.replace if replace else store.publish
+            entry = publish(
                 root / "entry", hash=drv.hash, name=drv.name, version=drv.version, meta=meta
             )
             return BuildOutcome(entry=entry, sandbox=runner.level, seconds=seconds)

@@ -30,7 +30,7 @@ BASE_ENV = {"PATH": "/usr/bin:/bin", "LC_ALL": "C.UTF-8"}
 def make_runner(level: str) -> Runner:
     try:
         return detect_runner(level)
-    except SandboxError as exc:
+    except SandboxError:
         if level == "bwrap" and shutil.which("bwrap") is None:
             pytest.skip("bubblewrap (bwrap) is not installed on this machine")
         raise
@@ -380,7 +380,8 @@ def test_auto_never_falls_back_silently(tmp_path: Path, monkeypatch: pytest.Monk
         detect_runner()
     chosen = detect_runner("none")  # only by name, and it says so
     assert isinstance(chosen, NoneRunner)
-    assert chosen.warning is not None and "WARNING" in chosen.warning and "no network" in chosen.warning
+    assert chosen.warning is not None
+    assert "WARNING" in chosen.warning and "no network" in chosen.warning
 
 
 def test_unshare_level_is_gone_with_a_reason() -> None:

@@ -75,6 +75,7 @@ def run(args: argparse.Namespace) -> int:
                 keep_failed=args.keep_failed,
                 link=link,
                 temp_roots=temp_roots,
+                sandbox="none" if args.sandbox == "none" else "bwrap",
             )
         finally:
             reporter.close()
