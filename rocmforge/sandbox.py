@@ -5,9 +5,10 @@ whose whole process tree is killed on timeout or interrupt, and streams stdout+s
 log. ``bwrap`` also isolates network, pids, hostname and the filesystem (system read-only, only
 the mounts visible); ``none`` isolates nothing but the environment and is never chosen unless
 asked for by name: ``auto`` means bwrap or an error. The whole build tree dies with ``realize``
-at every level, even on ``kill -9``: bwrap's ``--die-with-parent`` takes its pid namespace down,
-and ``none`` runs the command under :mod:`rocmforge.util.reaper` (a child subreaper with a
-parent-death signal).
+at every level, even on ``kill -9``: every runner runs its command through one
+:func:`run_supervised`, under :mod:`rocmforge.util.reaper` (a child subreaper with a parent-death
+signal that kills everything below it); bwrap's ``--die-with-parent`` then takes its pid
+namespace down too.
 
 There is no ``unshare`` level any more: it shared the host filesystem and, run as root, could
 read and write the host; a level that claims isolation it does not give is worse than none.
@@ -189,7 +190,7 @@ class BwrapRunner:
         """Run ``argv`` inside bubblewrap with exactly ``env``; see :class:`Runner`."""
         _check_mounts(mounts, relocated=True)
         cmd = self.command(argv, cwd=cwd, env=env, mounts=mounts)
-        return _run_streaming(
+        return run_supervised(
             cmd, env={}, cwd="/", timeout=timeout, log=log, on_line=on_line, grace=self.kill_grace
         )
 
@@ -226,31 +227,52 @@ class NoneRunner:
         found = program if "/" in program else shutil.which(program, path=env.get("PATH", ""))
         if found is None or not os.access(found, os.X_OK) or os.path.isdir(found):
             raise SandboxError(f"cannot start {shlex.join(argv)!r}: {program}: no such program")
-        read_fd, write_fd = os.pipe()
-        pending = [write_fd]  # closed by _send_env once the reaper runs, else below
+        return run_supervised(
+            argv, env=env, cwd=cwd, timeout=timeout, log=log, on_line=on_line, grace=self.kill_grace
+        )
 
-        def send() -> None:
-            _send_env(pending.pop(), env)
 
-        try:
-            grace = str(self.kill_grace)
-            cmd = [sys.executable, "-I", "-S", _REAPER, str(read_fd), str(os.getpid()), grace]
-            cmd += ["--", *argv]
-            return _run_streaming(
-                cmd,
-                env={},
-                cwd=cwd,
-                timeout=timeout,
-                log=log,
-                on_line=on_line,
-                grace=self.kill_grace + _REAPER_MARGIN,  # the reaper's own grace comes first
-                pass_fds=(read_fd,),
-                started=send,
-            )
-        finally:
-            for fd in (read_fd, *pending):
-                with contextlib.suppress(OSError):
-                    os.close(fd)
+def run_supervised(
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str],
+    cwd: str,
+    timeout: float | None,
+    log: BinaryIO,
+    on_line: Callable[[str], None] | None,
+    grace: float,
+) -> RunResult:
+    """Run ``argv`` with exactly ``env`` under :mod:`rocmforge.util.reaper`; every runner's ``run``.
+
+    The reaper (a child subreaper with a parent-death signal) takes the whole tree below it
+    down when the command ends, on timeout or interrupt, and when this process dies, even by
+    ``kill -9``; it also closes the window in which a parent-death signal set by the command
+    itself (bwrap's ``--die-with-parent``) would come too late.
+    """
+    read_fd, write_fd = os.pipe()
+    pending = [write_fd]  # closed by _send_env once the reaper runs, else below
+
+    def send() -> None:
+        _send_env(pending.pop(), env)
+
+    try:
+        cmd = [sys.executable, "-I", "-S", _REAPER, str(read_fd), str(os.getpid()), str(grace)]
+        cmd += ["--", *argv]
+        return _run_streaming(
+            cmd,
+            env={},
+            cwd=cwd,
+            timeout=timeout,
+            log=log,
+            on_line=on_line,
+            grace=grace + _REAPER_MARGIN,  # the reaper's own grace comes first
+            pass_fds=(read_fd,),
+            started=send,
+        )
+    finally:
+        for fd in (read_fd, *pending):
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
 
 def _send_env(fd: int, env: Mapping[str, str]) -> None:

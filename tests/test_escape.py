@@ -72,6 +72,19 @@ def meta_of(wheel: str) -> dict[str, object]:
     return data
 
 
+def processes_running(arg: str) -> list[int]:
+    """Processes that have ``arg`` as one whole argument (not inside a longer script)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if arg.encode() in (entry / "cmdline").read_bytes().split(b"\0"):
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
 def processes_with(token: str) -> list[int]:
     found = []
     for entry in Path("/proc").iterdir():
@@ -222,8 +235,9 @@ def test_out_tricks_are_refused(
 # --- kill -9 of realize: no build process survives ----------------------------------------
 
 
+@pytest.mark.parametrize("when", ["starting", "running"])
 def test_no_build_process_survives_kill_9(
-    level: str, tiny_src: Path, tmp_path: Path, store: Path
+    when: str, level: str, tiny_src: Path, tmp_path: Path, store: Path
 ) -> None:
     token = f"rfsurvivor-{uuid.uuid4().hex}"
     steps = [
@@ -240,7 +254,14 @@ def test_no_build_process_survives_kill_9(
     )  # fmt: skip
     try:
         deadline = time.monotonic() + 60
-        while len(processes_with(token)) < 2:
+        # "starting": as soon as the step's command line exists (the runner is starting it);
+        # "running": once both background processes run.
+        def ready() -> bool:
+            if when == "starting":
+                return bool(processes_with(token))
+            return all(processes_running(f"{token}-{k}") for k in ("detached", "child"))
+
+        while not ready():
             assert time.monotonic() < deadline, "the build never started its processes"
             assert p.poll() is None, "realize ended before its build started"
             time.sleep(0.1)
