@@ -89,7 +89,7 @@ LEVELS = ("bwrap", "none")
 STRENGTH = {"none": 1, "bwrap": 2}
 
 NONE_WARNING = (
-    "WARNING: sandbox level 'none': the build runs as you, with no network or filesystem "
+    "sandbox level 'none': NO ISOLATION: the build runs as you, with no network or filesystem "
     "isolation (clean environment only); the entry records sandbox 'none'"
 )
 UNSHARE_REMOVED = (

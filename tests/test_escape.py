@@ -178,7 +178,7 @@ def test_none_is_loud_recorded_and_never_automatic(
 ) -> None:
     proc = rf("realize", tiny_recipe, "--store", store, "--sandbox", "none", "--json")
     assert proc.returncode == 0, proc.stderr
-    assert "WARNING: sandbox level 'none'" in proc.stderr
+    assert "warning: sandbox level 'none': NO ISOLATION" in proc.stderr
     (report,) = json.loads(proc.stdout)
     assert report["sandbox"] == "none"
     assert meta_of(report["wheels"][0])["sandbox"] == "none"

@@ -381,7 +381,7 @@ def test_auto_never_falls_back_silently(tmp_path: Path, monkeypatch: pytest.Monk
     chosen = detect_runner("none")  # only by name, and it says so
     assert isinstance(chosen, NoneRunner)
     assert chosen.warning is not None
-    assert "WARNING" in chosen.warning and "no network" in chosen.warning
+    assert "NO ISOLATION" in chosen.warning and "no network" in chosen.warning
 
 
 def test_unshare_level_is_gone_with_a_reason() -> None:
