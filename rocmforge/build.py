@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import time
 from collections import deque
 from collections.abc import Mapping, Sequence
@@ -35,7 +36,7 @@ from rocmforge.store import layout
 from rocmforge.store.entry import Entry, WheelRecord, build_fields
 from rocmforge.store.gc import source_refs
 from rocmforge.store.store import Store
-from rocmforge.util.fsutil import json_bytes, write_atomic
+from rocmforge.util.fsutil import file_kind, json_bytes, write_atomic
 from rocmforge.util.hashing import file_blake3
 from rocmforge.util.progress import Reporter
 from rocmforge.wheels import create_venv, install_wheels, normalize_wheel, wheel_digests
@@ -183,8 +184,7 @@ def _stage(
 ) -> tuple[tuple[WheelRecord, ...], Mapping[str, Any] | None]:
     """Stamp, normalize and check the built wheels and move them with the derivation into
     ``root/entry``; return the wheels' records and the GPU archs the check read (if any)."""
-    out = root / "out"
-    wheels = sorted(out.glob("*.whl"))
+    wheels = out_wheels(root / "out")
     if not wheels:
         raise BuildError("the build finished but wrote no wheel into $OUT")
     for w in wheels:
@@ -211,6 +211,38 @@ def _stage(
         records.append(WheelRecord(file=w.name, sha256=d["sha256"], blake3=d["blake3"], size=size))
     write_atomic(staged / layout.DERIVATION, json_bytes(resolved.derivation.data))
     return tuple(records), found.get("archs")
+
+
+def out_wheels(out: Path) -> list[Path]:
+    """Return the ``*.whl`` files the build left in ``out`` ($OUT), checked without following.
+
+    The build wrote ``out``; nothing on the host may follow a link or open a special file it
+    made there (a link to a host file would put bytes the sandbox never saw into the published
+    wheel; a FIFO would hang the host). ``out`` itself and every wheel must be a plain
+    directory and regular files (``lstat``); anything else fails the build, naming it.
+    """
+    try:
+        mode = os.lstat(out).st_mode
+        if not stat.S_ISDIR(mode):
+            raise BuildError(
+                f"$OUT ({out}) is a {file_kind(mode)}, not a directory: the build replaced it"
+            )
+        found = []
+        with os.scandir(out) as it:
+            for item in it:
+                if not item.name.endswith(".whl"):
+                    continue
+                mode = item.stat(follow_symlinks=False).st_mode
+                if not stat.S_ISREG(mode):
+                    raise BuildError(
+                        f"$OUT/{item.name} is a {file_kind(mode)}, not a regular file: a build "
+                        "must write its wheels into $OUT as regular files (rocmforge never "
+                        "follows links or opens special files the build made)"
+                    )
+                found.append(Path(item.path))
+    except OSError as exc:
+        raise BuildError(f"cannot list the wheels in $OUT ({out}): {exc}") from exc
+    return sorted(found)
 
 
 def _record_failure(
@@ -243,11 +275,13 @@ def build(
     reporter: Reporter,
     keep_failed: bool = False,
     check_requirements: Sequence[Path] = (),
+    replace: bool = False,
 ) -> BuildOutcome:
     """Build ``resolved`` in a fresh directory under ``store/tmp`` and publish it.
 
     ``check_requirements`` are the wheels of ``[check] requirements``, installed beside the built
-    wheel for the import check only.
+    wheel for the import check only. With ``replace`` the new entry supersedes an existing one
+    of the same hash (built under a weaker sandbox) atomically, see :meth:`Store.replace`.
     """
     drv = resolved.derivation
     started = time.time()
@@ -301,7 +335,8 @@ def build(
                 files=_file_digests(root / "entry"),
                 archs=archs,
             )
-            entry = store.publish(
+            publish = store.replace if replace else store.publish
+            entry = publish(
                 root / "entry", hash=drv.hash, name=drv.name, version=drv.version, meta=meta
             )
             return BuildOutcome(entry=entry, sandbox=runner.level, seconds=seconds)

@@ -134,7 +134,7 @@ PATTERNS: tuple[Pattern, ...] = (
         id="sandbox-no-tmp",
         regex=r"unable to make temporary file",
         cause="the compiler could not write a temporary file: the sandbox has no writable /tmp",
-        fix="give the build a writable /tmp (rocmforge's bwrap and unshare runners mount one; "
+        fix="give the build a writable /tmp (rocmforge's bwrap runner mounts one; "
         "a custom runner needs --tmpfs /tmp)",
     ),
     Pattern(

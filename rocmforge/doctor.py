@@ -179,10 +179,15 @@ def probe_machine(
     env: Mapping[str, str] | None = None, *, sysroot: Path = Path("/")
 ) -> MachineReport:
     """Probe this machine (``env`` gives PATH and ROCM_PATH; ``sysroot`` holds /opt and /usr)."""
+    from rocmforge.errors import SandboxError
     from rocmforge.sandbox import detect_runner
 
     env = dict(os.environ if env is None else env)
-    runner = detect_runner(None)
+    try:
+        runner = detect_runner(None)
+        level, warning = runner.level, runner.warning
+    except SandboxError as exc:  # auto never falls back: report why, and what to do
+        level, warning = "unavailable", str(exc)
     bwrap = shutil.which("bwrap", path=env.get("PATH", ""))
     return MachineReport(
         rocm=find_rocm(env, sysroot),
@@ -190,8 +195,8 @@ def probe_machine(
         ram_bytes=ram_bytes(),
         cpu_count=cpu_count(),
         bwrap=Path(bwrap) if bwrap else None,
-        sandbox=runner.level,
-        sandbox_warning=runner.warning,
+        sandbox=level,
+        sandbox_warning=warning,
     )
 
 

@@ -24,6 +24,8 @@ from collections.abc import Iterable, Sequence
 from rocmforge.store import layout
 
 MEMO_FORMAT = 1
+#: The sandbox level an option-less ``realize`` asks for; only entries built so are answered.
+FAST_SANDBOX = "bwrap"
 _ENV_KEYS = ("PATH", "PYENV_VERSION", "ROCMFORGE_STORE")
 Sig = tuple[int, int, int, int, int]
 
@@ -179,7 +181,9 @@ def fast_realize(argv: Sequence[str]) -> int | None:
     results = []
     for recipe in recipes:
         result = _valid(memo.get(memo_key(recipe)))
-        if result is None:
+        # Without options a realize asks for bwrap: an entry built under a weaker sandbox (or
+        # remembered before the level was) goes to the full pipeline, which rebuilds it.
+        if result is None or result.get("sandbox") != FAST_SANDBOX:
             return None
         results.append(result)
     try:

@@ -154,6 +154,28 @@ def make_link(link: Path, target: Path) -> Path:
     return link
 
 
+def satisfies(built: object, wanted: str) -> bool:
+    """Whether an entry built at sandbox level ``built`` may answer a request for ``wanted``.
+
+    A level satisfies itself and every weaker one. An unknown or missing level (an old entry,
+    the removed ``unshare``) ranks below ``none`` and satisfies no request.
+    """
+    if built == wanted:
+        return True
+    from rocmforge.sandbox import STRENGTH
+
+    strongest = max(STRENGTH.values())
+    return isinstance(built, str) and STRENGTH.get(built, 0) >= STRENGTH.get(wanted, strongest)
+
+
+def _weaker_note(entry: Entry, wanted: str) -> str:
+    built = entry.meta.sandbox
+    return (
+        f"the cached build {entry.path} was made with sandbox {built!r}, weaker than the "
+        f"requested {wanted!r}: not using it; rebuilding, the new build replaces it"
+    )
+
+
 def _remember(store: Store, r: Resolved, entry: Entry) -> None:
     """Record this result in the realize memo so the next identical realize is instant."""
     from rocmforge import memo
@@ -187,6 +209,7 @@ def _remember(store: Store, r: Resolved, entry: Entry) -> None:
             "version": r.derivation.version,
             "path": str(entry.path),
             "wheels": [str(w) for w in entry.wheels],
+            "sandbox": entry.meta.sandbox,
         },
     )
 
@@ -239,12 +262,18 @@ def realize(
     link: Path | None = None,
     lints: tuple[Finding, ...] | None = None,
     temp_roots: TempRoots | None = None,
+    sandbox: str = "bwrap",
 ) -> RealizeReport:
     """Return the store entry for ``recipe``, building it in the sandbox on a miss.
 
     ``lints`` are the findings of :func:`lint` when the caller already ran it (the CLI lints every
     recipe before building any); without them, the recipe is linted here. Either way the
     unacknowledged warnings are reported once, here.
+
+    ``sandbox`` is the weakest sandbox level the caller accepts (``runner_factory`` gives that
+    level or a stronger one). A cached entry built under a weaker level is not returned: it is
+    rebuilt, with a warning, and the new build replaces it in the store atomically.
+
     The entry is protected from gc until ``temp_roots`` is closed (the CLI keeps one open until
     it exits); without one, only until this call returns. The store's shared lock is held only
     around the lookup and the return, never across a build: while resolving and building, this
@@ -265,18 +294,29 @@ def realize(
         drv = r.derivation
         with store.shared_lock():
             entry = store.lookup(drv.hash, drv.name, drv.version)
-            if entry is not None:
+            if entry is not None and satisfies(entry.meta.sandbox, sandbox):
                 return _finish(store, r, entry, roots, link, started=started, sandbox=None)
             roots.add(drv.hash)  # what we are about to build and publish
-        sandbox = None
+        wanted = sandbox
+        built: str | None = None
         with store.build_lock(drv.hash):
             entry = store.lookup(drv.hash, drv.name, drv.version)
-            if entry is None:
+            weaker = entry is not None and not satisfies(entry.meta.sandbox, wanted)
+            if entry is None or weaker:
                 from rocmforge.build import build
 
                 store.clean_leftovers()
-                _explain_miss(store, drv.data, reporter)
+                if entry is not None:
+                    reporter.warning(_weaker_note(entry, wanted))
+                else:
+                    _explain_miss(store, drv.data, reporter)
                 runner = runner_factory()
+                if not satisfies(runner.level, wanted):
+                    from rocmforge.errors import SandboxError
+
+                    raise SandboxError(
+                        f"sandbox level {runner.level!r} is weaker than the requested {wanted!r}"
+                    )
                 warning = getattr(runner, "warning", None)
                 if warning:
                     reporter.warning(warning)
@@ -294,10 +334,11 @@ def realize(
                     reporter=reporter,
                     keep_failed=keep_failed,
                     check_requirements=tuple(q.wheel for q in check_reqs),
+                    replace=weaker,
                 )
-                entry, sandbox = outcome.entry, outcome.sandbox
+                entry, built = outcome.entry, outcome.sandbox
         with store.shared_lock():
-            return _finish(store, r, entry, roots, link, started=started, sandbox=sandbox)
+            return _finish(store, r, entry, roots, link, started=started, sandbox=built)
     except BaseException:
         if temp_roots is not None:
             with store.shared_lock():

@@ -1,16 +1,24 @@
-"""Sandboxed process runner: bubblewrap, unshare, or a clean environment only.
+"""Sandboxed process runner: bubblewrap, or (asked for by name) a clean environment only.
 
 Every runner gives the command exactly the environment it is handed, umask 022, a new session
-whose whole process group is killed on timeout or interrupt, and streams stdout+stderr into a
-log. ``bwrap`` also isolates network, pids and the filesystem (system read-only, only the mounts
-visible); ``unshare`` isolates network and pids only; ``none`` isolates nothing but the
-environment.
+whose whole process tree is killed on timeout or interrupt, and streams stdout+stderr into a
+log. ``bwrap`` also isolates network, pids, hostname and the filesystem (system read-only, only
+the mounts visible); ``none`` isolates nothing but the environment and is never chosen unless
+asked for by name: ``auto`` means bwrap or an error. The whole build tree dies with ``realize``
+at every level, even on ``kill -9``: every runner runs its command through one
+:func:`run_supervised`, under :mod:`rocmforge.util.reaper` (a child subreaper with a parent-death
+signal that kills everything below it); bwrap's ``--die-with-parent`` then takes its pid
+namespace down too.
+
+There is no ``unshare`` level any more: it shared the host filesystem and, run as root, could
+read and write the host; a level that claims isolation it does not give is worse than none.
 """
 
 from __future__ import annotations
 
 import contextlib
 import glob
+import json
 import math
 import os
 import select
@@ -18,6 +26,7 @@ import shlex
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -74,9 +83,21 @@ class Runner(Protocol):
         ...
 
 
-LEVELS = ("bwrap", "unshare", "none")
+LEVELS = ("bwrap", "none")
+#: How strong each level is: an entry built at a level satisfies requests at that level or
+#: weaker. Unknown or missing levels (old entries, the removed ``unshare``) rank below ``none``.
+STRENGTH = {"none": 1, "bwrap": 2}
 
-NONE_WARNING = "sandbox level 'none': clean environment only; no network or filesystem isolation"
+NONE_WARNING = (
+    "sandbox level 'none': NO ISOLATION: the build runs as you, with no network or filesystem "
+    "isolation (clean environment only); the entry records sandbox 'none'"
+)
+UNSHARE_REMOVED = (
+    "sandbox level 'unshare' was removed: it shared the host filesystem (a root build could read "
+    "/etc/shadow and write /usr); use bwrap, or --sandbox none to build knowingly without "
+    "isolation"
+)
+_REAPER = str(Path(__file__).resolve().parent / "util" / "reaper.py")
 
 # /etc entries compilers, the dynamic loader and Python read; bound read-only when they exist.
 _ETC_PATHS = (
@@ -98,6 +119,7 @@ _CHUNK = 65536
 _MAX_PENDING_LINE = 65536
 _PROBE_TIMEOUT = 15.0
 _DRAIN_SECONDS = 2.0
+_REAPER_MARGIN = 2.0
 _UMASK = 0o022
 
 
@@ -168,70 +190,8 @@ class BwrapRunner:
         """Run ``argv`` inside bubblewrap with exactly ``env``; see :class:`Runner`."""
         _check_mounts(mounts, relocated=True)
         cmd = self.command(argv, cwd=cwd, env=env, mounts=mounts)
-        return _run_streaming(
+        return run_supervised(
             cmd, env={}, cwd="/", timeout=timeout, log=log, on_line=on_line, grace=self.kill_grace
-        )
-
-
-class UnshareRunner:
-    """util-linux ``unshare``: private network and pid namespaces, host filesystem as is."""
-
-    level: str = "unshare"
-    warning: str | None = None
-
-    def __init__(
-        self,
-        executable: str,
-        *,
-        as_root: bool | None = None,
-        mount_proc: bool = True,
-        kill_grace: float = 3.0,
-    ) -> None:
-        self.executable = executable
-        self.as_root = os.geteuid() == 0 if as_root is None else as_root
-        self.mount_proc = mount_proc
-        self.kill_grace = kill_grace
-
-    def sandbox_path(self, mount: Mount) -> str:
-        """Return the host path: this runner does not relocate the filesystem."""
-        return str(mount.host)
-
-    def command(self, argv: Sequence[str]) -> list[str]:
-        """Return the full ``unshare`` command line that runs ``argv``."""
-        cmd = [self.executable]
-        if not self.as_root:
-            cmd += ["--user", "--map-root-user"]
-        cmd += ["--net", "--pid", "--fork", "--kill-child"]
-        if self.mount_proc:
-            cmd.append("--mount-proc")
-        cmd += ["--", *argv]
-        return cmd
-
-    def unavailable_reason(self) -> str | None:
-        """Return why a trial ``unshare ... true`` fails, or None if this runner is usable."""
-        return _probe(self.command(["true"]))
-
-    def run(
-        self,
-        argv: Sequence[str],
-        *,
-        cwd: str,
-        env: Mapping[str, str],
-        mounts: Sequence[Mount],
-        timeout: float | None,
-        log: BinaryIO,
-        on_line: Callable[[str], None] | None = None,
-    ) -> RunResult:
-        """Run ``argv`` without network in a new pid namespace; see :class:`Runner`."""
-        _check_mounts(mounts, relocated=False)
-        return _run_streaming(
-            self.command(argv),
-            env=env,
-            cwd=cwd,
-            timeout=timeout,
-            log=log,
-            on_line=on_line,
-            grace=self.kill_grace,
         )
 
 
@@ -259,25 +219,92 @@ class NoneRunner:
         log: BinaryIO,
         on_line: Callable[[str], None] | None = None,
     ) -> RunResult:
-        """Run ``argv`` as a plain subprocess with exactly ``env``; see :class:`Runner`."""
+        """Run ``argv`` under the reaper with exactly ``env``; see :class:`Runner`."""
         _check_mounts(mounts, relocated=False)
-        return _run_streaming(
+        if not argv:
+            raise SandboxError("empty command")
+        program = argv[0]
+        found = program if "/" in program else shutil.which(program, path=env.get("PATH", ""))
+        if found is None or not os.access(found, os.X_OK) or os.path.isdir(found):
+            raise SandboxError(f"cannot start {shlex.join(argv)!r}: {program}: no such program")
+        return run_supervised(
             argv, env=env, cwd=cwd, timeout=timeout, log=log, on_line=on_line, grace=self.kill_grace
         )
 
 
-def detect_runner(level: str | None = None) -> Runner:
-    """Return the runner for ``level``; None or ``"auto"`` picks the strongest usable one.
+def run_supervised(
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str],
+    cwd: str,
+    timeout: float | None,
+    log: BinaryIO,
+    on_line: Callable[[str], None] | None,
+    grace: float,
+) -> RunResult:
+    """Run ``argv`` with exactly ``env`` under :mod:`rocmforge.util.reaper`; every runner's ``run``.
 
-    Order for auto: bwrap, then unshare, then none. Raises :class:`SandboxError` for an unknown
-    level, or for an explicit level this machine cannot provide (with the reason).
+    The reaper (a child subreaper with a parent-death signal) takes the whole tree below it
+    down when the command ends, on timeout or interrupt, and when this process dies, even by
+    ``kill -9``; it also closes the window in which a parent-death signal set by the command
+    itself (bwrap's ``--die-with-parent``) would come too late.
+    """
+    read_fd, write_fd = os.pipe()
+    pending = [write_fd]  # closed by _send_env once the reaper runs, else below
+
+    def send() -> None:
+        _send_env(pending.pop(), env)
+
+    try:
+        cmd = [sys.executable, "-I", "-S", _REAPER, str(read_fd), str(os.getpid()), str(grace)]
+        cmd += ["--", *argv]
+        return _run_streaming(
+            cmd,
+            env={},
+            cwd=cwd,
+            timeout=timeout,
+            log=log,
+            on_line=on_line,
+            grace=grace + _REAPER_MARGIN,  # the reaper's own grace comes first
+            pass_fds=(read_fd,),
+            started=send,
+        )
+    finally:
+        for fd in (read_fd, *pending):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def _send_env(fd: int, env: Mapping[str, str]) -> None:
+    """Write ``env`` as JSON into the reaper's pipe and close it (the reaper reads to EOF)."""
+    data = json.dumps(dict(env)).encode()
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    except OSError as exc:
+        raise SandboxError(f"cannot hand the environment to the build supervisor: {exc}") from exc
+    finally:
+        os.close(fd)
+
+
+def detect_runner(level: str | None = None) -> Runner:
+    """Return the runner for ``level``; None or ``"auto"`` means bwrap.
+
+    ``auto`` never falls back to a weaker level: if bwrap is unusable it raises
+    :class:`SandboxError` with the reason and how to choose ``none`` knowingly. Raises it too for
+    an unknown level, for the removed ``unshare``, or for a level this machine cannot provide.
     """
     if level is None or level == "auto":
-        for candidate in ("bwrap", "unshare"):
-            runner, _ = _candidate(candidate)
-            if runner is not None:
-                return runner
-        return NoneRunner()
+        runner, reason = _candidate("bwrap")
+        if runner is None:
+            raise SandboxError(
+                f"no sandbox available: {reason}; install bubblewrap (or allow unprivileged "
+                "user namespaces), or pass --sandbox none to build without isolation"
+            )
+        return runner
+    if level == "unshare":
+        raise SandboxError(UNSHARE_REMOVED)
     if level not in LEVELS:
         raise SandboxError(
             f"unknown sandbox level {level!r}; expected one of: auto, {', '.join(LEVELS)}"
@@ -294,19 +321,11 @@ def _candidate(level: str) -> tuple[Runner | None, str]:
     executable = shutil.which(level)
     if executable is None:
         return None, f"{level!r} not found on PATH"
-    candidates: list[BwrapRunner | UnshareRunner]
-    if level == "bwrap":
-        candidates = [BwrapRunner(executable)]
-    else:
-        # --mount-proc needs a mount namespace; fall back to the host /proc view without it.
-        candidates = [UnshareRunner(executable), UnshareRunner(executable, mount_proc=False)]
-    reason = ""
-    for runner in candidates:
-        failure = runner.unavailable_reason()
-        if failure is None:
-            return runner, ""
-        reason = reason or failure
-    return None, reason
+    runner = BwrapRunner(executable)
+    failure = runner.unavailable_reason()
+    if failure is None:
+        return runner, ""
+    return None, failure
 
 
 def _probe(cmd: list[str]) -> str | None:
@@ -373,8 +392,14 @@ def _run_streaming(
     log: BinaryIO,
     on_line: Callable[[str], None] | None,
     grace: float,
+    pass_fds: Sequence[int] = (),
+    started: Callable[[], None] | None = None,
 ) -> RunResult:
-    """Spawn ``cmd`` in a new session, stream its output to ``log``, kill its group at the end."""
+    """Spawn ``cmd`` in a new session, stream its output to ``log``, kill its group at the end.
+
+    ``pass_fds`` stay open in the child; ``started`` is called once it runs (before any output
+    is read), and if it raises, the child is killed and the error propagates.
+    """
     start = time.monotonic()
     deadline = None if timeout is None else start + timeout
     try:
@@ -387,6 +412,7 @@ def _run_streaming(
             cwd=cwd,
             start_new_session=True,
             umask=_UMASK,
+            pass_fds=tuple(pass_fds),
         )
     except OSError as exc:
         raise SandboxError(f"cannot start {shlex.join(cmd)!r} in {cwd}: {exc}") from exc
@@ -395,6 +421,8 @@ def _run_streaming(
     lines = _Lines(on_line)
     timed_out = False
     try:
+        if started is not None:
+            started()
         timed_out = _pump(proc, pipe.fileno(), deadline, log, lines)
         if timed_out:
             _terminate(proc, grace)

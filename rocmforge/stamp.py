@@ -26,6 +26,7 @@ from typing import Any
 from rocmforge import __version__
 from rocmforge.errors import EXIT_BAD_INPUT, CheckError, RocmforgeError
 from rocmforge.store.entry import input_hash
+from rocmforge.util.fsutil import open_regular
 
 STAMP_NAME = "rocmforge.json"
 STAMP_FORMAT = 1
@@ -97,7 +98,13 @@ def stamp_wheel(path: Path, *, input_hash: str, derivation: Mapping[str, Any]) -
     fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".stamp")
     tmp = Path(tmp_name)
     try:
-        with os.fdopen(fd, "wb") as out, zipfile.ZipFile(path) as src:
+        # Never through a link or into a FIFO: $OUT is written by the build (see open_regular).
+        with (
+            os.fdopen(fd, "wb") as out,
+            open_regular(path) as raw,
+            zipfile.ZipFile(raw) as src,
+        ):
+            mode = stat.S_IMODE(os.fstat(raw.fileno()).st_mode)
             names = src.namelist()
             dist_info = dist_info_dir(names, path)
             member = f"{dist_info}/{STAMP_NAME}"
@@ -124,7 +131,7 @@ def stamp_wheel(path: Path, *, input_hash: str, derivation: Mapping[str, Any]) -
                 rec = zipfile.ZipInfo(record_name, date_time=(1980, 1, 1, 0, 0, 0))
                 rec.external_attr = (stat.S_IFREG | 0o644) << 16
                 dst.writestr(rec, _with_stamp(record, member, data).encode("utf-8"))
-        os.chmod(tmp, stat.S_IMODE(os.stat(path).st_mode))
+        os.chmod(tmp, mode)
         os.replace(tmp, path)
     except (OSError, zipfile.BadZipFile, UnicodeDecodeError) as exc:
         tmp.unlink(missing_ok=True)

@@ -31,7 +31,7 @@ from installer.sources import WheelFile
 from packaging.utils import parse_wheel_filename
 
 from rocmforge.errors import CheckError, RocmforgeError, ToolchainError
-from rocmforge.util.fsutil import fsync_path
+from rocmforge.util.fsutil import fsync_path, open_regular
 from rocmforge.util.hashing import file_digests
 
 __all__ = [
@@ -317,10 +317,10 @@ def normalize_wheel(path: Path, *, epoch: int) -> None:
     tmp = Path(tmp_name)
     try:
         with os.fdopen(fd, "wb") as out:
-            _rewrite(path, out, date_time)
+            mode = _rewrite(path, out, date_time)
             out.flush()
             os.fsync(out.fileno())
-        os.chmod(tmp, stat.S_IMODE(os.stat(path).st_mode))
+        os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
@@ -328,11 +328,16 @@ def normalize_wheel(path: Path, *, epoch: int) -> None:
     fsync_path(directory, directory=True)
 
 
-def _rewrite(path: Path, out: IO[bytes], date_time: tuple[int, int, int, int, int, int]) -> None:
-    """Write the normalized form of the wheel at ``path`` to ``out``, verifying RECORD."""
+def _rewrite(path: Path, out: IO[bytes], date_time: tuple[int, int, int, int, int, int]) -> int:
+    """Write the normalized form of the wheel at ``path`` to ``out``, verifying RECORD.
+
+    ``path`` is opened only if it is a regular file itself (a build may have left a symlink or
+    a FIFO there); returns its permission bits.
+    """
     try:
-        with zipfile.ZipFile(path) as src:
+        with open_regular(path) as raw, zipfile.ZipFile(raw) as src:
             _rewrite_zip(path, src, out, date_time)
+            return stat.S_IMODE(os.fstat(raw.fileno()).st_mode)
     except zipfile.BadZipFile as exc:
         raise CheckError(f"{path}: not a valid zip archive: {exc}") from exc
     except OSError as exc:

@@ -181,7 +181,7 @@ def test_provenance_and_audit_name_every_submodule_commit(tmp_path: Path, store:
     recipe = tmp_path / "git.toml"
     recipe.write_text(
         TINY_RECIPE.replace('path = "{src}"', f'git = "{repo}"\nrev = "{commit}"\n'
-                            "submodules = true")
+                            "submodules = true\nallow-local-submodules = true")
     )  # fmt: skip
     proc = rf("realize", recipe, "--store", store, "--json")
     assert proc.returncode == 0, proc.stderr

@@ -121,7 +121,7 @@ def test_doctor_with_no_rocm_and_no_gpu(tmp_path: Path) -> None:
     assert m.rocm == () and m.gpus == ()
     assert {p.detail for p in m.gpu_probes} == {"not installed"}
     assert m.ram_bytes and m.ram_bytes > 0 and m.cpu_count and m.cpu_count >= 1
-    assert m.sandbox in ("bwrap", "unshare", "none")
+    assert m.sandbox in ("bwrap", "unavailable")
 
 
 def test_doctor_recipe_lints_and_coverage(tmp_path: Path) -> None:

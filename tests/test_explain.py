@@ -98,7 +98,7 @@ def test_explain_names_a_bumped_submodule(tmp_path: Path, store: Path) -> None:
         path = tmp_path / f"{commit[:8]}.toml"
         path.write_text(
             TINY_RECIPE.replace('path = "{src}"', f'git = "{repo}"\nrev = "{commit}"\n'
-                                'submodules = true')
+                                'submodules = true\nallow-local-submodules = true')
         )  # fmt: skip
         recipes.append(path)
     data = json.loads(rf("explain", *recipes, "--store", store, "--json").stdout)

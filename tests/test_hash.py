@@ -98,11 +98,15 @@ def git_project(tmp_path: Path) -> tuple[Path, Path, str, str]:
 
 
 def git_recipe(path: Path, url: Path, rev: str, patches: list[Path] | None = None) -> Path:
-    text = TINY_RECIPE.replace('path = "{src}"', f'git = "{url}"\nrev = "{rev}"\nsubmodules = true')
+    text = TINY_RECIPE.replace(
+        'path = "{src}"',
+        f'git = "{url}"\nrev = "{rev}"\nsubmodules = true\nallow-local-submodules = true',
+    )
     if patches:
         text = text.replace(
             "submodules = true",
             "submodules = true\npatches = " + json.dumps([str(p) for p in patches]),
+            1,
         )
     return write(path, text)
 

@@ -274,6 +274,8 @@ def make_super(tmp_path: Path) -> dict[str, str]:
 
 
 def git_spec(url: Path | str, rev: str, **kw: object) -> SourceSpec:
+    # The submodules of these test repositories are local repositories made by the tests.
+    kw.setdefault("allow_local_submodules", True)
     return SourceSpec(kind="git", git=str(url), rev=rev, **kw)  # type: ignore[arg-type]
 
 

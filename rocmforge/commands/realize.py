@@ -27,9 +27,9 @@ def register(sub: Any) -> None:
     )
     p.add_argument(
         "--sandbox",
-        choices=("auto", "bwrap", "unshare", "none"),
+        choices=("auto", "bwrap", "none"),
         default=None,
-        help="sandbox level (default: the best available)",
+        help="sandbox level (default auto: bwrap, or an error; 'none' only when asked for)",
     )
     p.add_argument("-v", "--verbose", action="store_true", help="echo build output (non-TTY)")
     add_json_option(p)
@@ -75,6 +75,7 @@ def run(args: argparse.Namespace) -> int:
                 link=link,
                 lints=lints[i],
                 temp_roots=temp_roots,
+                sandbox="none" if args.sandbox == "none" else "bwrap",
             )
         finally:
             reporter.close()

@@ -35,6 +35,9 @@ class SourceSpec:
     rev: str | None = None
     ref: str | None = None
     submodules: bool = False
+    #: ``allow-local-submodules``: a submodule may have a local URL (a host path, ``file://``);
+    #: without it only the recipe itself may name a local repository.
+    allow_local_submodules: bool = False
     patches: tuple[Path, ...] = ()
 
 
@@ -155,7 +158,7 @@ _KEYS: dict[str, tuple[str, ...]] = {
     "": ("schema", "extends", "package", "source", "toolchain", "requirements", "env", "build",
          "check", "lint", "inputs"),
     "package": ("name", "version"),
-    "source": ("path", "git", "rev", "ref", "submodules", "patches"),
+    "source": ("path", "git", "rev", "ref", "submodules", "allow-local-submodules", "patches"),
     "toolchain": ("kind", "python", "cc", "cxx", "rocm", "root"),
     "requirements": ("build", "digests"),
     "build": ("steps", "passthrough", "timeout"),
@@ -363,7 +366,7 @@ def _source(c: _Checker, data: Mapping[str, Any], base: Path) -> SourceSpec:
     elif "path" not in t and "git" not in t:
         c.add("source", "give exactly one of 'path' (a directory) or 'git' (a URL or local path)")
     if "git" not in t:
-        for name in ("rev", "ref", "submodules"):
+        for name in ("rev", "ref", "submodules", "allow-local-submodules"):
             if name in t:
                 c.add(join_key("source", name), "only applies to a git source")
         return SourceSpec(kind="path", path=base / path if path else None, patches=patches)
@@ -389,6 +392,7 @@ def _source(c: _Checker, data: Mapping[str, Any], base: Path) -> SourceSpec:
         rev=rev.lower() if rev else None,
         ref=ref,
         submodules=c.boolean(t, "source", "submodules"),
+        allow_local_submodules=c.boolean(t, "source", "allow-local-submodules"),
         patches=patches,
     )
 

@@ -24,8 +24,13 @@ from rocmforge.errors import SourceError
 from rocmforge.util.hashing import blake3_hex
 
 _COMMIT_RE = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
-# Allow local (file://) submodule clones, which git >= 2.38 refuses by default; set on every call.
-_BASE_CONFIG = ("-c", "protocol.file.allow=always", "-c", "safe.directory=*")
+# The recipe's own URL may be local (a path or file://), which git >= 2.38 refuses for clones
+# made by `git submodule`; set on every call. Submodule URLs are checked by rocmforge first (a
+# local one only with allow-local-submodules); command transports (ext::) are never allowed.
+_BASE_CONFIG = (
+    "-c", "protocol.file.allow=always", "-c", "protocol.ext.allow=never",
+    "-c", "safe.directory=*",
+)  # fmt: skip
 
 
 def git_env(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -121,7 +126,7 @@ def ensure_mirror(url: str, rev: str, cache: Path) -> Path:
             tmp = Path(tempfile.mkdtemp(prefix=".clone-", dir=mirror.parent))
             try:
                 run_git(
-                    ["clone", "--mirror", "--quiet", url, tmp / "m.git"],
+                    ["clone", "--mirror", "--quiet", "--", url, tmp / "m.git"],
                     what=f"cannot clone {url}",
                 )
                 os.replace(tmp / "m.git", mirror)
@@ -140,6 +145,39 @@ def ensure_mirror(url: str, rev: str, cache: Path) -> Path:
             if not _has_commit(mirror, rev):
                 raise SourceError(f"git source {url}: commit {rev} not found (after fetching)")
     return mirror
+
+
+def is_local_url(url: str) -> bool:
+    """Return True if git would read ``url`` from this machine: a path or a ``file:`` URL.
+
+    Git's rules: ``scheme://...`` is a URL, ``host:path`` with the colon before any slash is
+    scp-like ssh, anything else (``/srv/repo``, ``../x``, ``-x``) is a local path.
+    """
+    if url.lower().startswith("file:"):
+        return True
+    if "://" in url:
+        return False
+    colon, slash = url.find(":"), url.find("/")
+    scp_like = colon > 0 and (slash == -1 or colon < slash)
+    return not scp_like
+
+
+def check_submodule_url(sub_url: str, *, where: str, path: str, allow_local: bool) -> None:
+    """Refuse a submodule URL that points at this machine unless the recipe allows it.
+
+    Only the recipe may name a local repository: a ``.gitmodules`` written by someone else must
+    not make rocmforge copy ``/srv/private_repo`` (or any other host repository) into a build.
+    """
+    if "::" in sub_url.split("/", 1)[0]:
+        raise SourceError(
+            f"{where}: submodule {path!r} uses the command transport {sub_url!r}; refused"
+        )
+    if is_local_url(sub_url) and not allow_local:
+        raise SourceError(
+            f"{where}: submodule {path!r} has the local URL {sub_url!r}; only the recipe may "
+            "name a repository on this machine. If you trust this repository's .gitmodules, "
+            "set allow-local-submodules = true in [source]"
+        )
 
 
 def resolve_url(base: str, url: str) -> str:
@@ -221,9 +259,12 @@ def submodules_at(mirror: Path, commit: str, url: str) -> list[Submodule]:
 
 
 def resolve_tree(
-    url: str, rev: str, cache: Path, *, submodules: bool
+    url: str, rev: str, cache: Path, *, submodules: bool, allow_local_submodules: bool = False
 ) -> tuple[int, tuple[tuple[str, str], ...]]:
-    """Fetch what is needed and return ``(committer time, ((sub path, commit), ...))``."""
+    """Fetch what is needed and return ``(committer time, ((sub path, commit), ...))``.
+
+    A submodule with a local URL is refused unless ``allow_local_submodules``.
+    """
     mirror = ensure_mirror(url, rev, cache)
     epoch_out = run_git(
         ["--git-dir", mirror, "show", "-s", "--format=%ct", rev],
@@ -232,7 +273,10 @@ def resolve_tree(
     epoch = int(epoch_out.decode().strip())
     found: list[tuple[str, str]] = []
     if submodules:
-        _walk_submodules(mirror, url, rev, "", cache, found, materialize_to=None)
+        _walk_submodules(
+            mirror, url, rev, "", cache, found, materialize_to=None,
+            allow_local=allow_local_submodules,
+        )
     return epoch, tuple(sorted(found))
 
 
@@ -245,16 +289,18 @@ def _walk_submodules(
     found: list[tuple[str, str]],
     *,
     materialize_to: Path | None,
+    allow_local: bool,
 ) -> None:
     for sub in submodules_at(mirror, commit, url):
-        sub_mirror = ensure_mirror(sub.url, sub.commit, cache)
         full = prefix + sub.path
+        check_submodule_url(sub.url, where=f"{url}@{commit}", path=full, allow_local=allow_local)
+        sub_mirror = ensure_mirror(sub.url, sub.commit, cache)
         found.append((full, sub.commit))
         if materialize_to is not None:
             checkout(sub_mirror, sub.commit, materialize_to / full, cache)
         _walk_submodules(
             sub_mirror, sub.url, sub.commit, full + "/", cache, found,
-            materialize_to=materialize_to,
+            materialize_to=materialize_to, allow_local=allow_local,
         )
 
 
@@ -278,12 +324,24 @@ def checkout(mirror: Path, commit: str, dest: Path, cache: Path) -> None:
 
 
 def materialize_git(
-    url: str, rev: str, dest: Path, cache: Path, *, submodules: bool
+    url: str,
+    rev: str,
+    dest: Path,
+    cache: Path,
+    *,
+    submodules: bool,
+    allow_local_submodules: bool = False,
 ) -> tuple[tuple[str, str], ...]:
-    """Check out ``rev`` and (if asked) every submodule into ``dest``; return the submodules."""
+    """Check out ``rev`` and (if asked) every submodule into ``dest``; return the submodules.
+
+    A submodule with a local URL is refused unless ``allow_local_submodules``.
+    """
     mirror = ensure_mirror(url, rev, cache)
     checkout(mirror, rev, dest, cache)
     found: list[tuple[str, str]] = []
     if submodules:
-        _walk_submodules(mirror, url, rev, "", cache, found, materialize_to=dest)
+        _walk_submodules(
+            mirror, url, rev, "", cache, found, materialize_to=dest,
+            allow_local=allow_local_submodules,
+        )
     return tuple(sorted(found))

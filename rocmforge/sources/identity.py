@@ -52,8 +52,13 @@ class SourceIdentity:
         }
 
 
-def _resolved_path(spec_git: str, rev: str, submodules: bool, cache: Path) -> Path:
-    key = f"{mirror_path(spec_git, cache).name}\0{rev}\0{int(submodules)}"
+def _resolved_path(
+    spec_git: str, rev: str, submodules: bool, cache: Path, *, local: bool = False
+) -> Path:
+    # A resolution that allowed local submodule URLs must not answer a recipe that does not.
+    key = f"{mirror_path(spec_git, cache).name}\0{rev}\0{int(submodules)}" + (
+        "\0local-submodules" if local else ""
+    )
     return cache / "git-resolved" / f"{blake3_hex(key.encode())[:32]}.json"
 
 
@@ -92,10 +97,15 @@ def identify_source(spec: SourceSpec, *, cache: Path) -> SourceIdentity:
     if spec.kind == "git":
         url = _git_url(spec)
         rev = check_commit(spec.rev, url)
-        resolved_file = _resolved_path(url, rev, spec.submodules, cache)
+        resolved_file = _resolved_path(
+            url, rev, spec.submodules, cache, local=spec.allow_local_submodules
+        )
         resolved = _read_resolved(resolved_file, rev)
         if resolved is None:
-            resolved = resolve_tree(url, rev, cache, submodules=spec.submodules)
+            resolved = resolve_tree(
+                url, rev, cache, submodules=spec.submodules,
+                allow_local_submodules=spec.allow_local_submodules,
+            )
             _write_json_atomic(
                 resolved_file,
                 {"v": _RESOLVED_VERSION, "commit": rev, "epoch": resolved[0],
@@ -120,7 +130,9 @@ def needs_fetch(spec: SourceSpec, *, cache: Path) -> bool:
     source whose commit and submodules are not resolved in the cache yet)."""
     if spec.kind != "git" or not spec.git or not is_remote_url(spec.git) or spec.rev is None:
         return False
-    resolved = _resolved_path(spec.git, spec.rev, spec.submodules, cache)
+    resolved = _resolved_path(
+        spec.git, spec.rev, spec.submodules, cache, local=spec.allow_local_submodules
+    )
     return _read_resolved(resolved, spec.rev) is None
 
 
@@ -167,7 +179,10 @@ def materialize_source(
         rev = check_commit(spec.rev, url)
         if ident.commit != rev:
             raise SourceError(f"git source {url}: identity is for {ident.commit}, spec wants {rev}")
-        subs = materialize_git(url, rev, dest, cache, submodules=spec.submodules)
+        subs = materialize_git(
+            url, rev, dest, cache, submodules=spec.submodules,
+            allow_local_submodules=spec.allow_local_submodules,
+        )
         if subs != ident.submodules:
             raise SourceError(
                 f"git source {url}@{rev}: submodules found {subs} differ from the identity "

@@ -454,6 +454,50 @@ class Store:
         self.index.add(entry, derivation)
         return entry
 
+    def replace(
+        self,
+        staged: Path,
+        *,
+        hash: str,
+        name: str,
+        version: str,
+        meta: Mapping[str, Any],
+    ) -> Entry:
+        """Publish ``staged`` in place of the existing entry of the same hash, atomically.
+
+        For a rebuild that must supersede the entry (one built under a weaker sandbox than a
+        realize asked for). The new directory is sealed like :meth:`publish` does, then the two
+        directories swap names in one step (``renameat2(RENAME_EXCHANGE)``): readers see the old
+        entry or the new one, never neither; the path stays the same, so links keep working.
+        The old entry, now at ``staged``, is removed. Without an existing entry this is
+        :meth:`publish`. Call under :meth:`build_lock` for ``hash``.
+        """
+        from rocmforge.util.fsutil import exchange
+
+        final = self.entry_dir(hash, name, version)
+        if not os.path.lexists(final):
+            return self.publish(staged, hash=hash, name=name, version=version, meta=meta)
+        try:
+            derivation, full_meta = self._prepare(staged, hash, name, version, meta)
+            write_atomic(staged / layout.META, json_bytes(full_meta.to_json()))
+            self._seal(staged)
+        except OSError as e:
+            raise StoreError(f"cannot stage {staged} for publishing as {final.name}: {e}") from e
+        try:
+            # Moving a directory needs write access to it (its ".."): both are swapped.
+            os.chmod(final, 0o755)
+            os.chmod(staged, 0o755)
+            exchange(staged, final)
+            os.chmod(final, DIR_MODE)
+            fsync_path(final, directory=True)
+            fsync_path(self.entries_dir, directory=True)
+            remove_tree(staged)
+        except OSError as e:
+            raise StoreError(f"cannot replace {final} with the rebuilt {staged}: {e}") from e
+        entry = self.load(final)
+        self.index.add(entry, derivation)
+        return entry
+
     def _discard(self, staged: Path) -> None:
         try:
             remove_tree(staged)
