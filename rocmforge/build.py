@@ -25,8 +25,8 @@ from rocmforge.provenance import PROVENANCE, make_statement, write_statement
 from rocmforge.resolve import Resolved
 from rocmforge.sandbox import Mount, Runner
 from rocmforge.sources.identity import materialize_source
+from rocmforge.sources.refs import used_sources
 from rocmforge.stamp import stamp_wheel
-from rocmforge.store.gc import source_refs
 from rocmforge.store.store import Entry, Store
 from rocmforge.util.hashing import file_blake3
 from rocmforge.util.progress import Reporter
@@ -279,7 +279,9 @@ def build(
             write_statement(root / "entry" / PROVENANCE, statement)
             meta.update({"sandbox": runner.level, "build_seconds": round(seconds, 3)})
             # Which source caches this entry needs: gc keeps exactly these while it stays.
-            meta["sources"] = source_refs(resolved, store.sources_dir)
+            meta["sources"] = used_sources(
+                resolved, store.sources_dir, check_wheels=check_requirements
+            )
             meta["files"] = _file_digests(root / "entry")
             entry = store.publish(
                 root / "entry", hash=drv.hash, name=drv.name, version=drv.version, meta=meta

@@ -96,9 +96,14 @@ def digest_file(path: str, size: int) -> str:
     return str(blake3.blake3(view[:n]).hexdigest())
 
 
+def record_stem(root: Path, cache: Path) -> Path:
+    """Return the stem of the stat cache record of the tree at ``root`` (``.head``, ``.files``)."""
+    return cache / "trees" / blake3_hex(os.fsencode(os.path.abspath(root)))[:24]
+
+
 def _record_paths(root: Path, cache: Path) -> tuple[Path, Path]:
     """Return the record's small head (digest, git state) and its big file table."""
-    stem = cache / "trees" / blake3_hex(os.fsencode(root))[:24]
+    stem = record_stem(root, cache)
     return stem.with_suffix(".head"), stem.with_suffix(".files")
 
 
