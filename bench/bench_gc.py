@@ -23,6 +23,7 @@ from pathlib import Path
 
 import zstandard
 
+from rocmforge.sources.refs import entry_refs
 from rocmforge.store.gc import Policies, collect_garbage
 from rocmforge.store.store import open_store
 from rocmforge.util.hashing import blake3_hex
@@ -107,11 +108,11 @@ def main() -> int:
                         return 1
                 else:
                     store = open_store(root)
-                    dry = collect_garbage(store, Policies(), dry_run=True)
+                    dry = collect_garbage(store, Policies(), entry_refs=entry_refs, dry_run=True)
                     plan_only.append(time.perf_counter() - t)
                     assert len(dry.plan.delete) == args.entries
                     t = time.perf_counter()
-                    report = collect_garbage(store, Policies())
+                    report = collect_garbage(store, Policies(), entry_refs=entry_refs)
                     elapsed = time.perf_counter() - t
                     store.close()
                     assert len(report.plan.delete) == args.entries

@@ -31,10 +31,10 @@ from rocmforge.provenance import make_statement, write_statement
 from rocmforge.resolve import Resolved
 from rocmforge.sandbox import Mount, Runner
 from rocmforge.sources.identity import materialize_source
+from rocmforge.sources.refs import used_sources
 from rocmforge.stamp import stamp_wheel
 from rocmforge.store import layout
 from rocmforge.store.entry import Entry, WheelRecord, build_fields
-from rocmforge.store.gc import source_refs
 from rocmforge.store.store import Store
 from rocmforge.util.fsutil import file_kind, json_bytes, write_atomic
 from rocmforge.util.hashing import file_blake3
@@ -331,7 +331,9 @@ def build(
                 sandbox=runner.level,
                 build_seconds=round(seconds, 3),
                 # Which source caches this entry needs: gc keeps exactly these while it stays.
-                sources=source_refs(resolved, store.sources_dir),
+                sources=used_sources(
+                    resolved, store.sources_dir, check_wheels=check_requirements
+                ),
                 files=_file_digests(root / "entry"),
                 archs=archs,
             )

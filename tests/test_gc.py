@@ -16,6 +16,7 @@ import pytest
 import zstandard
 from conftest import TINY_RECIPE, commit_all, git, pip_args, rf
 
+from rocmforge.sources.refs import entry_refs
 from rocmforge.store.entry import Entry
 from rocmforge.store.gc import (
     EntryInfo,
@@ -445,7 +446,7 @@ def test_symlinks_inside_an_entry_never_lead_gc_outside(tmp_path: Path) -> None:
     fake = s.entries_dir / f"{'f' * 32}-evil-1"
     fake.symlink_to(outside)
     s.close()
-    report = collect_garbage(open_store(s.root), Policies())
+    report = collect_garbage(open_store(s.root), Policies(), entry_refs=entry_refs)
     assert [d.entry.dirname for d in report.plan.delete] == [e.path.name]
     assert not e.path.exists()
     assert (outside / "sub" / "data.txt").read_text() == "keep me"
@@ -462,7 +463,7 @@ def test_index_row_goes_and_a_crashed_gcs_trash_is_cleaned(tmp_path: Path) -> No
     (trash / "x").mkdir(parents=True)
     (trash / "x" / "f").write_text("left by a crash")
     os.chmod(trash / "x", 0o555)
-    report = collect_garbage(s, Policies())
+    report = collect_garbage(s, Policies(), entry_refs=entry_refs)
     assert report.plan.delete[0].entry.hash == e.hash
     assert s.index.get(e.hash) is None
     assert list((s.root / "trash").iterdir()) == []
@@ -509,6 +510,51 @@ def test_unreferenced_source_caches_are_collected(
     # The store still works: the next realize fetches again.
     proc = rf("realize", recipe, "--store", store, env=env)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_a_kept_entry_keeps_its_input_tree_cache_and_check_wheels(
+    tmp_path: Path, wheelhouse: Path, tiny_src: Path
+) -> None:
+    aot = tmp_path / "aot"
+    (aot / "lib").mkdir(parents=True)
+    (aot / "lib" / "data.txt").write_text("kernels\n")
+    text = (
+        TINY_RECIPE.format(src=tiny_src).replace(
+            'import = "tiny"', 'import = "tiny"\nrequirements = ["setuptools==75.6.0"]'
+        )
+        + f'\n[inputs.aot]\npath = "{aot}"\nenv = "AOT"\n'
+    )
+    recipe = tmp_path / "r.toml"
+    recipe.write_text(text)
+    store = tmp_path / "store"
+    sources = store / "sources"
+    env = {"ROCMFORGE_PIP_ARGS": pip_args(wheelhouse)}
+    proc = rf("realize", recipe, "--store", store, "--json", env=env)
+    assert proc.returncode == 0, proc.stderr
+    proc = rf("pin", "keep", json.loads(proc.stdout)[0]["hash"], "--store", store)
+    assert proc.returncode == 0, proc.stderr
+    wheel = sources / "wheels" / "setuptools-75.6.0-py3-none-any.whl"
+    records = sorted((sources / "trees").iterdir())
+    assert wheel.is_file() and len(records) == 4  # source and input: .head and .files each
+    before = {p: (os.stat(p).st_ino, os.stat(p).st_mtime_ns) for p in records}
+
+    report = gc_json(store)
+    assert report["deleted"] == [] and report["sources"] == []
+    assert wheel.is_file()
+    assert sorted((sources / "trees").iterdir()) == records
+
+    # Nothing is fetched again (pip may only use an empty index) and no tree is hashed again:
+    # the stat cache records are the very files written by the first realize.
+    offline = {"ROCMFORGE_PIP_ARGS": "--no-index"}
+    proc = rf("realize", recipe, "--store", store, "--json", env=offline)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)[0]["cached"] is True
+    variant = tmp_path / "variant.toml"  # a new build: resolves the check requirements again
+    variant.write_text(text + '\n[env]\nV = "2"\n')
+    proc = rf("realize", variant, "--store", store, "--json", env=offline)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)[0]["cached"] is False
+    assert {p: (os.stat(p).st_ino, os.stat(p).st_mtime_ns) for p in records} == before
 
 
 # -- du --------------------------------------------------------------------------------------------

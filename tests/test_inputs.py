@@ -138,6 +138,11 @@ def test_url_input_fetched_once(
     store = tmp_path / "store"
     with realize_wheel(r, store) as whl:
         assert whl.read("tiny/seen.txt") == b"from the net\n"
+        entry = Path(str(whl.filename)).parent
+    # The entry names the download and the unpacked tree among the source caches it uses.
+    used = [u for u in json.loads((entry / "meta.json").read_bytes())["sources"] if "inputs/" in u]
+    assert sorted(u.split("/")[1] for u in used) == ["archives", "unpacked"]
+    assert all((store / "sources" / u).exists() for u in used)
     assert plan_hash(r, store)  # resolved from the cache
     assert len([p for p in seen if "aot.tar.gz" in p]) == 1
     wrong = recipe(tmp_path, tiny_src, inp.replace(sha, "1" * 64), want="/inputs/aot/aotriton")

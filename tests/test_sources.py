@@ -586,13 +586,13 @@ def test_parallel_scan_hashes_like_the_serial_one(
     make_pinned_tree(src / "pinned")
     serial = source_path.tree_digest(src, cache=tmp_path / "c1")
     listing = source_path.tree_listing(src, cache=tmp_path / "c1")
-    serial_files = {k: v[4:] for k, v in listing.items()}
+    serial_files = {k: v[source_path.REC_KIND :] for k, v in listing.items()}
     monkeypatch.setattr(source_path, "PARALLEL_MIN_ENTRIES", 8)
     monkeypatch.setattr(source_path, "BIG_FILE", 4096)
     monkeypatch.setattr(source_path, "_workers", lambda: 3)
     assert source_path.tree_digest(src, cache=tmp_path / "c2") == serial
     listing = source_path.tree_listing(src, cache=tmp_path / "c2")
-    assert {k: v[4:] for k, v in listing.items()} == serial_files
+    assert {k: v[source_path.REC_KIND :] for k, v in listing.items()} == serial_files
     assert source_path.tree_digest(src / "pinned", cache=tmp_path / "c2") == PINNED_TREE_DIGEST
 
 

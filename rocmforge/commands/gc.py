@@ -51,6 +51,7 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """``rocmforge gc``: plan, delete (unless ``--dry-run``) and report entries and bytes."""
+    from rocmforge.sources.refs import entry_refs
     from rocmforge.store.gc import Policies, collect_garbage, format_size, parse_size
 
     older = None
@@ -67,7 +68,13 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--max-size: {exc}") from exc
     policies = Policies(keep_last=args.keep_last, older_than=older, max_size=size)
     store = open_store(args)
-    report = collect_garbage(store, policies, dry_run=args.dry_run, keep_sources=args.keep_sources)
+    report = collect_garbage(
+        store,
+        policies,
+        entry_refs=entry_refs,
+        dry_run=args.dry_run,
+        keep_sources=args.keep_sources,
+    )
     if args.json:
         emit_json(report.to_json())
         return 0

@@ -133,10 +133,16 @@ def _extract(archive: Path, suffix: str, dest: Path) -> None:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _download(spec: InputSpec, cache: Path, fetcher: UrlFetcher | None) -> Path:
+def download_path(spec: InputSpec, cache: Path) -> Path:
+    """Return where the archive of a ``url`` input is kept once fetched (named by its sha256)."""
     assert spec.url is not None and spec.sha256 is not None
     suffix = archive_suffix(spec.url.split("?")[0]) or ".tar.gz"
-    target = cache / "inputs" / "archives" / f"{spec.sha256}{suffix}"
+    return cache / "inputs" / "archives" / f"{spec.sha256}{suffix}"
+
+
+def _download(spec: InputSpec, cache: Path, fetcher: UrlFetcher | None) -> Path:
+    assert spec.url is not None and spec.sha256 is not None
+    target = download_path(spec, cache)
     if target.exists():
         return target
     if fetcher is None:

@@ -16,6 +16,8 @@ are too fresh to be trusted (racy-git) are never reused.
 
 Big trees (``PARALLEL_MIN_ENTRIES`` and up) are scanned by one forked worker per core, since the
 per-file work is Python under the GIL; the parent hashes big files as the workers report them.
+The worker pool is :mod:`rocmforge.sources.forkmap`; the git listing is
+:mod:`rocmforge.sources.gitlisting`.
 """
 
 from __future__ import annotations
@@ -24,21 +26,37 @@ import marshal
 import os
 import select
 import shutil
-import signal
 import stat
-import subprocess
 import sys
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import Any, Final
 
 import blake3
 
 from rocmforge.errors import SourceError
-from rocmforge.sources.git import git_env
+from rocmforge.sources.forkmap import (
+    collect,
+    fork_map,
+    in_worker,
+    reap,
+    send_message,
+    spawn,
+    take_messages,
+)
+from rocmforge.sources.forkmap import workers as _workers
+from rocmforge.sources.gitlisting import (
+    DIRTY,
+    OTHERS,
+    GitListing,
+    find_gitdir,
+    git_many,
+    index_stat,
+    split_z,
+)
 from rocmforge.util.fsutil import write_atomic
 from rocmforge.util.hashing import blake3_hex
 
@@ -49,17 +67,21 @@ BIG_FILE = 1 << 22
 RACY_SLACK_NS = 50_000_000
 # Below this many entries a scan stays in this process: a fork costs more than it saves.
 PARALLEL_MIN_ENTRIES = 4096
-MAX_WORKERS = 8
-_MSG_MAX = select.PIPE_BUF - 4
 
 # rel -> (size, mtime_ns, ino, ctime_ns, kind, digest-or-link-target); size -1 marks "do not trust".
+# Plain tuples (the table is marshal'd, and loads as tuples), read by these positions:
 FileRec = tuple[int, int, int, int, str, str]
+REC_SIZE: Final = 0
+REC_MTIME: Final = 1
+REC_INO: Final = 2
+REC_CTIME: Final = 3
+REC_KIND: Final = 4
+REC_CONTENT: Final = 5
 # What a scan records of one file before reading it: (rel, size, mtime_ns, ino, ctime_ns, mode).
 _Stat = tuple[str, int, int, int, int, int]
-_T = TypeVar("_T")
+_FACT_REL: Final = 0
 
 _local = threading.local()
-_IN_WORKER = False
 
 
 def _buffer(size: int) -> memoryview:
@@ -79,7 +101,7 @@ def digest_file(path: str, size: int) -> str:
     a reused buffer, which costs far less than a buffered file object or a fresh bytes object.
     """
     if size >= BIG_FILE:
-        h = blake3.blake3(max_threads=1 if _IN_WORKER else blake3.blake3.AUTO)
+        h = blake3.blake3(max_threads=1 if in_worker() else blake3.blake3.AUTO)
         h.update_mmap(path)
         return str(h.hexdigest())
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
@@ -96,9 +118,14 @@ def digest_file(path: str, size: int) -> str:
     return str(blake3.blake3(view[:n]).hexdigest())
 
 
+def record_stem(root: Path, cache: Path) -> Path:
+    """Return the stem of the stat cache record of the tree at ``root`` (``.head``, ``.files``)."""
+    return cache / "trees" / blake3_hex(os.fsencode(os.path.abspath(root)))[:24]
+
+
 def _record_paths(root: Path, cache: Path) -> tuple[Path, Path]:
     """Return the record's small head (digest, git state) and its big file table."""
-    stem = cache / "trees" / blake3_hex(os.fsencode(root))[:24]
+    stem = record_stem(root, cache)
     return stem.with_suffix(".head"), stem.with_suffix(".files")
 
 
@@ -122,10 +149,13 @@ def _load_head(path: Path, root: Path) -> dict[str, Any]:
 
 def _load_files(path: Path, head: dict[str, Any]) -> dict[str, FileRec]:
     data = _load(path)
-    if not head or not isinstance(data, tuple) or len(data) != 2 or data[0] != head["token"]:
+    if not head or not isinstance(data, tuple) or len(data) != 2:
         return {}
-    files: dict[str, FileRec] = data[1]
-    return files
+    token, files = data  # as written by _write_table_and_digest
+    if token != head["token"]:
+        return {}
+    table: dict[str, FileRec] = files
+    return table
 
 
 def _write_atomic(path: Path, payload: bytes) -> None:
@@ -133,235 +163,6 @@ def _write_atomic(path: Path, payload: bytes) -> None:
         write_atomic(path, payload)
     except OSError as exc:
         raise SourceError(f"cannot write stat cache {path}: {exc}") from exc
-
-
-def _find_gitdir(start: Path) -> Path | None:
-    """Return the git dir of the work tree containing ``start``, looking upwards, or None."""
-    d = start
-    while True:
-        dot = d / ".git"
-        found: Path | None = None
-        if dot.is_dir():
-            found = dot
-        elif dot.is_file():
-            try:
-                text = dot.read_text().strip()
-            except OSError:
-                text = ""
-            if text.startswith("gitdir:"):
-                gd = Path(text[len("gitdir:"):].strip())
-                found = gd if gd.is_absolute() else (d / gd)
-        # Like git, a .git without HEAD is not a repository; keep looking upwards.
-        if found is not None and (found / "HEAD").is_file():
-            return found
-        if d.parent == d:
-            return None
-        d = d.parent
-
-
-def _index_stat(gitdir: Path) -> tuple[int, int, int, int] | None:
-    try:
-        st = os.stat(gitdir / "index")
-    except OSError:
-        return None
-    return (st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns)
-
-
-class _GitRun:
-    """Read-only git queries running concurrently in one directory."""
-
-    def __init__(self, cwd: Path, commands: list[list[str]]) -> None:
-        self.cwd = cwd
-        self.commands = commands
-        self.procs: list[subprocess.Popen[bytes]] = []
-        env = git_env()
-        try:
-            for args in commands:
-                self.procs.append(
-                    subprocess.Popen(
-                        ["git", "-c", "safe.directory=*", "--no-optional-locks", *args],
-                        cwd=cwd,
-                        env=env,
-                        stdin=subprocess.DEVNULL,
-                        stdout=subprocess.PIPE,
-                        stderr=subprocess.PIPE,
-                    )
-                )
-        except OSError as exc:
-            self.close()
-            raise SourceError(f"{cwd}: cannot run git: {exc}") from exc
-
-    def wait(self) -> list[bytes]:
-        """Return each query's output; raise SourceError naming the first that failed."""
-        outs = []
-        try:
-            for args, p in zip(self.commands, self.procs, strict=True):
-                out, err = p.communicate()
-                if p.returncode != 0:
-                    line = err.decode(errors="replace").strip().splitlines()[:1]
-                    raise SourceError(
-                        f"{self.cwd}: git {' '.join(args)} failed: "
-                        f"{line[0] if line else p.returncode}"
-                    )
-                outs.append(out)
-        except OSError as exc:
-            raise SourceError(f"{self.cwd}: cannot run git: {exc}") from exc
-        finally:
-            self.close()
-        return outs
-
-    def close(self) -> None:
-        """Kill and reap whatever still runs."""
-        for p in self.procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-            for f in (p.stdout, p.stderr):
-                if f is not None:
-                    f.close()
-
-
-def _git_many(
-    cwd: Path, commands: list[list[str]], meanwhile: Callable[[], object] | None = None
-) -> list[bytes]:
-    """Run several read-only git queries concurrently in ``cwd`` (and ``meanwhile`` here)."""
-    run = _GitRun(cwd, commands)
-    try:
-        if meanwhile is not None:
-            meanwhile()
-        return run.wait()
-    finally:
-        run.close()
-
-
-def _cached_paths(out: bytes) -> tuple[list[str], list[str]]:
-    """Split ``git ls-files -z -s`` output into tracked paths and gitlink (submodule) paths.
-
-    Each record is ``<6-digit mode> <object name> <stage>\t<path>``: the metadata has one width
-    per repository, so paths are sliced out rather than parsed one by one.
-    """
-    recs = os.fsdecode(out).split("\0")
-    recs.pop()  # after the last NUL
-    if not recs:
-        return [], []
-    width = recs[0].index("\t") + 1
-    paths = [r[width:] for r in recs]
-    if any(r[width - 1] != "\t" for r in recs):  # never seen; parse the slow, sure way
-        paths = [r.partition("\t")[2] for r in recs]
-    links = [p for r, p in zip(recs, paths, strict=True) if r.startswith("160000 ")]
-    if links:
-        gone = set(links)
-        paths = [p for p in paths if p not in gone]
-    return list(dict.fromkeys(paths)), links  # unmerged paths appear once per stage
-
-
-def _split_z(data: bytes) -> list[str]:
-    return [os.fsdecode(x) for x in data.split(b"\0") if x]
-
-
-_DIRTY = ["diff-files", "-z", "--name-only", "--relative", "--ignore-submodules=all"]
-_OTHERS = ["ls-files", "-z", "--others", "--exclude-standard"]
-_CACHED = ["ls-files", "-z", "-s"]
-
-
-def _workers() -> int:
-    try:
-        n = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        n = os.cpu_count() or 1
-    return max(1, min(n, MAX_WORKERS))
-
-
-def _run_in_worker(fn: Callable[[_T], Any], part: _T, w: int) -> NoReturn:
-    """Body of a forked worker: run ``fn(part)``, send the marshal'd outcome, leave at once."""
-    global _IN_WORKER
-    _IN_WORKER = True
-    code = 1
-    try:
-        try:
-            out: tuple[str, Any] = ("ok", fn(part))
-        except SourceError as exc:
-            out = ("source", str(exc))
-        except BaseException as exc:
-            out = ("bug", f"{type(exc).__name__}: {exc}")
-        view = memoryview(marshal.dumps(out))
-        while view:
-            view = view[os.write(w, view):]
-        code = 0
-    finally:
-        os._exit(code)
-
-
-def _collect(pid: int, r: int) -> Any:
-    chunks = []
-    while chunk := os.read(r, 1 << 20):
-        chunks.append(chunk)
-    _, status = os.waitpid(pid, 0)
-    if status != 0 or not chunks:
-        raise SourceError(f"path scan worker {pid} failed (wait status {status})")
-    kind, value = marshal.loads(b"".join(chunks))
-    if kind == "source":
-        raise SourceError(value)
-    if kind != "ok":
-        raise RuntimeError(f"path scan worker {pid}: {value}")
-    return value
-
-
-def _spawn(fn: Callable[[_T], Any], part: _T, close: tuple[int, ...] = ()) -> tuple[int, int]:
-    """Fork a worker running ``fn(part)``; return its pid and the read end of its result pipe."""
-    r, w = os.pipe()
-    try:
-        pid = os.fork()
-    except OSError:
-        os.close(r)
-        os.close(w)
-        raise
-    if pid == 0:
-        os.close(r)
-        for fd in close:
-            os.close(fd)
-        _run_in_worker(fn, part, w)
-    os.close(w)
-    return pid, r
-
-
-def _reap(kids: dict[int, int]) -> None:
-    """Stop and reap workers whose results were not collected (only after an error)."""
-    for pid, r in kids.items():
-        os.close(r)
-        try:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-        except OSError:
-            pass
-
-
-def _fork_map(fn: Callable[[_T], Any], parts: list[_T]) -> list[Any]:
-    """Return ``[fn(p) for p in parts]``: the first part here, each other one in a forked child.
-
-    Threads cannot help (the per-file work is Python code under the GIL); ``fork`` gives each
-    part a core without pickling the inputs. Children use no threads, run no atexit handlers and
-    return their result marshal'd through a pipe.
-    """
-    if len(parts) <= 1:
-        return [fn(p) for p in parts]
-    kids: dict[int, int] = {}
-    try:
-        for part in parts[1:]:
-            pid, r = _spawn(fn, part)
-            kids[pid] = r
-        results = [fn(parts[0])]
-        for pid in list(kids):
-            r = kids.pop(pid)
-            try:
-                results.append(_collect(pid, r))
-            finally:
-                os.close(r)
-        return results
-    except OSError as exc:
-        raise SourceError(f"path scan: cannot run a worker: {exc}") from exc
-    finally:
-        _reap(kids)
 
 
 class _Job:
@@ -387,8 +188,9 @@ class _Job:
         self.cutoff = cutoff
 
 
-# sig, racy seen, rels, their records, big files left to hash (stat + kind)
+# sig, racy seen, rels, their records, big files left to hash (stat + kind); marshal'd by workers
 _PartResult = tuple[bytes, bool, list[str], list[FileRec], list[tuple[_Stat, str]]]
+_PART_SIG: Final = 0
 _S_IFMT, _S_IFREG, _S_IFLNK = 0o170000, 0o100000, 0o120000
 
 
@@ -460,11 +262,11 @@ def _scan_part(job: _Job, big_fd: int | None = None) -> _PartResult:
             prev = old.get(rel)
             if (
                 prev is not None
-                and prev[0] == size
-                and prev[1] == mtime
-                and prev[2] == ino
-                and prev[3] == ctime
-                and prev[4] == kind
+                and prev[REC_SIZE] == size
+                and prev[REC_MTIME] == mtime
+                and prev[REC_INO] == ino
+                and prev[REC_CTIME] == ctime
+                and prev[REC_KIND] == kind
             ):
                 rels.append(rel)
                 recs.append(prev)
@@ -472,10 +274,7 @@ def _scan_part(job: _Job, big_fd: int | None = None) -> _PartResult:
         racy = (mtime if mtime > ctime else ctime) >= cutoff
         racy_seen = racy_seen or racy
         if kind != "l" and size >= BIG_FILE:
-            msg = marshal.dumps((fact, kind))
-            if big_fd is not None and len(msg) <= _MSG_MAX:
-                os.write(big_fd, len(msg).to_bytes(4, "little") + msg)
-            else:
+            if not send_message(big_fd, (fact, kind)):
                 big.append((fact, kind))
             continue
         path = base + rel
@@ -522,7 +321,7 @@ def _scan_hashing(
     try:
         try:
             for job in jobs:
-                pid, r = _spawn(scan, job, close=(r_big,))
+                pid, r = spawn(scan, job, close=(r_big,))
                 kids[pid] = r
         finally:
             os.close(w_big)
@@ -538,12 +337,11 @@ def _scan_hashing(
                     break
                 eof = not chunk
                 data += chunk
-            while len(data) >= 4 and len(data) >= 4 + (n := int.from_bytes(data[:4], "little")):
-                pending.append(marshal.loads(bytes(data[4 : 4 + n])))
-                del data[: 4 + n]
+            pending.extend(take_messages(data))
             if pending:
                 fact, kind = pending.popleft()
-                big[fact[0]] = _big_rec(base, fact, kind, cutoff, blake3.blake3.AUTO if eof else 1)
+                threads = blake3.blake3.AUTO if eof else 1
+                big[fact[_FACT_REL]] = _big_rec(base, fact, kind, cutoff, threads)
             elif eof:
                 break
             else:
@@ -552,7 +350,7 @@ def _scan_hashing(
         for pid in list(kids):
             r = kids.pop(pid)
             try:
-                results.append(_collect(pid, r))
+                results.append(collect(pid, r))
             finally:
                 os.close(r)
         return results, big
@@ -560,7 +358,7 @@ def _scan_hashing(
         raise SourceError(f"path scan: cannot run a worker: {exc}") from exc
     finally:
         os.close(r_big)
-        _reap(kids)
+        reap(kids)
 
 
 def _plan_walk(base: str, workers: int) -> list[tuple[list[str], list[str]]]:
@@ -598,43 +396,6 @@ def _plan_walk(base: str, workers: int) -> list[tuple[list[str], list[str]]]:
     return [(loose[k::workers], dirs[k::workers]) for k in range(workers)]
 
 
-class _GitListing:
-    """The listing of a git work tree and the git state its fast path compares against."""
-
-    def __init__(self) -> None:
-        self.rels: list[str] = []
-        self.git: dict[str, dict[str, Any]] = {}
-        self.worktrees: list[tuple[Path, str]] = []
-
-    def add(
-        self, wt: Path, prefix: str, meanwhile: Callable[[], object] | None = None
-    ) -> None:
-        """List the git work tree at ``wt`` (``prefix`` from root), submodules recursively."""
-        gitdir = _find_gitdir(wt)
-        index = _index_stat(gitdir) if gitdir is not None else None
-        # All three at once: three git processes keep both cores busy while the listing is
-        # made. A file git calls clean has the stat data of its index entry, so an edit at any
-        # moment of the scan leaves it dirty (or the index changed) at the next check.
-        cached, others, dirty = _git_many(wt, [_CACHED, _OTHERS, _DIRTY], meanwhile)
-        tracked, links = _cached_paths(cached)
-        subs: list[tuple[str, bool]] = []
-        for rel in links:
-            checked_out = os.path.exists(os.path.join(wt, rel, ".git"))
-            subs.append((rel, checked_out))
-            if checked_out:
-                self.add(wt / rel, prefix + rel + "/")
-        untracked = [r for r in _split_z(others) if not r.endswith("/")]
-        listed = tracked + untracked
-        self.rels.extend([prefix + r for r in listed] if prefix else listed)
-        self.git[prefix] = {
-            "index": index,
-            "dirty": sorted(_split_z(dirty)),
-            "untracked": sorted(untracked),
-            "subs": sorted(set(subs)),
-        }
-        self.worktrees.append((wt, prefix))
-
-
 def _tree_digest(files: dict[str, FileRec]) -> str:
     """Hash ``rel NUL kind NUL digest NUL`` for every file in byte order of ``rel``.
 
@@ -649,7 +410,9 @@ def _tree_digest(files: dict[str, FileRec]) -> str:
         rels.sort()
     except UnicodeError:
         rels.sort(key=os.fsencode)
-    text = "".join([f"{rel}\0{files[rel][4]}\0{files[rel][5]}\0" for rel in rels])
+    text = "".join(
+        [f"{rel}\0{files[rel][REC_KIND]}\0{files[rel][REC_CONTENT]}\0" for rel in rels]
+    )
     return str(blake3.blake3(TREE_TAG + os.fsencode(text)).hexdigest())
 
 
@@ -658,15 +421,15 @@ def _git_unchanged(root: Path, head: dict[str, Any], prefix: str, wt: Path) -> b
     rec = head.get("git", {}).get(prefix)
     if rec is None or rec["index"] is None:
         return False
-    gitdir = _find_gitdir(wt)
-    if gitdir is None or _index_stat(gitdir) != rec["index"]:
+    gitdir = find_gitdir(wt)
+    if gitdir is None or index_stat(gitdir) != rec["index"]:
         return False
     for rel, checked_out in rec["subs"]:
         if os.path.exists(os.path.join(wt, rel, ".git")) != checked_out:
             return False
-    others, dirty = _git_many(wt, [_OTHERS, _DIRTY])
-    untracked = sorted(r for r in _split_z(others) if not r.endswith("/"))
-    if untracked != rec["untracked"] or sorted(_split_z(dirty)) != rec["dirty"]:
+    others, dirty = git_many(wt, [OTHERS, DIRTY])
+    untracked = sorted(r for r in split_z(others) if not r.endswith("/"))
+    if untracked != rec["untracked"] or sorted(split_z(dirty)) != rec["dirty"]:
         return False
     hot: dict[str, FileRec] = head["hot"]
     for rel in (*untracked, *rec["dirty"]):
@@ -678,7 +441,12 @@ def _git_unchanged(root: Path, head: dict[str, Any], prefix: str, wt: Path) -> b
             if prev is None:
                 continue
             return False
-        if prev is None or prev[:4] != (st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns):
+        if prev is None or (
+            prev[REC_SIZE],
+            prev[REC_MTIME],
+            prev[REC_INO],
+            prev[REC_CTIME],
+        ) != (st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns):
             return False
     return all(
         _git_unchanged(root, head, prefix + rel + "/", wt / rel)
@@ -698,7 +466,7 @@ def _jobs(
 
 
 def _signature(results: list[_PartResult]) -> str:
-    return blake3_hex(b"".join(r[0] for r in results))
+    return blake3_hex(b"".join(r[_PART_SIG] for r in results))
 
 
 def _scan_tree(root: Path, cache: Path, *, need_files: bool) -> tuple[str, dict[str, FileRec]]:
@@ -712,10 +480,10 @@ def _scan_tree(root: Path, cache: Path, *, need_files: bool) -> tuple[str, dict[
     base = os.path.join(os.fspath(root), "")
     head_path, files_path = _record_paths(root, cache)
     head = _load_head(head_path, root)
-    in_git = _find_gitdir(root) is not None
+    in_git = find_gitdir(root) is not None
     workers = _workers()
     cutoff = time.time_ns() - RACY_SLACK_NS
-    listing: _GitListing | None = None
+    listing: GitListing | None = None
     files: dict[str, FileRec]
     old_files: dict[str, FileRec] = {}
 
@@ -727,7 +495,7 @@ def _scan_tree(root: Path, cache: Path, *, need_files: bool) -> tuple[str, dict[
             files = _load_files(files_path, head) if need_files else {}
             if files or not need_files:
                 return head["digest"], files
-        listing = _GitListing()
+        listing = GitListing()
         listing.add(root, "", meanwhile=load_old)  # the table loads while git lists
         rels = listing.rels
         n = workers if len(rels) >= PARALLEL_MIN_ENTRIES else 1
@@ -736,7 +504,7 @@ def _scan_tree(root: Path, cache: Path, *, need_files: bool) -> tuple[str, dict[
         shares = _plan_walk(base, workers)
         if head.get("sig"):
             # Plain tree: stat everything but load no file table; equal stat facts, same tree.
-            quick = _fork_map(_scan_part, _jobs(base, shares, full=False, old={}, cutoff=cutoff))
+            quick = fork_map(_scan_part, _jobs(base, shares, full=False, old={}, cutoff=cutoff))
             if _signature(quick) == head["sig"]:
                 files = _load_files(files_path, head) if need_files else {}
                 if files or not need_files:
@@ -747,7 +515,7 @@ def _scan_tree(root: Path, cache: Path, *, need_files: bool) -> tuple[str, dict[
         results, files = _scan_hashing(jobs, base, cutoff)
     else:
         results, files = [_scan_part(jobs[0])], {}
-    racy_seen = any(r[0] < 0 for r in files.values())
+    racy_seen = any(r[REC_SIZE] < 0 for r in files.values())
     big: list[tuple[_Stat, str]] = []
     for _, racy, rels_part, recs, big_part in results:
         files.update(zip(rels_part, recs, strict=True))
@@ -819,12 +587,14 @@ def _write_table_and_digest(path: Path, token: str, files: dict[str, FileRec]) -
 
 def tree_digest(root: Path, *, cache: Path) -> str:
     """Return the blake3 hex of the tree at ``root``, reusing and updating the stat cache."""
-    return _scan_tree(root, cache, need_files=False)[0]
+    digest, _ = _scan_tree(root, cache, need_files=False)
+    return digest
 
 
 def tree_listing(root: Path, *, cache: Path) -> dict[str, FileRec]:
     """Return the listing of ``root`` (the same set :func:`tree_digest` hashes)."""
-    return _scan_tree(root, cache, need_files=True)[1]
+    _, files = _scan_tree(root, cache, need_files=True)
+    return files
 
 
 def copy_tree(
@@ -839,7 +609,7 @@ def copy_tree(
     dst = os.fspath(dest)
     made: set[str] = set()
     for rel in sorted(files):
-        kind, target = files[rel][4], files[rel][5]
+        kind, target = files[rel][REC_KIND], files[rel][REC_CONTENT]
         out = os.path.join(dst, rel)
         parent = os.path.dirname(out)
         try:

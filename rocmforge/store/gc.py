@@ -22,10 +22,10 @@ import re
 import stat
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rocmforge.errors import StoreError
 from rocmforge.store import layout
@@ -34,9 +34,6 @@ from rocmforge.store.layout import DERIVATION, META
 from rocmforge.store.roots import RootSet, collect_roots
 from rocmforge.store.store import Store
 from rocmforge.util.fsutil import remove_tree, tree_size
-
-if TYPE_CHECKING:
-    from rocmforge.resolve import Resolved
 
 _SIZE_RE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([kmgtp]?)(?:i?b)?\s*", re.IGNORECASE)
 _UNITS = "KMGTP"
@@ -390,8 +387,15 @@ def gather_sources(store: Store) -> list[SourceItem]:
     return items
 
 
-def referenced_sources(store: Store, kept: Iterable[EntryInfo]) -> SourceRefs:
-    """Read what the kept entries reference: ``meta.json`` ``sources`` plus the derivation."""
+#: What one entry references, from its ``meta.json`` and ``derivation.json`` data. The caller
+#: supplies it: which source caches a build used is known above the store, not in it.
+EntryRefs = Callable[[Mapping[str, Any], Mapping[str, Any]], SourceRefs]
+
+
+def referenced_sources(
+    store: Store, kept: Iterable[EntryInfo], entry_refs: EntryRefs
+) -> SourceRefs:
+    """Return what the kept entries reference together: ``entry_refs`` of each, united."""
     refs: set[str] = set()
     commits: set[str] = set()
     complete = True
@@ -402,47 +406,11 @@ def referenced_sources(store: Store, kept: Iterable[EntryInfo]) -> SourceRefs:
             drv = json.loads((path / DERIVATION).read_bytes())
         except (OSError, ValueError) as exc:
             raise StoreError(f"cannot read what {path} references: {exc}") from exc
-        listed = meta.get("sources")
-        if isinstance(listed, list):
-            refs.update(str(r) for r in listed)
-        else:
-            complete = False
-        for req in drv.get("requirements", []):
-            if isinstance(req, dict) and isinstance(req.get("wheel"), str):
-                refs.add(f"wheels/{req['wheel']}")
-        commit = (drv.get("source") or {}).get("commit")
-        if isinstance(commit, str):
-            commits.add(commit)
+        one = entry_refs(meta, drv)
+        refs.update(one.refs)
+        commits.update(one.commits)
+        complete = complete and one.complete
     return SourceRefs(refs=frozenset(refs), commits=frozenset(commits), complete=complete)
-
-
-def source_refs(resolved: Resolved, sources_dir: Path) -> list[str]:
-    """Return the source caches a build of ``resolved`` used, relative to ``sources_dir``.
-
-    Recorded as ``sources`` in the entry's ``meta.json`` so gc keeps exactly these while the
-    entry stays: the requirement wheels, the git mirrors of the source and of every submodule
-    (recursively), and the tree stat cache of a path source.
-    """
-    from rocmforge.sources.git import mirror_path, submodules_at
-    from rocmforge.sources.tree import _record_paths
-
-    refs = [f"wheels/{r.wheel.name}" for r in resolved.requirements]
-    spec, ident = resolved.recipe.source, resolved.source
-    if spec.kind == "git" and spec.git and ident.commit:
-        stack = [(spec.git, ident.commit)]
-        seen: set[tuple[str, str]] = set()
-        while stack:
-            url, commit = stack.pop()
-            mirror = mirror_path(url, sources_dir)
-            refs.append(f"git/{mirror.name}")
-            if not spec.submodules or (url, commit) in seen or not mirror.is_dir():
-                continue
-            seen.add((url, commit))
-            stack.extend((s.url, s.commit) for s in submodules_at(mirror, commit, url))
-    elif spec.kind == "path" and spec.path is not None:
-        head, _ = _record_paths(Path(os.path.abspath(spec.path)), sources_dir)
-        refs.append(f"trees/{head.stem}")
-    return sorted(set(refs))
 
 
 # -- deleting --------------------------------------------------------------------------------------
@@ -560,11 +528,14 @@ def collect_garbage(
     store: Store,
     policies: Policies,
     *,
+    entry_refs: EntryRefs,
     now: float | None = None,
     dry_run: bool = False,
     keep_sources: bool = False,
 ) -> GcReport:
     """Plan and (unless ``dry_run``) delete, all under the store's exclusive lock.
+
+    ``entry_refs`` says which source caches one kept entry uses (see :data:`EntryRefs`).
 
     The lock waits only for realizes that are looking up or returning an entry (they hold it
     shared for milliseconds), never for a build: builds and running realizes are roots.
@@ -581,7 +552,7 @@ def collect_garbage(
         elif roots.busy:
             because = "; ".join(roots.busy)
         else:
-            refs = referenced_sources(store, (d.entry for d in plan.keep))
+            refs = referenced_sources(store, (d.entry for d in plan.keep), entry_refs)
             if not refs.complete:
                 warnings.append(
                     "some kept entries predate source tracking: their git mirrors and tree "
