@@ -21,6 +21,7 @@ from pathlib import Path
 from filelock import FileLock
 
 from rocmforge.errors import SourceError
+from rocmforge.store import layout
 from rocmforge.util.hashing import blake3_hex
 
 _COMMIT_RE = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
@@ -110,7 +111,7 @@ def check_commit(rev: str | None, url: str) -> str:
 
 def mirror_path(url: str, cache: Path) -> Path:
     """Return where the bare mirror of ``url`` lives inside ``cache``."""
-    return cache / "git" / f"{blake3_hex(url.encode())[:20]}.git"
+    return cache / layout.SOURCES_GIT / f"{blake3_hex(url.encode())[:20]}.git"
 
 
 def _has_commit(mirror: Path, rev: str) -> bool:
@@ -121,7 +122,7 @@ def ensure_mirror(url: str, rev: str, cache: Path) -> Path:
     """Return a bare mirror of ``url`` holding commit ``rev``; clone or fetch only if needed."""
     mirror = mirror_path(url, cache)
     mirror.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(os.fspath(mirror.with_suffix(".lock"))):
+    with FileLock(os.fspath(mirror.with_suffix(layout.LOCK_SUFFIX))):
         if not mirror.exists():
             tmp = Path(tempfile.mkdtemp(prefix=".clone-", dir=mirror.parent))
             try:

@@ -22,6 +22,7 @@ from rocmforge.recipe.model import SourceSpec
 from rocmforge.sources.git import check_commit, materialize_git, mirror_path, resolve_tree
 from rocmforge.sources.patches import apply_patches, patch_digests
 from rocmforge.sources.tree import copy_tree, tree_digest, tree_listing
+from rocmforge.store import layout
 from rocmforge.util.fsutil import write_atomic
 from rocmforge.util.hashing import blake3_hex, canonical_json
 
@@ -59,7 +60,7 @@ def _resolved_path(
     key = f"{mirror_path(spec_git, cache).name}\0{rev}\0{int(submodules)}" + (
         "\0local-submodules" if local else ""
     )
-    return cache / "git-resolved" / f"{blake3_hex(key.encode())[:32]}.json"
+    return cache / layout.SOURCES_GIT_RESOLVED / f"{blake3_hex(key.encode())[:32]}.json"
 
 
 def _read_resolved(path: Path, rev: str) -> tuple[int, tuple[tuple[str, str], ...]] | None:

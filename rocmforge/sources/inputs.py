@@ -25,6 +25,7 @@ from typing import Any, BinaryIO, Protocol
 from rocmforge.errors import SourceError
 from rocmforge.recipe.model import InputSpec
 from rocmforge.sources.tree import tree_digest
+from rocmforge.store import layout
 from rocmforge.util.hashing import CHUNK, file_digests
 from rocmforge.util.statcache import StatCache
 
@@ -137,7 +138,7 @@ def download_path(spec: InputSpec, cache: Path) -> Path:
     """Return where the archive of a ``url`` input is kept once fetched (named by its sha256)."""
     assert spec.url is not None and spec.sha256 is not None
     suffix = archive_suffix(spec.url.split("?")[0]) or ".tar.gz"
-    return cache / "inputs" / "archives" / f"{spec.sha256}{suffix}"
+    return cache / layout.SOURCES_INPUTS / layout.INPUTS_ARCHIVES / f"{spec.sha256}{suffix}"
 
 
 def _download(spec: InputSpec, cache: Path, fetcher: UrlFetcher | None) -> Path:
@@ -195,7 +196,7 @@ def resolve_input(spec: InputSpec, *, cache: Path, fetcher: UrlFetcher | None) -
             raise SourceError(
                 f"{where}: {archive} has sha256 {sha}, the recipe expects {spec.sha256}"
             )
-        host = cache / "inputs" / "unpacked" / b3[:32]
+        host = cache / layout.SOURCES_INPUTS / layout.INPUTS_UNPACKED / b3[:32]
         if not host.is_dir():
             _extract(archive, suffix, host)
         digest, kind = b3, "archive"

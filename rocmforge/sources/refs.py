@@ -14,10 +14,12 @@ caches and the kept entries, but only this module knows which caches an entry us
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
+from rocmforge.store import layout
+from rocmforge.store.entry import DerivationDoc, EntryMeta
 from rocmforge.store.gc import SourceRefs
 
 if TYPE_CHECKING:  # gc reads entries only: it need not import what builds use
@@ -52,7 +54,7 @@ class BuildInputs(Protocol):
 
 
 def _wheel_ref(wheel: Path) -> str:
-    return f"wheels/{wheel.name}"
+    return f"{layout.SOURCES_WHEELS}/{wheel.name}"
 
 
 def _under(path: Path, sources_dir: Path) -> str | None:
@@ -76,7 +78,7 @@ def _git_refs(build: BuildInputs, sources_dir: Path) -> list[str]:
     while stack:
         url, commit = stack.pop()
         mirror = mirror_path(url, sources_dir)
-        refs.append(f"git/{mirror.name}")
+        refs.append(f"{layout.SOURCES_GIT}/{mirror.name}")
         if not spec.submodules or (url, commit) in seen or not mirror.is_dir():
             continue
         seen.add((url, commit))
@@ -126,8 +128,8 @@ def used_sources(
     return sorted(set(refs))
 
 
-def entry_refs(meta: Mapping[str, Any], derivation: Mapping[str, Any]) -> SourceRefs:
-    """Return what one entry references, from its ``meta.json`` and ``derivation.json`` data.
+def entry_refs(meta: EntryMeta, derivation: DerivationDoc) -> SourceRefs:
+    """Return what one entry references, from its ``meta.json`` and ``derivation.json``.
 
     The ``sources`` list of ``meta.json`` names every cache; the derivation adds its requirement
     wheels and its source commit (which keeps the git resolve caches of that commit). An entry
@@ -135,15 +137,15 @@ def entry_refs(meta: Mapping[str, Any], derivation: Mapping[str, Any]) -> Source
     """
     refs: set[str] = set()
     commits: set[str] = set()
-    listed = meta.get("sources")
-    if isinstance(listed, list):
-        refs.update(str(r) for r in listed)
-    for req in derivation.get("requirements", []):
+    listed = meta.sources
+    if listed is not None:
+        refs.update(listed)
+    for req in derivation.requirements or []:
         if isinstance(req, dict) and isinstance(req.get("wheel"), str):
-            refs.add(f"wheels/{req['wheel']}")
-    commit = (derivation.get("source") or {}).get("commit")
+            refs.add(f"{layout.SOURCES_WHEELS}/{req['wheel']}")
+    commit = (derivation.source or {}).get("commit")
     if isinstance(commit, str):
         commits.add(commit)
     return SourceRefs(
-        refs=frozenset(refs), commits=frozenset(commits), complete=isinstance(listed, list)
+        refs=frozenset(refs), commits=frozenset(commits), complete=listed is not None
     )

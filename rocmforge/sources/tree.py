@@ -57,6 +57,7 @@ from rocmforge.sources.gitlisting import (
     index_stat,
     split_z,
 )
+from rocmforge.store import layout
 from rocmforge.util.fsutil import write_atomic
 from rocmforge.util.hashing import blake3_hex
 
@@ -120,7 +121,7 @@ def digest_file(path: str, size: int) -> str:
 
 def record_stem(root: Path, cache: Path) -> Path:
     """Return the stem of the stat cache record of the tree at ``root`` (``.head``, ``.files``)."""
-    return cache / "trees" / blake3_hex(os.fsencode(os.path.abspath(root)))[:24]
+    return cache / layout.SOURCES_TREES / blake3_hex(os.fsencode(os.path.abspath(root)))[:24]
 
 
 def _record_paths(root: Path, cache: Path) -> tuple[Path, Path]:

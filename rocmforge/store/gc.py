@@ -29,8 +29,7 @@ from typing import Any
 
 from rocmforge.errors import StoreError
 from rocmforge.store import layout
-from rocmforge.store.entry import EntryMeta
-from rocmforge.store.layout import DERIVATION, META
+from rocmforge.store.entry import DerivationDoc, EntryMeta, read_derivation, read_meta
 from rocmforge.store.roots import RootSet, collect_roots
 from rocmforge.store.store import Store
 from rocmforge.util.fsutil import remove_tree, tree_size
@@ -389,7 +388,7 @@ def gather_sources(store: Store) -> list[SourceItem]:
 
 #: What one entry references, from its ``meta.json`` and ``derivation.json`` data. The caller
 #: supplies it: which source caches a build used is known above the store, not in it.
-EntryRefs = Callable[[Mapping[str, Any], Mapping[str, Any]], SourceRefs]
+EntryRefs = Callable[[EntryMeta, DerivationDoc], SourceRefs]
 
 
 def referenced_sources(
@@ -401,12 +400,10 @@ def referenced_sources(
     complete = True
     for e in kept:
         path = store.entries_dir / e.dirname
-        try:
-            meta = json.loads((path / META).read_bytes())
-            drv = json.loads((path / DERIVATION).read_bytes())
-        except (OSError, ValueError) as exc:
-            raise StoreError(f"cannot read what {path} references: {exc}") from exc
-        one = entry_refs(meta, drv)
+        meta = read_meta(path)
+        if meta is None:
+            raise StoreError(f"cannot read what {path} references: it has no {layout.META}")
+        one = entry_refs(meta, DerivationDoc(read_derivation(path)))
         refs.update(one.refs)
         commits.update(one.commits)
         complete = complete and one.complete

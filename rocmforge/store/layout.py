@@ -64,6 +64,9 @@ SOURCES_WHEELS = "wheels"
 SOURCES_TREES = "trees"
 SOURCES_GIT_RESOLVED = "git-resolved"
 SOURCES_INPUTS = "inputs"
+#: Below ``sources/inputs``: downloaded archives and their unpacked trees.
+INPUTS_ARCHIVES = "archives"
+INPUTS_UNPACKED = "unpacked"
 SOURCES_TMP = "tmp"
 
 # -- suffixes -------------------------------------------------------------------------------------
