@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from rocmforge.sources import tree as source_path
+from rocmforge.sources import tree
 
 
 def make_tree(root: Path, files: int, big: int, big_mb: int) -> int:
@@ -122,11 +122,11 @@ def bench(root: Path, cache: Path, label: str, args: argparse.Namespace) -> None
     for _ in range(args.repeat):
         shutil.rmtree(cache, ignore_errors=True)
         cpu_cold = cpu_seconds()
-        colds.append(timed(lambda: source_path.tree_digest(root, cache=cache)))
+        colds.append(timed(lambda: tree.tree_digest(root, cache=cache)))
         cpu_cold = cpu_seconds() - cpu_cold
     cold = min(colds)
-    digest = source_path.tree_digest(root, cache=cache)
-    warm = timed(lambda: source_path.tree_digest(root, cache=cache), repeat=5)
+    digest = tree.tree_digest(root, cache=cache)
+    warm = timed(lambda: tree.tree_digest(root, cache=cache), repeat=5)
     print(f"[{label}] files: {len(paths)}")
     print(f"[{label}] read all (warm, python readinto):  {read_py:8.3f} s")
     print(f"[{label}] read all (warm, find|xargs cat):    {read_cat:8.3f} s")
@@ -173,8 +173,8 @@ def main() -> None:
             (demo / f"m{i % 3}").mkdir(parents=True, exist_ok=True)
             (demo / f"m{i % 3}" / f"f{i}.py").write_text(f"x = {i}\n" * 50)
         time.sleep(0.1)
-        source_path.tree_digest(demo, cache=base / "cache-demo")
-        demo_warm = timed(lambda: source_path.tree_digest(demo, cache=base / "cache-demo"), 20)
+        tree.tree_digest(demo, cache=base / "cache-demo")
+        demo_warm = timed(lambda: tree.tree_digest(demo, cache=base / "cache-demo"), 20)
         print(f"[demo]  warm re-identify, 10 files:        {demo_warm * 1000:8.2f} ms")
         bench(root, base / "cache-plain", "plain", args)
         if not args.no_git:
