@@ -28,6 +28,7 @@ from rocmforge.sources.identity import materialize_source
 from rocmforge.stamp import stamp_wheel
 from rocmforge.store.gc import source_refs
 from rocmforge.store.store import Entry, Store
+from rocmforge.util.fsutil import disk_full_error, is_disk_full
 from rocmforge.util.hashing import file_blake3
 from rocmforge.util.progress import Reporter
 from rocmforge.wheels import create_venv, install_wheels, normalize_wheel, wheel_digests
@@ -76,11 +77,16 @@ def compress_file(src: Path, dest: Path) -> None:
     """Compress ``src`` into ``dest`` with zstandard, streaming, and fsync it."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(f".{dest.name}.tmp")
-    with open(src, "rb") as fin, open(tmp, "wb") as fout:
-        zstandard.ZstdCompressor(level=3).copy_stream(fin, fout)
-        fout.flush()
-        os.fsync(fout.fileno())
-    os.replace(tmp, dest)
+    try:
+        with open(src, "rb") as fin, open(tmp, "wb") as fout:
+            zstandard.ZstdCompressor(level=3).copy_stream(fin, fout)
+            fout.flush()
+            os.fsync(fout.fileno())
+        os.replace(tmp, dest)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def _file_digests(staged: Path) -> dict[str, str]:
@@ -287,12 +293,21 @@ def build(
             return BuildOutcome(entry=entry, sandbox=runner.level, seconds=seconds)
         except RocmforgeError as exc:
             failed = store.failed_log_path(drv.hash, drv.name, drv.version)
+            saved: Path | None = None
             if log_path.exists():
-                compress_file(log_path, failed)
+                # Saving the log must never hide the error it documents (a full disk, say).
+                try:
+                    compress_file(log_path, failed)
+                    saved = failed
+                except OSError as err:
+                    if is_disk_full(err):
+                        raise disk_full_error(
+                            err, store=store.root, what=str(exc), path=failed
+                        ) from exc
             bd.keep = keep_failed
             tail = _log_tail(log_path)
             if isinstance(exc, BuildError):
-                exc.log_tail, exc.log_path = tail, failed
+                exc.log_tail, exc.log_path = tail, saved
                 exc.kept_dir = root if keep_failed else None
                 _record_failure(exc, resolved, log_path, failed)
             raise

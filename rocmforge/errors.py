@@ -86,6 +86,16 @@ class StoreError(RocmforgeError):
     """The store is damaged, locked in a way we cannot wait for, or an entry is missing."""
 
 
+class DiskFullError(RocmforgeError):
+    """A write failed for lack of space (ENOSPC, EDQUOT); names the path and what to free."""
+
+
+class FetchError(SourceError):
+    """A source could not be downloaded or cloned (unreachable host, missing repository)."""
+
+    exit_code = EXIT_ENVIRONMENT
+
+
 class BuildError(RocmforgeError):
     """The build ran and failed (non-zero exit, timeout, no wheel, check failed).
 

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import tempfile
 from pathlib import Path
 from typing import Any
+
+from rocmforge.errors import DiskFullError
+
+_FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
 def write_atomic(path: Path, data: bytes, *, mode: int = 0o644) -> None:
@@ -32,3 +37,61 @@ def write_atomic(path: Path, data: bytes, *, mode: int = 0o644) -> None:
 def json_bytes(value: Any) -> bytes:
     """Return ``value`` as readable, stable JSON: sorted keys, indented, trailing newline."""
     return (json.dumps(value, indent=2, sort_keys=True) + "\n").encode()
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """Return True if ``exc`` (or the error it was raised from) is a full disk or quota."""
+    seen: BaseException | None = exc
+    for _ in range(8):
+        if seen is None:
+            return False
+        if isinstance(seen, OSError) and seen.errno in _FULL:
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def _free_bytes(path: Path) -> int | None:
+    """Free bytes (for an unprivileged user) on the filesystem holding ``path`` or a parent."""
+    here = Path(os.path.abspath(path))
+    for candidate in (here, *here.parents):
+        try:
+            st = os.statvfs(candidate)
+        except OSError:
+            continue
+        return st.f_bavail * st.f_frsize
+    return None
+
+
+def disk_full_error(
+    exc: BaseException, *, store: Path | None, what: str = "", path: Path | None = None
+) -> DiskFullError:
+    """Return the :class:`DiskFullError` for ``exc``: the path, the free space, what to free.
+
+    ``store`` is the store the command used (named when the failed write had no file name);
+    ``what`` is the error the full disk interrupted, if any, so it is not lost; ``path`` is the
+    file being written when the error itself does not say. Never writes.
+    """
+    name: str | None = os.fspath(path) if path is not None else None
+    seen: BaseException | None = exc
+    for _ in range(8):
+        if seen is None:
+            break
+        if isinstance(seen, OSError) and seen.errno in _FULL and seen.filename is not None:
+            name = os.fsdecode(seen.filename)
+            break
+        seen = seen.__cause__ or seen.__context__
+    where = Path(name) if name else store
+    free = _free_bytes(where) if where is not None else None
+    shown = f" {free / 2**20:.1f} MiB free there" if free is not None else ""
+    about = f"writing {name}" if name else f"writing under the store {store}" if store else ""
+    head = f"no space left on device{': ' + about if about else ''}"
+    lines = [f"{head};{shown}" if shown else head]
+    if what:
+        lines.append(f"(this interrupted: {what})")
+    hint = f" in {store}" if store else ""
+    lines.append(
+        f"free space on that filesystem: `rocmforge gc --dry-run` then `rocmforge gc` removes "
+        f"unrooted entries{hint}; failed logs (failed/) and kept build dirs (tmp/) can go too"
+    )
+    return DiskFullError("\n".join(lines))
