@@ -39,7 +39,7 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """``rocmforge realize RECIPE...``: build (or fetch from the store) and print wheel paths."""
     from rocmforge.doctor import lint_facts
-    from rocmforge.realize import realize
+    from rocmforge.realize import check_link, realize
     from rocmforge.recipe.lints import enforce, lint_recipe
     from rocmforge.recipe.load import load_recipe
     from rocmforge.sources.requirements import PipFetcher
@@ -47,6 +47,9 @@ def run(args: argparse.Namespace) -> int:
     recipes = [load_recipe(p) for p in args.recipes]  # every recipe is checked before any build
     for recipe in recipes:  # error lints of any recipe stop all of them (warnings come later)
         enforce(recipe, lint_recipe(recipe, lint_facts(recipe)))
+    links = [_link(args.out_link, i) for i in range(len(recipes))] if args.out_link else []
+    for out in links:  # a bad -o LINK stops before any build, not after
+        check_link(out)
     store = open_store(args)
     fetcher = PipFetcher()
 
@@ -61,9 +64,7 @@ def run(args: argparse.Namespace) -> int:
     temp_roots = TempRoots(store)
     reports = []
     for i, recipe in enumerate(recipes):
-        link = None
-        if args.out_link:
-            link = Path(args.out_link if i == 0 else f"{args.out_link}-{i + 1}")
+        link = links[i] if links else None
         reporter = ConsoleReporter(sys.stderr, label=recipe.package.name, verbose=args.verbose)
         try:
             report = realize(
@@ -93,3 +94,8 @@ def run(args: argparse.Namespace) -> int:
     sys.stdout.flush()
     temp_roots.close()
     return 0
+
+
+def _link(out_link: str, i: int) -> Path:
+    """The result link of the ``i``-th recipe: LINK, LINK-2, LINK-3 ..."""
+    return Path(out_link if i == 0 else f"{out_link}-{i + 1}")
