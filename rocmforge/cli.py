@@ -17,7 +17,14 @@ from pathlib import Path
 
 from rocmforge import __version__
 from rocmforge.commands import COMMANDS
-from rocmforge.errors import EXIT_INTERNAL, BuildError, DiskFullError, RecipeError, RocmforgeError
+from rocmforge.errors import (
+    EXIT_BAD_INPUT,
+    EXIT_INTERNAL,
+    BuildError,
+    DiskFullError,
+    RecipeError,
+    RocmforgeError,
+)
 from rocmforge.util.fsutil import disk_full_error, is_disk_full
 
 EXIT_BROKEN_PIPE = 141
@@ -35,10 +42,38 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _render_error(exc: RocmforgeError) -> None:
+MAX_PROBLEM_CHARS = 500
+
+
+def _short(text: str) -> str:
+    """Cut one problem to :data:`MAX_PROBLEM_CHARS` (a recipe can quote a 100k-character key)."""
+    if len(text) <= MAX_PROBLEM_CHARS:
+        return text
+    return f"{text[:MAX_PROBLEM_CHARS]}... ({len(text) - MAX_PROBLEM_CHARS} more characters)"
+
+
+def _recipe_note(exc: RocmforgeError, args: argparse.Namespace) -> str | None:
+    """For bad input not already naming it, a note naming the recipe the user ran."""
+    if exc.exit_code != EXIT_BAD_INPUT or getattr(exc, "note", None):
+        return None
+    recipe = getattr(exc, "recipe_file", None)
+    if recipe is None:
+        given = getattr(args, "recipes", None) or [getattr(args, "recipe", None)]
+        recipe = given[0] if len(given) == 1 else None
+    if recipe is None:
+        return None
+    shown = os.path.abspath(recipe)
+    text = "\n".join([str(exc), *map(str, getattr(exc, "problems", ()))])
+    return None if shown in text else f"in recipe {shown}"
+
+
+def _render_error(exc: RocmforgeError, args: argparse.Namespace | None = None) -> None:
+    note = _recipe_note(exc, args) if args is not None else None
+    if note:
+        exc.note = note  # type: ignore[attr-defined]
     if isinstance(exc, RecipeError):
         for problem in exc.problems:
-            print(f"error: {problem}", file=sys.stderr)
+            print(f"error: {_short(str(problem))}", file=sys.stderr)
         note = getattr(exc, "note", None)
         if note:
             print(f"note: {note}", file=sys.stderr)
@@ -98,7 +133,7 @@ def _run(args: argparse.Namespace) -> int:
     except RocmforgeError as exc:
         if is_disk_full(exc) and not isinstance(exc, DiskFullError):
             exc = disk_full_error(exc, store=_store_of(args), what=str(exc))
-        _render_error(exc)
+        _render_error(exc, args)
         return exc.exit_code
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

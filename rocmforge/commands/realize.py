@@ -14,6 +14,7 @@ from rocmforge.commands._common import (
     emit_json,
     open_store,
 )
+from rocmforge.errors import RocmforgeError
 
 
 def register(sub: Any) -> None:
@@ -77,6 +78,10 @@ def run(args: argparse.Namespace) -> int:
                 link=link,
                 temp_roots=temp_roots,
             )
+        except RocmforgeError as exc:
+            if getattr(exc, "recipe_file", None) is None:
+                exc.recipe_file = recipe.file  # type: ignore[attr-defined]  # named by the CLI
+            raise
         finally:
             reporter.close()
         reports.append(report)

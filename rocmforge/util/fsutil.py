@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -95,3 +96,29 @@ def disk_full_error(
         f"unrooted entries{hint}; failed logs (failed/) and kept build dirs (tmp/) can go too"
     )
     return DiskFullError("\n".join(lines))
+
+
+def read_bounded(path: Path, limit: int, *, what: str) -> bytes:
+    """Return the bytes of the regular file ``path`` if it has at most ``limit`` of them.
+
+    Opens without blocking (a FIFO never waits for a writer) and refuses anything but a regular
+    file. Raises :class:`OSError` if it cannot be opened, :class:`ValueError` (with a short
+    message naming ``what``) if it is not a regular file or is too large.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError(f"not a regular file (only a regular file can be {what})")
+        if st.st_size > limit:
+            raise ValueError(f"too large: {st.st_size} bytes, {what} is at most {limit}")
+        chunks: list[bytes] = []
+        size = 0
+        while chunk := os.read(fd, min(1 << 20, limit + 1 - size)):
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > limit:
+                raise ValueError(f"too large: over {limit} bytes, {what} is at most {limit}")
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
