@@ -304,7 +304,9 @@ def test_fetch_failure_is_exit_3(url: str, tmp_path: Path) -> None:
 
 def test_readme_exit_codes_match() -> None:
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    assert "3 environment\n  (store, sandbox, fetch)" in readme
+    line = " ".join(readme.split("- Exit codes:", 1)[1].split("\n- ", 1)[0].split())
+    assert "3 environment (store, sandbox, fetch" in line and "full disk" in line, line
+    assert "2 bad input" in line and "141" in line
 
 
 # --- item 18: every recipe error names the recipe the user ran -----------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import glob
 import os
 import sys
 from pathlib import Path
@@ -57,7 +58,9 @@ def _find_log(store: Any, target: str) -> Path:
         entry = store.resolve(target)
         return Path(entry.path) / "build.log.zst"
     except UsageError:
-        failed_logs = sorted(Path(store.failed_dir).glob(f"{target}*.log.zst"))
+        if not target or os.sep in target or "\0" in target:
+            raise  # a path, not a hash prefix: there is no failed log to match
+        failed_logs = sorted(Path(store.failed_dir).glob(f"{glob.escape(target)}*.log.zst"))
         if len(failed_logs) == 1:
             return failed_logs[0]
         raise
