@@ -325,7 +325,7 @@ def _recipe_files(rng: random.Random) -> tuple[dict[str, bytes], str]:
     return files, "recipe.toml"
 
 
-RECIPE_COMMANDS = (("plan",) * 12) + (("realize",) * 5) + ("lock", "lock", "doctor")
+RECIPE_COMMANDS = (("plan",) * 30) + (("realize",) * 6) + ("lock",) * 3 + ("doctor",)
 FLAG_VALUES = ("-1", "0", "x", "99999999999999999999999", "", "1e3", "-", "--", "7d", "\x00")
 
 

@@ -422,14 +422,15 @@ class _Scanner:
         basic = quote == '"'
         delim = quote * 3 if self.peek(3) == quote * 3 else quote
         self.advance(len(delim))
-        while self.i < len(self.s):
-            if basic and self.s[self.i] == "\\":
-                self.advance(2)
-            elif self.s.startswith(delim, self.i):
-                self.advance(len(delim))
-                while len(delim) == 3 and self.peek() == quote:  # up to 2 quotes end the content
-                    self.advance()
-                return
-            else:
+        while True:  # jump from escape to escape with str.find: a 100k-character string is cheap
+            end = self.s.find(delim, self.i)
+            if end < 0:
+                raise _ScanError(self.line)
+            escape = self.s.find("\\", self.i, end) if basic else -1
+            if escape >= 0:
+                self.advance(escape + 2 - self.i)
+                continue
+            self.advance(end + len(delim) - self.i)
+            while len(delim) == 3 and self.peek() == quote:  # up to 2 quotes end the content
                 self.advance()
-        raise _ScanError(self.line)
+            return
