@@ -480,6 +480,7 @@ def run_subprocess(
     import time
 
     argv, recipe = materialize(case, workdir, src, store)
+    argv = [a.replace("\0", "") for a in argv]  # a process argument cannot hold a NUL
     env = {k: v for k, v in os.environ.items() if k not in ("ROCMFORGE_STORE", "ROCMFORGE_DEBUG")}
     started = time.monotonic()
     try:

@@ -338,3 +338,19 @@ def test_source_error_names_the_recipe(tmp_path: Path) -> None:
     assert str(recipe) in err, err
     report = json.dumps(err)
     assert "gone" in report
+
+
+def test_a_full_disk_under_sqlite_is_recognised(small_fs: Path) -> None:
+    import sqlite3
+
+    from rocmforge.util.fsutil import disk_full_error, is_disk_full
+
+    db = sqlite3.connect(small_fs / "index.sqlite")
+    with pytest.raises(sqlite3.OperationalError) as info:
+        db.execute("CREATE TABLE t (x BLOB)")
+        for _ in range(100):
+            db.execute("INSERT INTO t VALUES (randomblob(100000))")
+        db.commit()
+    db.close()
+    assert is_disk_full(info.value)
+    assert "rocmforge gc" in str(disk_full_error(info.value, store=small_fs))

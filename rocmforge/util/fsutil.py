@@ -13,6 +13,7 @@ from typing import Any
 from rocmforge.errors import DiskFullError
 
 _FULL = (errno.ENOSPC, errno.EDQUOT)
+_SQLITE_FULL = 13  # SQLITE_FULL: "database or disk is full"
 
 
 def write_atomic(path: Path, data: bytes, *, mode: int = 0o644) -> None:
@@ -47,6 +48,8 @@ def is_disk_full(exc: BaseException) -> bool:
         if seen is None:
             return False
         if isinstance(seen, OSError) and seen.errno in _FULL:
+            return True
+        if getattr(seen, "sqlite_errorcode", None) == _SQLITE_FULL:  # no sqlite3 import here
             return True
         seen = seen.__cause__ or seen.__context__
     return False
