@@ -198,6 +198,8 @@ def audit_wheel(wheel: Path, *, store: Store) -> AuditReport:
         st = os.stat(wheel)
     except FileNotFoundError:
         raise UsageError(f"{wheel}: no such file") from None
+    except OSError as exc:  # a name too long, a loop of links, no permission
+        raise UsageError(f"{wheel}: cannot read: {exc.strerror or exc}") from None
     if not stat.S_ISREG(st.st_mode):  # a FIFO would block, /dev/zero never ends
         raise UsageError(f"{wheel}: not a regular file")
     try:

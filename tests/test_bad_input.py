@@ -354,3 +354,29 @@ def test_a_full_disk_under_sqlite_is_recognised(small_fs: Path) -> None:
     db.close()
     assert is_disk_full(info.value)
     assert "rocmforge gc" in str(disk_full_error(info.value, store=small_fs))
+
+
+# --- found by the fuzz corpus ------------------------------------------------------------------
+
+
+def test_commands_on_special_and_overlong_paths(tmp_path: Path, tiny_src: Path) -> None:
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    store = tmp_path / "store"
+    long_name = str(tmp_path / ("x" * 300))
+    for argv, code in [
+        (["log", "/dev/zero"], 2),
+        (["audit", str(fifo)], 2),
+        (["audit", "/dev/zero"], 2),
+        (["audit", long_name], 2),
+        (["lock", str(fifo)], 2),
+    ]:
+        err = one_error(rf(*argv, "--store", store, timeout=30), code)
+        assert argv[-1][:40] in err, (argv, err)
+    recipe = tmp_path / "r.toml"
+    recipe.write_text(
+        TINY_RECIPE.format(src=tiny_src) + f'\n[inputs.aot]\npath = "{long_name}"\nenv = "AOT"\n'
+    )
+    for command in ("plan", "realize"):
+        err = one_error(rf(command, recipe, "--store", store), 2)
+        assert str(recipe) in err

@@ -171,6 +171,13 @@ def _download(spec: InputSpec, cache: Path, fetcher: UrlFetcher | None) -> Path:
 def resolve_input(spec: InputSpec, *, cache: Path, fetcher: UrlFetcher | None) -> ResolvedInput:
     """Identify ``spec`` (hash a directory, or fetch, check and unpack an archive)."""
     where = f"inputs.{spec.name}"
+    if spec.path is not None:
+        try:
+            os.stat(spec.path)
+        except FileNotFoundError:
+            pass  # reported below, as before
+        except OSError as exc:  # a name too long, a loop of links, no permission
+            raise SourceError(f"{where}.path: {spec.path}: {exc.strerror or exc}") from exc
     if spec.path is not None and spec.path.is_dir():
         digest = tree_digest(spec.path, cache=cache)
         host, kind = spec.path, "tree"
