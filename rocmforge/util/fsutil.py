@@ -6,7 +6,6 @@ import errno
 import json
 import os
 import stat
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +21,8 @@ def write_atomic(path: Path, data: bytes, *, mode: int = 0o644) -> None:
     Raises :class:`OSError`; callers convert it into their own error with context. On any
     failure the temp file is removed and ``path`` is untouched.
     """
+    import tempfile  # here, not at the top: the CLI imports this module on every run
+
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
