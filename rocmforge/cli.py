@@ -52,8 +52,8 @@ def _short(text: str) -> str:
     return f"{text[:MAX_PROBLEM_CHARS]}... ({len(text) - MAX_PROBLEM_CHARS} more characters)"
 
 
-def _recipe_note(exc: RocmforgeError, args: argparse.Namespace) -> str | None:
-    """For bad input not already naming it, a note naming the recipe the user ran."""
+def _recipe_named(exc: RocmforgeError, args: argparse.Namespace) -> str | None:
+    """For bad input that does not name it, the recipe the user ran (absolute), else None."""
     if exc.exit_code != EXIT_BAD_INPUT or getattr(exc, "note", None):
         return None
     recipe = getattr(exc, "recipe_file", None)
@@ -64,21 +64,21 @@ def _recipe_note(exc: RocmforgeError, args: argparse.Namespace) -> str | None:
         return None
     shown = os.path.abspath(recipe)
     text = "\n".join([str(exc), *map(str, getattr(exc, "problems", ()))])
-    return None if shown in text else f"in recipe {shown}"
+    return None if shown in text else shown
 
 
 def _render_error(exc: RocmforgeError, args: argparse.Namespace | None = None) -> None:
-    note = _recipe_note(exc, args) if args is not None else None
-    if note:
-        exc.note = note  # type: ignore[attr-defined]
+    recipe = _recipe_named(exc, args) if args is not None else None
     if isinstance(exc, RecipeError):
+        if recipe:  # e.g. a problem found in a base recipe by a later stage
+            exc.note = f"in recipe {recipe}"  # type: ignore[attr-defined]
         for problem in exc.problems:
             print(f"error: {_short(str(problem))}", file=sys.stderr)
         note = getattr(exc, "note", None)
         if note:
             print(f"note: {note}", file=sys.stderr)
         return
-    print(f"error: {exc}", file=sys.stderr)
+    print(f"error: {recipe + ': ' if recipe else ''}{exc}", file=sys.stderr)
     note = getattr(exc, "note", None)
     if note:
         print(f"note: {note}", file=sys.stderr)
