@@ -18,6 +18,7 @@ import base64
 import csv
 import hashlib
 import os
+import stat
 import zipfile
 import zlib
 from collections.abc import Mapping
@@ -196,7 +197,15 @@ def _sha256(path: Path) -> str:
 def audit_wheel(wheel: Path, *, store: Store) -> AuditReport:
     """Audit the wheel file at ``wheel`` against ``store``; see the module doc for statuses."""
     try:
-        size = os.stat(wheel).st_size
+        st = os.stat(wheel)
+    except FileNotFoundError:
+        raise UsageError(f"{wheel}: no such file") from None
+    except OSError as exc:  # a name too long, a loop of links, no permission
+        raise UsageError(f"{wheel}: cannot read: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(st.st_mode):  # a FIFO would block, /dev/zero never ends
+        raise UsageError(f"{wheel}: not a regular file")
+    try:
+        size = st.st_size
         b3 = file_blake3(wheel)
     except FileNotFoundError:
         raise UsageError(f"{wheel}: no such file") from None

@@ -36,7 +36,13 @@ from rocmforge.stamp import stamp_wheel
 from rocmforge.store import layout
 from rocmforge.store.entry import Entry, WheelRecord, build_fields
 from rocmforge.store.store import Store
-from rocmforge.util.fsutil import file_kind, json_bytes, write_atomic
+from rocmforge.util.fsutil import (
+    disk_full_error,
+    file_kind,
+    is_disk_full,
+    json_bytes,
+    write_atomic,
+)
 from rocmforge.util.hashing import file_blake3
 from rocmforge.util.progress import Reporter
 from rocmforge.wheels import create_venv, install_wheels, normalize_wheel, wheel_digests
@@ -85,11 +91,16 @@ def compress_file(src: Path, dest: Path) -> None:
     """Compress ``src`` into ``dest`` with zstandard, streaming, and fsync it."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(f".{dest.name}.tmp")
-    with open(src, "rb") as fin, open(tmp, "wb") as fout:
-        zstandard.ZstdCompressor(level=3).copy_stream(fin, fout)
-        fout.flush()
-        os.fsync(fout.fileno())
-    os.replace(tmp, dest)
+    try:
+        with open(src, "rb") as fin, open(tmp, "wb") as fout:
+            zstandard.ZstdCompressor(level=3).copy_stream(fin, fout)
+            fout.flush()
+            os.fsync(fout.fileno())
+        os.replace(tmp, dest)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def _file_digests(staged: Path) -> dict[str, str]:
@@ -344,14 +355,23 @@ def build(
             return BuildOutcome(entry=entry, sandbox=runner.level, seconds=seconds)
         except RocmforgeError as exc:
             failed = store.failed_log_path(drv.hash, drv.name, drv.version)
+            saved: Path | None = None
             if log_path.exists():
-                compress_file(log_path, failed)
+                # Saving the log must never hide the error it documents (a full disk, say).
+                try:
+                    compress_file(log_path, failed)
+                    saved = failed
+                except OSError as err:
+                    if is_disk_full(err):
+                        raise disk_full_error(
+                            err, store=store.root, what=str(exc), path=failed
+                        ) from exc
             bd.keep = keep_failed
             if not isinstance(exc, BuildError):
                 raise
             raise exc.with_log(
                 log_tail=_log_tail(log_path),
-                log_path=failed,
+                log_path=saved,
                 kept_dir=root if keep_failed else None,
                 diagnosis=_record_failure(exc, resolved, log_path, failed),
             ) from exc

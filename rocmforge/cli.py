@@ -8,14 +8,26 @@ Only the CLI prints. Each command lives in ``rocmforge/commands/NAME.py``. Exit 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from rocmforge import __version__
 from rocmforge.commands import COMMANDS
-from rocmforge.errors import EXIT_INTERNAL, BuildError, RecipeError, RocmforgeError
+from rocmforge.errors import (
+    EXIT_BAD_INPUT,
+    EXIT_INTERNAL,
+    BuildError,
+    DiskFullError,
+    RecipeError,
+    RocmforgeError,
+)
+from rocmforge.util.fsutil import disk_full_error, is_disk_full
+
+EXIT_BROKEN_PIPE = 141
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -30,14 +42,45 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _render_error(exc: RocmforgeError) -> None:
+MAX_PROBLEM_CHARS = 500
+
+
+def _short(text: str) -> str:
+    """Cut one problem to :data:`MAX_PROBLEM_CHARS` (a recipe can quote a 100k-character key)."""
+    if len(text) <= MAX_PROBLEM_CHARS:
+        return text
+    return f"{text[:MAX_PROBLEM_CHARS]}... ({len(text) - MAX_PROBLEM_CHARS} more characters)"
+
+
+def _recipe_named(exc: RocmforgeError, args: argparse.Namespace) -> str | None:
+    """For bad input that does not name it, the recipe the user ran (absolute), else None."""
+    if exc.exit_code != EXIT_BAD_INPUT or getattr(exc, "note", None):
+        return None
+    recipe: Path | str | None = exc.recipe_file
+    if recipe is None:
+        given = getattr(args, "recipes", None) or [getattr(args, "recipe", None)]
+        recipe = given[0] if len(given) == 1 else None
+    if recipe is None:
+        return None
+    shown = os.path.abspath(recipe)
+    text = "\n".join([str(exc), *map(str, getattr(exc, "problems", ()))])
+    return None if shown in text else shown
+
+
+def _render_error(exc: RocmforgeError, args: argparse.Namespace | None = None) -> None:
+    recipe = _recipe_named(exc, args) if args is not None else None
     if isinstance(exc, RecipeError):
+        if recipe:  # e.g. a problem found in a base recipe by a later stage
+            exc.note = f"in recipe {recipe}"
         for problem in exc.problems:
-            print(f"error: {problem}", file=sys.stderr)
+            print(f"error: {_short(str(problem))}", file=sys.stderr)
         if exc.note:
             print(f"note: {exc.note}", file=sys.stderr)
         return
-    print(f"error: {exc}", file=sys.stderr)
+    print(f"error: {recipe + ': ' if recipe else ''}{exc}", file=sys.stderr)
+    note = getattr(exc, "note", None)
+    if note:
+        print(f"note: {note}", file=sys.stderr)
     if isinstance(exc, BuildError):
         if exc.log_tail:
             print(f"--- last {len(exc.log_tail)} lines of the build log ---", file=sys.stderr)
@@ -54,26 +97,65 @@ def _render_error(exc: RocmforgeError) -> None:
             print(f"build directory kept: {exc.kept_dir}", file=sys.stderr)
 
 
+def _store_of(args: argparse.Namespace) -> Path:
+    return Path(getattr(args, "store", None) or os.environ.get("ROCMFORGE_STORE") or "store")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line with ``argv``; return the exit code."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        return _run(args)
+    except BrokenPipeError:
+        return quiet_broken_pipe()
+
+
+def quiet_broken_pipe() -> int:
+    """The reader of stdout went away (``| head``): stop quietly, like other Unix tools.
+
+    stdout is pointed at ``/dev/null`` so the interpreter's final flush does not complain again.
+    Returns 141 (128 + SIGPIPE), what a shell reports for a tool killed by SIGPIPE.
+    """
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    return EXIT_BROKEN_PIPE
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         return int(args.func(args))
+    except BrokenPipeError:
+        raise
     except RocmforgeError as exc:
-        _render_error(exc)
+        if is_disk_full(exc) and not isinstance(exc, DiskFullError):
+            exc = disk_full_error(exc, store=_store_of(args), what=str(exc))
+        _render_error(exc, args)
         return exc.exit_code
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except OSError as exc:
+        if not is_disk_full(exc):
+            return _internal(exc)
+        full = disk_full_error(exc, store=_store_of(args))
+        _render_error(full)
+        return full.exit_code
     except Exception as exc:
-        if os.environ.get("ROCMFORGE_DEBUG"):
-            raise
-        print(
-            f"internal error: {type(exc).__name__}: {exc} (set ROCMFORGE_DEBUG=1 for a traceback)",
-            file=sys.stderr,
-        )
-        return EXIT_INTERNAL
+        return _internal(exc)
+
+
+def _internal(exc: Exception) -> int:
+    """Report an unexpected exception (re-raise it under ``ROCMFORGE_DEBUG``)."""
+    if os.environ.get("ROCMFORGE_DEBUG"):
+        raise exc
+    print(
+        f"internal error: {type(exc).__name__}: {exc} (set ROCMFORGE_DEBUG=1 for a traceback)",
+        file=sys.stderr,
+    )
+    return EXIT_INTERNAL
 
 
 def main_entry() -> None:

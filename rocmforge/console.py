@@ -10,7 +10,12 @@ def main_entry() -> None:
     argv = sys.argv[1:]
     from rocmforge.memo import fast_realize
 
-    code = fast_realize(argv)
+    try:
+        code = fast_realize(argv)
+    except BrokenPipeError:
+        from rocmforge.cli import quiet_broken_pipe
+
+        code = quiet_broken_pipe()
     if code is None:
         from rocmforge.cli import main
 

@@ -23,6 +23,9 @@ class RocmforgeError(Exception):
     """Root of every error rocmforge raises on purpose."""
 
     exit_code: int = EXIT_ENVIRONMENT
+    #: The recipe the command was working on when this was raised, if the error does not name it
+    #: itself: the CLI then names it (set by the command that ran the recipe).
+    recipe_file: Path | None = None
 
 
 class UsageError(RocmforgeError):
@@ -112,6 +115,16 @@ class Diagnosis:
             "evidence": self.evidence,
             "line": self.line,
         }
+
+
+class DiskFullError(RocmforgeError):
+    """A write failed for lack of space (ENOSPC, EDQUOT); names the path and what to free."""
+
+
+class FetchError(SourceError):
+    """A source could not be downloaded or cloned (unreachable host, missing repository)."""
+
+    exit_code = EXIT_ENVIRONMENT
 
 
 class BuildError(RocmforgeError):

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from rocmforge.errors import Problem, RecipeError, SourceError, UsageError
 from rocmforge.recipe.model import normal_pin
 from rocmforge.store import layout
-from rocmforge.util.fsutil import write_atomic
+from rocmforge.util.fsutil import read_bounded, write_atomic
 
 if TYPE_CHECKING:
     from rocmforge.sources.requirements import Fetcher, ResolvedRequirement
@@ -119,15 +119,20 @@ def lock_recipe(
     import tomlkit
     from tomlkit.exceptions import TOMLKitError
 
-    from rocmforge.recipe.load import parse_recipe_text
+    from rocmforge.recipe.load import MAX_RECIPE_BYTES, parse_recipe_text
     from rocmforge.sources.requirements import resolve_requirements
     from rocmforge.toolchain.system import resolve_toolchain
 
     path = Path(os.path.abspath(path))
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_bounded(path, MAX_RECIPE_BYTES, what="a recipe").decode("utf-8")
     except OSError as exc:
         raise UsageError(f"{path}: cannot read recipe: {exc.strerror or exc}") from exc
+    except ValueError as exc:  # not a regular file, too large (UnicodeDecodeError is below)
+        if isinstance(exc, UnicodeDecodeError):
+            bad = Problem(file=path, key="", line=1, message="not valid UTF-8")
+            raise RecipeError([bad]) from exc
+        raise RecipeError([Problem(file=path, key="", message=str(exc))]) from exc
     except UnicodeDecodeError as exc:
         raise RecipeError([Problem(file=path, key="", line=1, message="not valid UTF-8")]) from exc
     try:

@@ -137,13 +137,24 @@ def touch_used(store_root: str, hash: str) -> None:
 
 
 def _valid(item: object) -> dict[str, object] | None:
+    """Return the remembered result if every guard still holds; None for anything malformed."""
     if not isinstance(item, dict):
         return None
-    for path, sig, follow in item["guards"]:
-        if _sig(path, follow=follow) != sig:
-            return None
-    result = item["result"]
-    return result if isinstance(result, dict) else None
+    try:
+        for path, sig, follow in item["guards"]:
+            if not isinstance(path, str) or _sig(path, follow=bool(follow)) != sig:
+                return None
+        result = item["result"]
+    except (KeyError, TypeError, ValueError):  # a damaged memo is only a missed shortcut
+        return None
+    if not isinstance(result, dict):
+        return None
+    wheels = result.get("wheels")
+    if not (isinstance(wheels, list) and all(isinstance(w, str) for w in wheels)):
+        return None
+    if not all(isinstance(result.get(k), str) for k in ("path", "hash", "name", "version")):
+        return None
+    return result
 
 
 def _parse(argv: Sequence[str]) -> tuple[list[str], str] | None:

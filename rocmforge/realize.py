@@ -6,7 +6,10 @@ build machinery (sandbox, venv, zstandard, filelock) is imported only on a miss.
 
 from __future__ import annotations
 
+import errno
 import os
+import re
+import stat
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -14,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rocmforge.errors import UsageError
 from rocmforge.recipe.lints import Finding, LintFacts, describe, preflight
 from rocmforge.recipe.model import Recipe
 from rocmforge.resolve import Resolved, resolve
@@ -148,9 +152,58 @@ def _explain_miss(store: Store, derivation: Mapping[str, Any], reporter: Reporte
         reporter.warning(near.message())
 
 
+_ENTRY_NAME = re.compile(r"^[0-9a-f]{32}-.+")
+
+
+def _points_into_a_store(target: str, base: Path) -> bool:
+    """True if the symlink text ``target`` names a store entry (``.../entries/<hash>-...``)."""
+    path = Path(os.path.normpath(os.path.join(base, target)))
+    parts = path.parts
+    return any(
+        parts[i] == "entries" and _ENTRY_NAME.match(parts[i + 1]) is not None
+        for i in range(len(parts) - 1)
+    )
+
+
+def check_link(link: Path) -> None:
+    """Refuse an ``-o LINK`` that would replace anything but a link of ours; call before building.
+
+    ``LINK`` may be missing (its directory must exist) or a symlink pointing into a store entry
+    (any store, even a deleted entry). A regular file, a directory or a symlink elsewhere is
+    never replaced. Raises :class:`~rocmforge.errors.UsageError`.
+    """
+    parent = Path(os.path.abspath(link)).parent
+    if not os.path.isdir(parent):
+        raise UsageError(f"-o {link}: directory {parent} does not exist")
+    try:
+        st = os.lstat(link)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise UsageError(f"-o {link}: cannot inspect it: {exc.strerror or exc}") from exc
+    if stat.S_ISDIR(st.st_mode):
+        raise UsageError(f"-o {link} is a directory; name a link inside it, e.g. {link}/result")
+    if not stat.S_ISLNK(st.st_mode):
+        raise UsageError(f"-o {link} exists and is not a symlink; refusing to replace it")
+    old = os.readlink(link)
+    if not _points_into_a_store(old, parent):
+        raise UsageError(
+            f"-o {link} is a symlink to {old}, not into a rocmforge store; refusing to replace it"
+        )
+
+
 def make_link(link: Path, target: Path) -> Path:
-    """Point the symlink ``link`` at ``target`` atomically (replacing an older link)."""
-    symlink_atomic(os.fspath(target.resolve()), link)
+    """Point the symlink ``link`` at ``target`` atomically, after :func:`check_link`.
+
+    Replaces only a missing path or an older link into a store; never leaves a temp link behind.
+    """
+    check_link(link)
+    try:
+        symlink_atomic(os.fspath(target.resolve()), link)
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        raise UsageError(f"-o {link}: cannot make the link: {exc.strerror or exc}") from exc
     return link
 
 

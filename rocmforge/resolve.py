@@ -10,10 +10,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rocmforge.derivation import Derivation, make_derivation
-from rocmforge.errors import RequirementError, SourceError, ToolchainError
+from rocmforge.errors import FetchError, RequirementError, ToolchainError
 from rocmforge.recipe.model import Recipe, ToolchainSpec
 from rocmforge.sources.identity import SourceIdentity, identify_source, needs_fetch
-from rocmforge.sources.inputs import ResolvedInput, UrlFetcher, UrllibFetcher, resolve_inputs
+from rocmforge.sources.inputs import (
+    NotFetchedError,
+    ResolvedInput,
+    UrlFetcher,
+    UrllibFetcher,
+    resolve_inputs,
+)
 from rocmforge.sources.patches import patch_digests
 from rocmforge.sources.requirements import Fetcher, ResolvedRequirement, resolve_requirements
 from rocmforge.store import layout
@@ -120,7 +126,9 @@ def resolve(
             cache=store.sources_dir,
             fetcher=None if notes else (url_fetcher or UrllibFetcher()),
         )
-    except SourceError as exc:
+    except (NotFetchedError, FetchError) as exc:
+        # Only what a fetch could still change is provisional; a bad input (an unsafe or
+        # unreadable archive, a wrong sha256) is refused by plan exactly as by realize.
         if not provisional:
             raise
         notes.append(f"inputs: {exc}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import glob
 import os
 import sys
 from pathlib import Path
@@ -58,7 +59,10 @@ def _find_log(store: Any, target: str) -> Path:
         entry = store.resolve(target)
         return Path(entry.path) / layout.BUILD_LOG
     except UsageError:
-        failed_logs = sorted(Path(store.failed_dir).glob(f"{target}*{layout.FAILED_LOG_SUFFIX}"))
+        if not target or os.sep in target or "\0" in target:
+            raise  # a path, not a hash prefix: there is no failed log to match
+        pattern = f"{glob.escape(target)}*{layout.FAILED_LOG_SUFFIX}"
+        failed_logs = sorted(Path(store.failed_dir).glob(pattern))
         if len(failed_logs) == 1:
             return failed_logs[0]
         raise

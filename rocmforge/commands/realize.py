@@ -14,6 +14,7 @@ from rocmforge.commands._common import (
     emit_json,
     open_store,
 )
+from rocmforge.errors import RocmforgeError
 
 
 def register(sub: Any) -> None:
@@ -38,7 +39,7 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """``rocmforge realize RECIPE...``: build (or fetch from the store) and print wheel paths."""
-    from rocmforge.realize import lint, realize
+    from rocmforge.realize import check_link, lint, realize
     from rocmforge.recipe.load import load_recipe
     from rocmforge.sources.requirements import PipFetcher
 
@@ -46,6 +47,9 @@ def run(args: argparse.Namespace) -> int:
     # Error lints of any recipe stop all of them; realize reports the warnings, without linting
     # (or probing the machine) again.
     lints = [lint(recipe) for recipe in recipes]
+    links = [_link(args.out_link, i) for i in range(len(recipes))] if args.out_link else []
+    for out in links:  # a bad -o LINK stops before any build, not after
+        check_link(out)
     store = open_store(args)
     fetcher = PipFetcher()
 
@@ -60,9 +64,7 @@ def run(args: argparse.Namespace) -> int:
     temp_roots = TempRoots(store)
     reports = []
     for i, recipe in enumerate(recipes):
-        link = None
-        if args.out_link:
-            link = Path(args.out_link if i == 0 else f"{args.out_link}-{i + 1}")
+        link = links[i] if links else None
         reporter = ConsoleReporter(sys.stderr, label=recipe.package.name, verbose=args.verbose)
         try:
             report = realize(
@@ -77,6 +79,10 @@ def run(args: argparse.Namespace) -> int:
                 temp_roots=temp_roots,
                 sandbox="none" if args.sandbox == "none" else "bwrap",
             )
+        except RocmforgeError as exc:
+            if exc.recipe_file is None:
+                exc.recipe_file = recipe.file  # named by the CLI
+            raise
         finally:
             reporter.close()
         reports.append(report)
@@ -94,3 +100,8 @@ def run(args: argparse.Namespace) -> int:
     sys.stdout.flush()
     temp_roots.close()
     return 0
+
+
+def _link(out_link: str, i: int) -> Path:
+    """The result link of the ``i``-th recipe: LINK, LINK-2, LINK-3 ..."""
+    return Path(out_link if i == 0 else f"{out_link}-{i + 1}")

@@ -19,6 +19,15 @@ from typing import Any
 
 from rocmforge.errors import Problem, RecipeError
 from rocmforge.recipe.model import SCHEMA_VERSION, Recipe, join_key, locate_line, parent_keys
+from rocmforge.util.fsutil import read_bounded
+
+MAX_RECIPE_BYTES = 1 << 20
+"""The largest recipe file read (1 MiB); real recipes are a few kB."""
+MAX_NESTING = 64
+"""The deepest nesting of arrays and tables a recipe may have."""
+MAX_EXTENDS = 32
+"""The longest ``extends`` chain followed."""
+_MAX_PATH = 4096
 
 _SCP_LIKE = re.compile(r"^[^/@:]+@[^/:]+:")
 _TOML_AT = re.compile(r"\s*\(at line (\d+), column (\d+)\)$")
@@ -37,8 +46,12 @@ def load_recipe(path: Path | str) -> Recipe:
     """Read, merge (following ``extends``) and validate the recipe at ``path``.
 
     Raises :class:`~rocmforge.errors.RecipeError` listing every problem, each with file, key
-    path and line.
+    path and line; a problem in a base recipe also names the recipe given and the chain to it.
+    The file must be a regular file of at most :data:`MAX_RECIPE_BYTES`.
     """
+    if len(os.fsencode(path)) > _MAX_PATH:
+        shown = os.fsdecode(path)[:80]
+        raise RecipeError([Problem(file=Path(shown + "..."), key="", message="path too long")])
     file = Path(os.path.abspath(path))
     return _load(file, _read(file, None))
 
@@ -53,24 +66,45 @@ def parse_recipe_text(text: str, *, file: Path) -> Recipe:
 
 
 def _load(file: Path, text: str) -> Recipe:
-    layers = _chain(file, text)
-    merged: dict[str, Any] = {}
-    for layer in layers:
-        merged = _merge(merged, layer.data)
+    files: list[Path] = []
     try:
-        recipe = Recipe.from_dict(merged, file=file)
+        layers = _chain(file, text, files)
+        merged: dict[str, Any] = {}
+        for layer in layers:
+            merged = _merge(merged, layer.data)
+        try:
+            recipe = Recipe.from_dict(merged, file=file)
+        except RecipeError as e:
+            raise RecipeError(_relocate(e.problems, layers)) from None
     except RecipeError as e:
-        raise RecipeError(_relocate(e.problems, layers)) from None
+        raise _name_the_recipe(e, files) from None
     return dataclasses.replace(recipe, extends_chain=tuple(layer.file for layer in layers))
 
 
+def _name_the_recipe(error: RecipeError, files: list[Path]) -> RecipeError:
+    """Add a note naming the recipe given and its ``extends`` chain if a problem lies elsewhere."""
+    if not files or all(p.file == files[0] for p in error.problems):
+        return error
+    top = files[0]
+    chain = " -> ".join([str(top), *(_show(f, top) for f in files[1:])])
+    return RecipeError(error.problems, note=f"in recipe {top} (extends chain: {chain})")
+
+
 def _read(file: Path, declared_by: _Layer | None) -> str:
-    """Return the text of ``file``; a failure is blamed on the ``extends`` that named it."""
+    """Return the text of ``file``; a failure is blamed on the ``extends`` that named it.
+
+    Only a regular file of at most :data:`MAX_RECIPE_BYTES` is read: a FIFO, a device or
+    ``/dev/zero`` is refused without blocking or reading it.
+    """
     try:
-        with open(file, "rb") as f:
-            raw = f.read()
-    except OSError as e:
-        reason = "no such recipe" if isinstance(e, FileNotFoundError) else e.strerror or str(e)
+        raw = read_bounded(file, MAX_RECIPE_BYTES, what="a recipe")
+    except (OSError, ValueError) as e:
+        if isinstance(e, FileNotFoundError):
+            reason = "no such recipe"
+        elif isinstance(e, OSError):
+            reason = e.strerror or str(e)
+        else:
+            reason = str(e)
         if declared_by is None:
             raise RecipeError([Problem(file=file, key="", message=reason)]) from None
         raise _extends_error(declared_by, f"{reason}: {file}") from None
@@ -87,10 +121,14 @@ def _extends_error(layer: _Layer, message: str) -> RecipeError:
     return RecipeError([Problem(file=layer.file, key="extends", message=message, line=line)])
 
 
-def _chain(file: Path, text: str) -> list[_Layer]:
-    """Parse ``file`` and every recipe it extends; return them base-most first."""
+def _chain(file: Path, text: str, files: list[Path]) -> list[_Layer]:
+    """Parse ``file`` and every recipe it extends; return them base-most first.
+
+    ``files`` receives each file as it is reached (the named recipe first), for error notes.
+    """
     layers: list[_Layer] = []
     seen: list[str] = []
+    files.append(file)
     while True:
         layer = _Layer(file=file, text=text, data=_parse(file, text))
         layers.append(layer)
@@ -105,6 +143,9 @@ def _chain(file: Path, text: str) -> list[_Layer]:
         if os.path.realpath(file) in seen:
             names = [_show(x.file, layers[0].file) for x in layers] + [_show(file, layers[0].file)]
             raise _extends_error(layer, "extends cycle: " + " -> ".join(names))
+        if len(layers) >= MAX_EXTENDS:
+            raise _extends_error(layer, f"extends chain longer than {MAX_EXTENDS} recipes")
+        files.append(file)
         text = _read(file, layer)
     layers.reverse()
     return layers
@@ -127,6 +168,8 @@ def _parse(file: Path, text: str) -> dict[str, Any]:
     """Parse TOML ``text`` and make its path-valued keys absolute relative to ``file.parent``."""
     try:
         data = tomllib.loads(text)
+    except RecursionError:
+        raise RecipeError([_too_deep(file, text)]) from None
     except tomllib.TOMLDecodeError as e:
         message = str(e)
         m = _TOML_AT.search(message)
@@ -135,6 +178,8 @@ def _parse(file: Path, text: str) -> dict[str, Any]:
             message = f"{message[: m.start()]} (column {m.group(2)})"
         problem = Problem(file=file, key="", message=f"invalid TOML: {message}", line=line)
         raise RecipeError([problem]) from None
+    if _depth(data) > MAX_NESTING:
+        raise RecipeError([_too_deep(file, text)])
     base = file.parent
     if isinstance(data.get("extends"), str):
         data["extends"] = _absolute(base, data["extends"])
@@ -157,6 +202,32 @@ def _parse(file: Path, text: str) -> dict[str, Any]:
             if isinstance(spec, dict) and isinstance(spec.get("path"), str):
                 spec["path"] = _absolute(base, spec["path"])
     return data
+
+
+def _depth(data: Any) -> int:
+    """Return how deeply tables and arrays nest in ``data`` (iteratively: never recurses)."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(data, 1)]
+    while stack:
+        value, level = stack.pop()
+        deepest = max(deepest, level)
+        if level > MAX_NESTING:
+            break
+        if isinstance(value, dict):
+            stack.extend((v, level + 1) for v in value.values())
+        elif isinstance(value, list):
+            stack.extend((v, level + 1) for v in value)
+    return deepest
+
+
+def _too_deep(file: Path, text: str) -> Problem:
+    """The problem of a recipe nested too deeply, at the first line that opens many levels."""
+    line = next(
+        (i for i, ln in enumerate(text.splitlines(), 1) if ln.count("[") + ln.count("{") > 32),
+        None,
+    )
+    message = f"arrays or tables nested more than {MAX_NESTING} levels deep"
+    return Problem(file=file, key="", message=message, line=line)
 
 
 def _absolute(base: Path, path: str) -> str:
@@ -349,14 +420,15 @@ class _Scanner:
         basic = quote == '"'
         delim = quote * 3 if self.peek(3) == quote * 3 else quote
         self.advance(len(delim))
-        while self.i < len(self.s):
-            if basic and self.s[self.i] == "\\":
-                self.advance(2)
-            elif self.s.startswith(delim, self.i):
-                self.advance(len(delim))
-                while len(delim) == 3 and self.peek() == quote:  # up to 2 quotes end the content
-                    self.advance()
-                return
-            else:
+        while True:  # jump from escape to escape with str.find: a 100k-character string is cheap
+            end = self.s.find(delim, self.i)
+            if end < 0:
+                raise _ScanError(self.line)
+            escape = self.s.find("\\", self.i, end) if basic else -1
+            if escape >= 0:
+                self.advance(escape + 2 - self.i)
+                continue
+            self.advance(end + len(delim) - self.i)
+            while len(delim) == 3 and self.peek() == quote:  # up to 2 quotes end the content
                 self.advance()
-        raise _ScanError(self.line)
+            return

@@ -167,6 +167,10 @@ _KEYS: dict[str, tuple[str, ...]] = {
     "lint": ("allow",),
 }  # fmt: skip
 
+MAX_NAME = 100
+"""The longest package name accepted (store entry names must fit a file name)."""
+MAX_VERSION = 64
+"""The longest package version accepted."""
 _PROJECT_NAME = re.compile(r"^([A-Z0-9]|[A-Z0-9][A-Z0-9._-]*[A-Z0-9])$", re.IGNORECASE)
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
@@ -336,9 +340,13 @@ def _package(c: _Checker, data: Mapping[str, Any]) -> PackageSpec:
     t = c.table(data, "package")
     name = c.string(t, "package", "name", required="package" in data)
     version = c.string(t, "package", "version", required="package" in data)
-    if name is not None and not _PROJECT_NAME.match(name):
+    if name is not None and len(name) > MAX_NAME:
+        c.add("package.name", f"is {len(name)} characters long; at most {MAX_NAME}")
+    elif name is not None and not _PROJECT_NAME.match(name):
         c.add("package.name", f"{name!r} is not a valid project name (PEP 508)")
-    if version is not None and not _valid_version(version):
+    if version is not None and len(version) > MAX_VERSION:
+        c.add("package.version", f"is {len(version)} characters long; at most {MAX_VERSION}")
+    elif version is not None and not _valid_version(version):
         c.add("package.version", f"{version!r} is not a valid version (PEP 440)")
     return PackageSpec(name=name or "", version=version or "")
 

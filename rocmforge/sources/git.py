@@ -20,7 +20,7 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from rocmforge.errors import SourceError
+from rocmforge.errors import FetchError, SourceError
 from rocmforge.store import layout
 from rocmforge.util.hashing import blake3_hex
 
@@ -131,15 +131,20 @@ def ensure_mirror(url: str, rev: str, cache: Path) -> Path:
                     what=f"cannot clone {url}",
                 )
                 os.replace(tmp / "m.git", mirror)
+            except SourceError as exc:  # unreachable host, missing repository: environment
+                raise FetchError(str(exc)) from exc
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
         elif _has_commit(mirror, rev):
             return mirror
         else:
-            run_git(
-                ["--git-dir", mirror, "fetch", "--quiet", "--prune", "origin"],
-                what=f"cannot fetch {url}",
-            )
+            try:
+                run_git(
+                    ["--git-dir", mirror, "fetch", "--quiet", "--prune", "origin"],
+                    what=f"cannot fetch {url}",
+                )
+            except SourceError as exc:
+                raise FetchError(str(exc)) from exc
         if not _has_commit(mirror, rev):
             # Servers that allow fetching any reachable commit (GitHub does) can still serve it.
             git_ok(["--git-dir", mirror, "fetch", "--quiet", "origin", rev])

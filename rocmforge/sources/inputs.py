@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
-from rocmforge.errors import SourceError
+from rocmforge.errors import FetchError, SourceError
 from rocmforge.recipe.model import InputSpec
 from rocmforge.sources.tree import tree_digest
 from rocmforge.store import layout
@@ -31,6 +31,10 @@ from rocmforge.util.statcache import StatCache
 
 INSIDE = "/inputs"
 _ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar.xz", ".txz", ".tar.bz2", ".tar.zst", ".tar", ".zip")
+
+
+class NotFetchedError(SourceError):
+    """An archive input is not in the cache and nothing may fetch it (``plan`` offline)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -73,7 +77,7 @@ class UrllibFetcher:
             with urllib.request.urlopen(url, timeout=60) as resp:
                 shutil.copyfileobj(resp, out, CHUNK)
         except (OSError, ValueError) as exc:  # urllib.error.URLError is an OSError
-            raise SourceError(f"cannot download {url}: {exc}") from exc
+            raise FetchError(f"cannot download {url}: {exc}") from exc
 
 
 def archive_suffix(name: str) -> str | None:
@@ -147,7 +151,7 @@ def _download(spec: InputSpec, cache: Path, fetcher: UrlFetcher | None) -> Path:
     if target.exists():
         return target
     if fetcher is None:
-        raise SourceError(f"inputs.{spec.name}: {spec.url} has not been fetched yet")
+        raise NotFetchedError(f"inputs.{spec.name}: {spec.url} has not been fetched yet")
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".dl-", dir=target.parent)
     try:
@@ -174,6 +178,13 @@ def _download(spec: InputSpec, cache: Path, fetcher: UrlFetcher | None) -> Path:
 def resolve_input(spec: InputSpec, *, cache: Path, fetcher: UrlFetcher | None) -> ResolvedInput:
     """Identify ``spec`` (hash a directory, or fetch, check and unpack an archive)."""
     where = f"inputs.{spec.name}"
+    if spec.path is not None:
+        try:
+            os.stat(spec.path)
+        except FileNotFoundError:
+            pass  # reported below, as before
+        except OSError as exc:  # a name too long, a loop of links, no permission
+            raise SourceError(f"{where}.path: {spec.path}: {exc.strerror or exc}") from exc
     if spec.path is not None and spec.path.is_dir():
         digest = tree_digest(spec.path, cache=cache)
         host, kind = spec.path, "tree"

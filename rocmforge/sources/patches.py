@@ -9,7 +9,11 @@ from pathlib import Path
 
 from rocmforge.errors import PatchError, SourceError
 from rocmforge.sources.git import git_env
+from rocmforge.util.fsutil import read_bounded
 from rocmforge.util.hashing import blake3_hex
+
+MAX_PATCH_BYTES = 256 << 20
+"""The largest patch file read (256 MiB): bounds a patch that names ``/dev/zero``."""
 
 
 def patch_digests(patches: Sequence[Path]) -> tuple[tuple[str, str], ...]:
@@ -17,9 +21,11 @@ def patch_digests(patches: Sequence[Path]) -> tuple[tuple[str, str], ...]:
     out: list[tuple[str, str]] = []
     for patch in patches:
         try:
-            data = Path(patch).read_bytes()
+            data = read_bounded(Path(patch), MAX_PATCH_BYTES, what="a patch")
         except OSError as exc:
             raise SourceError(f"patch {patch}: cannot read: {exc.strerror or exc}") from exc
+        except ValueError as exc:
+            raise SourceError(f"patch {patch}: {exc}") from exc
         out.append((Path(patch).name, blake3_hex(data)))
     return tuple(out)
 
