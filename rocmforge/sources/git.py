@@ -174,6 +174,11 @@ def check_submodule_url(sub_url: str, *, where: str, path: str, allow_local: boo
     Only the recipe may name a local repository: a ``.gitmodules`` written by someone else must
     not make rocmforge copy ``/srv/private_repo`` (or any other host repository) into a build.
     """
+    if sub_url.startswith("-"):
+        raise SourceError(
+            f"{where}: submodule {path!r} has the URL {sub_url!r}, which starts with '-': "
+            "refused (git would read it as an option)"
+        )
     if "::" in sub_url.split("/", 1)[0]:
         raise SourceError(
             f"{where}: submodule {path!r} uses the command transport {sub_url!r}; refused"
