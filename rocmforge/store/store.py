@@ -427,12 +427,7 @@ class Store:
         if existing is not None:
             self._discard(staged)
             return existing
-        try:
-            derivation, full_meta = self._prepare(staged, hash, name, version, meta)
-            write_atomic(staged / layout.META, json_bytes(full_meta.to_json()))
-            self._seal(staged)
-        except OSError as e:
-            raise StoreError(f"cannot stage {staged} for publishing as {final.name}: {e}") from e
+        derivation = self._stage(staged, final, hash, name, version, meta)
         try:
             os.rename(staged, final)
         except OSError as e:
@@ -477,12 +472,7 @@ class Store:
         final = self.entry_dir(hash, name, version)
         if not os.path.lexists(final):
             return self.publish(staged, hash=hash, name=name, version=version, meta=meta)
-        try:
-            derivation, full_meta = self._prepare(staged, hash, name, version, meta)
-            write_atomic(staged / layout.META, json_bytes(full_meta.to_json()))
-            self._seal(staged)
-        except OSError as e:
-            raise StoreError(f"cannot stage {staged} for publishing as {final.name}: {e}") from e
+        derivation = self._stage(staged, final, hash, name, version, meta)
         try:
             # Moving a directory needs write access to it (its ".."): both are swapped.
             os.chmod(final, 0o755)
@@ -497,6 +487,24 @@ class Store:
         entry = self.load(final)
         self.index.add(entry, derivation)
         return entry
+
+    def _stage(
+        self,
+        staged: Path,
+        final: Path,
+        hash: str,
+        name: str,
+        version: str,
+        meta: Mapping[str, Any],
+    ) -> dict[str, Any]:
+        """Write ``meta.json`` into ``staged`` and seal it; return its derivation document."""
+        try:
+            derivation, full_meta = self._prepare(staged, hash, name, version, meta)
+            write_atomic(staged / layout.META, json_bytes(full_meta.to_json()))
+            self._seal(staged)
+        except OSError as e:
+            raise StoreError(f"cannot stage {staged} for publishing as {final.name}: {e}") from e
+        return derivation
 
     def _discard(self, staged: Path) -> None:
         try:
