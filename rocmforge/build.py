@@ -123,6 +123,25 @@ def build_env(
     return env
 
 
+def _masks(resolved: Resolved, empty: Path) -> list[Mount]:
+    """Mount the empty directory ``empty`` over each unowned directory the manifest masks.
+
+    A mask that would hide a toolchain mount (a Python or ROCm root under ``/usr/local``) is
+    left out; that mount is content-hashed instead.
+    """
+    kept = [
+        m
+        for m in resolved.toolchain.masks
+        if not any(
+            str(p) == m or str(p).startswith(m + "/") or m.startswith(f"{p}/")
+            for p in resolved.toolchain.mounts
+        )
+    ]
+    if kept:
+        empty.mkdir(exist_ok=True)
+    return [Mount(host=empty, inside=m) for m in kept]
+
+
 def _run_steps(
     resolved: Resolved, runner: Runner, *, root: Path, log: BinaryIO, reporter: Reporter
 ) -> None:
@@ -133,6 +152,7 @@ def _run_steps(
         Mount(host=root / "home", inside="/build/home", writable=True),
         *(Mount(host=p, inside=str(p)) for p in resolved.toolchain.mounts),
         *(Mount(host=i.host, inside=i.inside) for i in resolved.inputs),
+        *_masks(resolved, root / "empty"),
     ]
     names = ("src", "venv", "out", "home")
     paths = {name: runner.sandbox_path(m) for name, m in zip(names, mounts[:4], strict=True)}

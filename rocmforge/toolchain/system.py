@@ -49,6 +49,7 @@ class Toolchain:
     path_dirs: tuple[str, ...] = ()
     mounts: tuple[Path, ...] = ()
     guards: tuple[str, ...] = ()
+    masks: tuple[str, ...] = ()
 
 
 def run_probe(
@@ -174,7 +175,7 @@ def _toolchain_from_probe(probe: Mapping[str, Any], guards: tuple[str, ...]) -> 
     py = probe["python"]
     prefix = Path(py["prefix"])
     mounts: tuple[Path, ...] = ()
-    if not str(prefix).startswith("/usr"):
+    if not str(prefix).startswith("/usr/") or str(prefix).startswith("/usr/local"):
         mounts = (prefix,)
     dirs: list[str] = []
     for key in ("cc", "cxx"):
@@ -218,4 +219,17 @@ def resolve_toolchain(spec: ToolchainSpec, *, cache_dir: Path) -> Toolchain:
     guards = tuple(dict.fromkeys([*_guards(probe), *(str(p) for p in [py, *which] if p)]))
     if fresh:
         cache.put(key, probe, guards)
-    return _toolchain_from_probe(probe, guards)
+    return with_manifest(_toolchain_from_probe(probe, guards), cache_dir=cache_dir)
+
+
+def with_manifest(tc: Toolchain, *, cache_dir: Path) -> Toolchain:
+    """Add the system manifest (visible package versions, masked and unowned paths) to ``tc``."""
+    from rocmforge.toolchain.manifest import manifest_guards, system_manifest
+
+    manifest = system_manifest(cache_dir=cache_dir)
+    return dataclasses.replace(
+        tc,
+        fingerprint={**tc.fingerprint, **manifest.fingerprint()},
+        guards=tuple(dict.fromkeys([*tc.guards, *manifest_guards(manifest)])),
+        masks=manifest.masked,
+    )

@@ -1,0 +1,166 @@
+"""Hermetic inputs: whatever a build can read is in the input hash, or invisible to the build.
+
+Real files under ``/usr/local``, real dpkg packages installed, upgraded and removed, real bwrap
+builds through the real CLI.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import DATA, rf
+
+needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
+
+PROBE_RECIPE = """\
+schema = 1
+
+[package]
+name = "probe"
+version = "0.1"
+
+[source]
+path = "{src}"
+
+[build]
+steps = ["cc -c probe.c -o probe.o", "python mkwheel.py $OUT probe 0.1"]
+"""
+
+
+def plan_hash(recipe: Path, store: Path) -> str:
+    """Return the input hash ``plan --json`` computes for ``recipe``."""
+    done = rf("plan", recipe, "--store", store, "--json")
+    assert done.returncode == 0, done.stderr
+    return str(json.loads(done.stdout)["hash"])
+
+
+@pytest.fixture
+def local_header() -> Iterator[str]:
+    """A header installed by hand under /usr/local/include (no package owns it)."""
+    if not os.access("/usr/local/include", os.W_OK):
+        pytest.skip("needs a writable /usr/local/include")
+    name = f"rfprobe_{uuid.uuid4().hex[:8]}.h"
+    path = Path("/usr/local/include") / name
+    path.write_text("#define RF_PROBE 1\n")
+    try:
+        yield name
+    finally:
+        path.unlink(missing_ok=True)
+
+
+@needs_bwrap
+def test_usr_local_header_is_hidden_not_silently_used(
+    tmp_path: Path, store: Path, local_header: str
+) -> None:
+    src = tmp_path / "src"
+    (src / "probe").mkdir(parents=True)
+    shutil.copy(DATA / "mkwheel.py", src / "mkwheel.py")
+    (src / "probe" / "__init__.py").write_text("")
+    (src / "probe.c").write_text(
+        f"#include <{local_header}>\nint probe(void) {{ return RF_PROBE; }}\n"
+    )
+    # On the host the header is found: only the sandbox hides it.
+    subprocess.run(["cc", "-c", "probe.c", "-o", "/dev/null"], cwd=src, check=True)
+    recipe = tmp_path / "probe.toml"
+    recipe.write_text(PROBE_RECIPE.format(src=src))
+
+    before = plan_hash(recipe, store)
+    Path("/usr/local/include", local_header).write_text("#define RF_PROBE 2\n")
+    assert plan_hash(recipe, store) == before  # hidden, so not an input: the hash stays
+
+    done = rf("realize", recipe, "--store", store, "--sandbox", "bwrap")
+    assert done.returncode != 0
+    assert f"{local_header}: No such file or directory" in done.stderr
+    assert "not visible in the sandbox" in done.stderr
+    assert "/usr/local" in done.stderr
+
+
+VISIBLE_PKG = "rocmforge-test-visible"
+HIDDEN_PKG = "rocmforge-test-hidden"
+
+
+def make_deb(tmp_path: Path, name: str, version: str, files: dict[str, str]) -> Path:
+    """Build a real Debian package ``name`` ``version`` holding ``files`` with dpkg-deb."""
+    root = tmp_path / f"{name}-{version}"
+    (root / "DEBIAN").mkdir(parents=True)
+    (root / "DEBIAN" / "control").write_text(
+        f"Package: {name}\nVersion: {version}\nArchitecture: all\n"
+        "Maintainer: rocmforge tests <t@example.invalid>\nDescription: rocmforge test package\n"
+    )
+    for path, text in files.items():
+        target = root / path.lstrip("/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+    out = tmp_path / f"{name}_{version}_all.deb"
+    subprocess.run(
+        ["dpkg-deb", "--build", "--root-owner-group", str(root), str(out)],
+        check=True,
+        capture_output=True,
+    )
+    return out
+
+
+def dpkg(*args: str) -> None:
+    """Run dpkg (install, remove) and fail the test on error."""
+    done = subprocess.run(["dpkg", *args], capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.fixture
+def dpkg_root() -> Iterator[None]:
+    """Root with dpkg: the test packages are purged before and after."""
+    if os.geteuid() != 0 or shutil.which("dpkg-deb") is None:
+        pytest.skip("needs root and dpkg")
+
+    def purge() -> None:
+        subprocess.run(
+            ["dpkg", "--purge", VISIBLE_PKG, HIDDEN_PKG],
+            capture_output=True,
+            check=False,
+            timeout=300,
+        )
+
+    purge()
+    try:
+        yield
+    finally:
+        purge()
+
+
+def test_visible_package_install_upgrade_remove_changes_the_hash(
+    tmp_path: Path, store: Path, tiny_recipe: Path, dpkg_root: None
+) -> None:
+    header = f"/usr/include/{VISIBLE_PKG}/probe.h"
+    v1 = make_deb(tmp_path, VISIBLE_PKG, "1.0-1", {header: "#define V 1\n"})
+    v2 = make_deb(tmp_path, VISIBLE_PKG, "1.0-2", {header: "#define V 2\n"})
+    base = plan_hash(tiny_recipe, store)
+    dpkg("-i", str(v1))
+    installed = plan_hash(tiny_recipe, store)
+    assert installed != base
+    done = rf("realize", tiny_recipe, "--store", store)
+    assert done.returncode == 0, done.stderr
+    dpkg("-i", str(v2))  # an upgrade
+    upgraded = plan_hash(tiny_recipe, store)
+    assert upgraded not in (base, installed)
+    shown = rf("explain", installed, tiny_recipe, "--store", store)
+    assert shown.returncode == 0, shown.stderr
+    assert f"toolchain.packages.{VISIBLE_PKG}: 1.0-1 -> 1.0-2" in shown.stdout
+    dpkg("--purge", VISIBLE_PKG)
+    assert plan_hash(tiny_recipe, store) == base
+
+
+def test_package_the_sandbox_cannot_see_leaves_the_hash(
+    tmp_path: Path, store: Path, tiny_recipe: Path, dpkg_root: None
+) -> None:
+    deb = make_deb(tmp_path, HIDDEN_PKG, "1.0-1", {f"/opt/{HIDDEN_PKG}/data.txt": "x\n"})
+    base = plan_hash(tiny_recipe, store)
+    dpkg("-i", str(deb))
+    assert plan_hash(tiny_recipe, store) == base
