@@ -132,10 +132,7 @@ def _masks(resolved: Resolved, empty: Path) -> list[Mount]:
     kept = [
         m
         for m in resolved.toolchain.masks
-        if not any(
-            str(p) == m or str(p).startswith(m + "/") or m.startswith(f"{p}/")
-            for p in resolved.toolchain.mounts
-        )
+        if not any(str(p) == m or str(p).startswith(m + "/") for p in resolved.toolchain.mounts)
     ]
     if kept:
         empty.mkdir(exist_ok=True)

@@ -13,6 +13,7 @@ import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -35,11 +36,17 @@ steps = ["cc -c probe.c -o probe.o", "python mkwheel.py $OUT probe 0.1"]
 """
 
 
-def plan_hash(recipe: Path, store: Path) -> str:
-    """Return the input hash ``plan --json`` computes for ``recipe``."""
+def plan_json(recipe: Path, store: Path) -> dict[str, Any]:
+    """Return what ``plan --json`` says about ``recipe``."""
     done = rf("plan", recipe, "--store", store, "--json")
     assert done.returncode == 0, done.stderr
-    return str(json.loads(done.stdout)["hash"])
+    data: dict[str, Any] = json.loads(done.stdout)
+    return data
+
+
+def plan_hash(recipe: Path, store: Path) -> str:
+    """Return the input hash ``plan --json`` computes for ``recipe``."""
+    return str(plan_json(recipe, store)["hash"])
 
 
 @pytest.fixture
@@ -164,3 +171,81 @@ def test_package_the_sandbox_cannot_see_leaves_the_hash(
     base = plan_hash(tiny_recipe, store)
     dpkg("-i", str(deb))
     assert plan_hash(tiny_recipe, store) == base
+
+
+def link_copy(src: Path, dst: Path) -> None:
+    """Hardlink-copy the Python prefix ``src`` to ``dst`` (no site-packages, no bytecode)."""
+    for dirpath, dirnames, filenames in os.walk(src):
+        here = Path(dirpath)
+        dirnames[:] = [
+            d
+            for d in dirnames
+            if d not in ("__pycache__", "site-packages") and not (here / d).is_symlink()
+        ]
+        out = dst / here.relative_to(src)
+        out.mkdir(parents=True, exist_ok=True)
+        for name in [
+            *filenames,
+            *(d.name for d in here.iterdir() if d.is_symlink() and d.is_dir()),
+        ]:
+            s = here / name
+            if s.is_symlink():
+                (out / name).symlink_to(os.readlink(s))
+            else:
+                os.link(s, out / name)
+
+
+def rewrite(path: Path, extra: bytes) -> None:
+    """Give ``path`` new content without touching the inode it shares with the original."""
+    data = path.read_bytes() + extra
+    path.unlink()
+    path.write_bytes(data)
+
+
+@pytest.fixture
+def python_copy(tmp_path: Path) -> Path:
+    """A private copy of the toolchain Python's prefix (a Python no package owns)."""
+    import sys
+
+    prefix = Path(sys.base_prefix)
+    if str(prefix).startswith("/usr/") and not str(prefix).startswith("/usr/local"):
+        pytest.skip("the test Python is a system package; its coverage is the dpkg manifest")
+    if os.stat(prefix).st_dev != os.stat(tmp_path).st_dev:
+        pytest.skip("needs the Python prefix and the temp dir on one filesystem (hardlinks)")
+    copy = tmp_path / "python"
+    link_copy(prefix, copy)
+    return copy
+
+
+def test_toolchain_python_headers_libpython_and_stdlib_are_hashed(
+    tmp_path: Path, store: Path, tiny_src: Path, python_copy: Path
+) -> None:
+    import sys
+
+    short = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    recipe = tmp_path / "tiny.toml"
+    from tests.conftest import TINY_RECIPE
+
+    recipe.write_text(
+        TINY_RECIPE.format(src=tiny_src).replace(
+            "[build]", f'[toolchain]\npython = "{python_copy}/bin/python{short}"\n\n[build]'
+        )
+    )
+    seen = {plan_hash(recipe, store)}
+    site = python_copy / "lib" / f"python{short}" / "site-packages"
+    site.mkdir()
+    (site / "unrelated.py").write_text("X = 1\n")
+    assert plan_hash(recipe, store) in seen  # site-packages is masked, not hashed
+    changes = {
+        "headers": python_copy / "include" / f"python{short}" / "Python.h",
+        "stdlib": python_copy / "lib" / f"python{short}" / "textwrap.py",
+        "libpython": next((python_copy / "lib").glob("libpython*.so*")),
+    }
+    for part, path in changes.items():
+        before = plan_json(recipe, store)["derivation"]["toolchain"]["python"]["prefix_files"]
+        rewrite(path, b"\n/* changed */\n" if part == "headers" else b"\n# changed\n")
+        data = plan_json(recipe, store)
+        assert data["hash"] not in seen, part
+        seen.add(data["hash"])
+        after = data["derivation"]["toolchain"]["python"]["prefix_files"]
+        assert [k for k in after if after[k] != before[k]] == [part]

@@ -228,6 +228,17 @@ def manifest_guards(manifest: SystemManifest, root: Path = DPKG_ROOT) -> list[st
     return [str(root / "status"), str(root / "info"), *manifest.unowned]
 
 
+def memo_guards(manifest: SystemManifest, root: Path = DPKG_ROOT) -> list[str]:
+    """Return the few paths the realize memo watches for ``manifest``.
+
+    The dpkg database plus the directories holding loose unowned files: a file added, removed,
+    replaced or re-pointed there changes its directory. (An in-place rewrite of a loose file is
+    seen by the next full resolve, which checks every file; see docs/hermetic.md.)
+    """
+    dirs = sorted({os.path.dirname(p) for p in manifest.unowned})
+    return [str(root / "status"), str(root / "info"), *dirs]
+
+
 def system_manifest(*, cache_dir: Path, root: Path = DPKG_ROOT) -> SystemManifest:
     """Return the manifest of this machine, rescanning only when the dpkg database changed."""
     cache = StatCache(cache_dir / "manifest.json")

@@ -219,17 +219,36 @@ def resolve_toolchain(spec: ToolchainSpec, *, cache_dir: Path) -> Toolchain:
     guards = tuple(dict.fromkeys([*_guards(probe), *(str(p) for p in [py, *which] if p)]))
     if fresh:
         cache.put(key, probe, guards)
-    return with_manifest(_toolchain_from_probe(probe, guards), cache_dir=cache_dir)
+    tc = with_manifest(_toolchain_from_probe(probe, guards), cache_dir=cache_dir)
+    return with_python_prefix(tc, cache_dir=cache_dir)
+
+
+def with_python_prefix(tc: Toolchain, *, cache_dir: Path) -> Toolchain:
+    """Content-hash the toolchain Python's prefix when it is mounted (no package owns it)."""
+    if tc.python_prefix not in tc.mounts:
+        return tc
+    from rocmforge.toolchain.pyprefix import prefix_coverage
+
+    parts, guards, masks = prefix_coverage(
+        tc.python_prefix, tc.python_version, cache_dir=cache_dir
+    )
+    python = {**tc.fingerprint["python"], "prefix_files": dict(parts)}
+    return dataclasses.replace(
+        tc,
+        fingerprint={**tc.fingerprint, "python": python},
+        guards=tuple(dict.fromkeys([*tc.guards, *guards])),
+        masks=(*tc.masks, *masks),
+    )
 
 
 def with_manifest(tc: Toolchain, *, cache_dir: Path) -> Toolchain:
     """Add the system manifest (visible package versions, masked and unowned paths) to ``tc``."""
-    from rocmforge.toolchain.manifest import manifest_guards, system_manifest
+    from rocmforge.toolchain.manifest import memo_guards, system_manifest
 
     manifest = system_manifest(cache_dir=cache_dir)
     return dataclasses.replace(
         tc,
         fingerprint={**tc.fingerprint, **manifest.fingerprint()},
-        guards=tuple(dict.fromkeys([*tc.guards, *manifest_guards(manifest)])),
+        guards=tuple(dict.fromkeys([*tc.guards, *memo_guards(manifest)])),
         masks=manifest.masked,
     )
