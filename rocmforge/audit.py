@@ -59,6 +59,7 @@ class AuditReport:
     statement: Mapping[str, Any] | None = field(default=None)
     stamped_by: str | None = None
     archs: Mapping[str, Any] | None = None
+    links: tuple[Mapping[str, str], ...] = ()
 
     @property
     def exit_code(self) -> int:
@@ -116,6 +117,7 @@ class AuditReport:
             "stamped_by": self.stamped_by,
             "facts": self.facts(),
             "archs": dict(self.archs) if self.archs is not None else None,
+            "links": [dict(link) for link in self.links],
             "derivation": dict(self.derivation) if self.derivation else None,
         }
 
@@ -207,12 +209,15 @@ def audit_wheel(wheel: Path, *, store: Store) -> AuditReport:
         notes: list[str] = []
         derivation = statement = None
         archs = None
+        links: tuple[Mapping[str, str], ...] = ()
         if os.path.isdir(row.path):
             derivation = read_json_object(row.path / DERIVATION)
             statement = read_statement(row.path / PROVENANCE)
             # what the check read from this very wheel's offload bundles when it was built
             name = next((w.filename for w in row.wheels if w.blake3 == b3), None)
-            archs = ((read_json_object(row.path / META) or {}).get("archs") or {}).get(name, {})
+            meta = read_json_object(row.path / META) or {}
+            archs = (meta.get("archs") or {}).get(name, {})
+            links = tuple((meta.get("links") or {}).get(name, ()))
             if statement is None:
                 notes.append("the store entry has no provenance statement (built before it)")
         else:
@@ -230,6 +235,7 @@ def audit_wheel(wheel: Path, *, store: Store) -> AuditReport:
             entry_path=row.path,
             statement=statement,
             archs=archs,
+            links=links,
         )
     return _audit_unverified(wheel, store=store, b3=b3, size=size)
 

@@ -217,7 +217,51 @@ def _stage(
         records.append({"file": w.name, "size": (staged / w.name).stat().st_size, **d})
     with open(staged / "derivation.json", "wb") as f:
         f.write(json.dumps(resolved.derivation.data, indent=2, sort_keys=True).encode() + b"\n")
-    return {"wheels": records, **found}
+    links = record_links(resolved, [staged / w.name for w in wheels], log)
+    return {"wheels": records, **found, **({"links": links} if links else {})}
+
+
+def record_links(
+    resolved: Resolved, wheels: Sequence[Path], log: BinaryIO
+) -> dict[str, list[dict[str, str]]]:
+    """Return, per wheel, which library each ELF member links and who provides it.
+
+    A library resolved from a place the input hash does not cover (no package owns it, not in
+    the wheel, not under a hashed toolchain root) is a :class:`BuildError`.
+    """
+    from rocmforge.toolchain.elf import ElfError, candidate_paths, links_json, resolve_links
+    from rocmforge.toolchain.manifest import find_owners
+
+    tc = resolved.toolchain
+    roots: dict[str, list[str]] = {}
+    rocm = tc.env.get("ROCM_PATH")
+    if rocm and not (rocm == "/usr" or rocm.startswith("/usr/")):
+        roots["rocm"] = list(dict.fromkeys([rocm, os.path.realpath(rocm)]))
+    if tc.python_prefix in tc.mounts:
+        roots["python"] = [str(tc.python_prefix)]
+    out: dict[str, list[dict[str, str]]] = {}
+    try:
+        candidates: set[str] = set()
+        for w in wheels:
+            candidates |= candidate_paths(w)
+        owner_of = find_owners(candidates)
+        for w in wheels:
+            found = resolve_links(w, owner_of=owner_of, roots=roots)
+            for link in found:
+                log.write(f"rocmforge: {link.member} {link.describe()}\n".encode())
+            bad = [link for link in found if link.provider == "unhashed"]
+            if bad:
+                raise BuildError(
+                    f"{w.name}: "
+                    + "; ".join(f"{b.member} {b.describe()}" for b in bad)
+                    + " - install the library from a system package (its version is then "
+                    "hashed) or bundle it in the wheel"
+                )
+            if found:
+                out[w.name] = links_json(found)
+    except ElfError as exc:
+        raise BuildError(f"cannot read the libraries the wheel links: {exc}") from exc
+    return out
 
 
 def _record_failure(exc: BuildError, resolved: Resolved, log_path: Path, failed: Path) -> None:
@@ -292,6 +336,7 @@ def build(
                 sandbox=runner.level,
                 started=started,
                 finished=finished,
+                links=meta.get("links"),
             )
             write_statement(root / "entry" / PROVENANCE, statement)
             meta.update({"sandbox": runner.level, "build_seconds": round(seconds, 3)})

@@ -249,3 +249,92 @@ def test_toolchain_python_headers_libpython_and_stdlib_are_hashed(
         seen.add(data["hash"])
         after = data["derivation"]["toolchain"]["python"]["prefix_files"]
         assert [k for k in after if after[k] != before[k]] == [part]
+
+
+LINK_RECIPE = """\
+schema = 1
+
+[package]
+name = "probe"
+version = "0.1"
+
+[source]
+path = "{src}"
+
+[build]
+steps = [{steps}, "python mkwheel.py $OUT probe 0.1"]
+"""
+
+
+def dpkg_version(package: str) -> str:
+    """Return the installed version of ``package`` (dpkg-query)."""
+    return subprocess.run(
+        ["dpkg-query", "-W", "-f=${Version}", package], capture_output=True, text=True, check=True
+    ).stdout
+
+
+def link_src(tmp_path: Path, code: str) -> Path:
+    """A project whose build compiles ``code`` into probe/_native.so and packs it."""
+    src = tmp_path / "src"
+    (src / "probe").mkdir(parents=True)
+    shutil.copy(DATA / "mkwheel.py", src / "mkwheel.py")
+    (src / "probe" / "__init__.py").write_text("")
+    (src / "native.c").write_text(code)
+    return src
+
+
+@needs_bwrap
+def test_wheel_links_are_recorded_with_their_package(tmp_path: Path, store: Path) -> None:
+    if not Path("/usr/include/yaml.h").exists() or shutil.which("dpkg-query") is None:
+        pytest.skip("needs libyaml-dev from dpkg")
+    src = link_src(
+        tmp_path, "#include <yaml.h>\nconst char *v(void) { return yaml_get_version_string(); }\n"
+    )
+    recipe = tmp_path / "probe.toml"
+    steps = '"cc -shared -fPIC native.c -lyaml -o probe/_native.so"'
+    recipe.write_text(LINK_RECIPE.format(src=src, steps=steps))
+    done = rf("realize", recipe, "--store", store, "--sandbox", "bwrap")
+    assert done.returncode == 0, done.stderr
+    [entry] = (store / "entries").iterdir()
+    [wheel] = entry.glob("*.whl")
+    version = dpkg_version("libyaml-0-2")
+    meta = json.loads((entry / "meta.json").read_text())
+    links = meta["links"][wheel.name]
+    assert {
+        "member": "probe/_native.so",
+        "soname": "libyaml-0.so.2",
+        "provider": "package",
+        "package": "libyaml-0-2",
+        "version": version,
+    }.items() <= next(lk for lk in links if lk["soname"] == "libyaml-0.so.2").items()
+    line = f"links libyaml-0.so.2 from libyaml-0-2 {version}"
+    assert line in rf("show", entry.name.split("-")[0], "--store", store).stdout
+    assert line in rf("audit", wheel, "--store", store).stdout
+    statement = json.loads((entry / "provenance.json").read_text())
+    byproducts = statement["predicate"]["runDetails"]["byproducts"]
+    assert any(b["name"] == f"links/{wheel.name}" for b in byproducts)
+
+
+@needs_bwrap
+def test_a_library_from_an_unhashed_place_is_a_build_error(tmp_path: Path, store: Path) -> None:
+    hidden = tmp_path / "unowned-lib"
+    hidden.mkdir()
+    (tmp_path / "foo.c").write_text("int foo(void) { return 1; }\n")
+    subprocess.run(
+        ["cc", "-shared", "-fPIC", str(tmp_path / "foo.c"), "-o", str(hidden / "libfoo.so")],
+        check=True,
+    )
+    src = link_src(tmp_path, "int foo(void);\nint bar(void) { return foo(); }\n")
+    (src / "foo.c").write_text("int foo(void) { return 2; }\n")
+    steps = (
+        '"cc -shared -fPIC foo.c -o libfoo.so", '
+        f'"cc -shared -fPIC native.c -L. -lfoo -Wl,-rpath,{hidden} -o probe/_native.so"'
+    )
+    recipe = tmp_path / "probe.toml"
+    recipe.write_text(LINK_RECIPE.format(src=src, steps=steps))
+    done = rf("realize", recipe, "--store", store, "--sandbox", "bwrap")
+    assert done.returncode == 1, done.stderr
+    assert (
+        f"links libfoo.so from {hidden}/libfoo.so (no package owns it: not hashed)" in done.stderr
+    )
+    assert not (store / "entries").exists() or not any((store / "entries").iterdir())

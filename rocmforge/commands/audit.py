@@ -61,13 +61,24 @@ def run(args: argparse.Namespace) -> int:
     return worst_exit_code(reports)
 
 
-def _summary(value: Any) -> str:
+def _summary(value: Any, key: str = "") -> str:
     """One line for a toolchain component: its version if it has one, else its scalars."""
+    if key == "packages" and isinstance(value, Mapping):
+        return f"{len(value)} system packages (audit --json lists them)"
+    if key == "masked" and isinstance(value, list):
+        return f"{len(value)} unowned directories hidden from the build"
     if isinstance(value, Mapping):
         if "version" in value:
             return str(value["version"])
         return " ".join(f"{k}={v}" for k, v in sorted(value.items()) if not isinstance(v, dict))
     return str(value)
+
+
+def describe_link(link: Mapping[str, str]) -> str:
+    """``member: links libyaml-0.so.2 from libyaml-0-2 0.2.5-1`` for a recorded link."""
+    from rocmforge.toolchain.elf import Link
+
+    return f"{link['member']}: " + Link(**link).describe()
 
 
 def _print(report: Any) -> None:
@@ -106,7 +117,7 @@ def _print(report: Any) -> None:
             add("  patch", f"{name} blake3:{digest}")
     for key, value in sorted((facts["toolchain"] or {}).items()):
         add("toolchain" if not any(r[0] == "toolchain" for r in rows) else "", f"{key}: "
-            + _summary(value))
+            + _summary(value, key))
     env = facts["env"]
     if env is not None:
         add("env", " ".join(f"{k}={v!r}" for k, v in sorted(env.items())) or "(none)")
@@ -129,6 +140,8 @@ def _print(report: Any) -> None:
             if common != union:
                 line += f"; in every bundle: {', '.join(common) or 'none'}"
             add("gpu archs", line + ")")
+    for link in report.links:
+        add("links", describe_link(link))
     add("store path", report.entry_path)
     for label, value in rows:
         print(f"  {label:<13}{value}")

@@ -24,7 +24,7 @@ resolve costs a few ``stat`` calls. On a machine without dpkg the manifest is em
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -251,15 +251,26 @@ def system_manifest(*, cache_dir: Path, root: Path = DPKG_ROOT) -> SystemManifes
     return manifest
 
 
-def owners(path: str, root: Path = DPKG_ROOT) -> Iterator[str]:
-    """Yield the packages whose dpkg file list holds ``path`` (for diagnoses; slow, uncached)."""
-    want = {path, _usr_path(path)}
-    if path.startswith("/usr/"):
-        want.add(path[4:])
+def find_owners(paths: Iterable[str], root: Path = DPKG_ROOT) -> dict[str, tuple[str, str]]:
+    """Return ``{path: (package, version)}`` for those of ``paths`` a dpkg package owns.
+
+    Reads every file list once (about 0.2 s); used after a build, never on the resolve path.
+    """
+    want = {_usr_path(p): p for p in paths}
+    if not want:
+        return {}
     try:
-        names = sorted(os.listdir(root / "info"))
+        status = (root / "status").read_text(encoding="utf-8", errors="replace")
     except OSError:
-        return
-    for name in names:
-        if name.endswith(".list") and want.intersection(_read_list(root / "info" / name)):
-            yield name.removesuffix(".list")
+        return {}
+    installed = parse_dpkg_status(status)
+    native = _native_arch(installed)
+    found: dict[str, tuple[str, str]] = {}
+    for key, (version, arch) in installed.items():
+        hits = [
+            want[q] for q in map(_usr_path, _read_list(_list_file(root / "info", key))) if q in want
+        ]
+        name = key.partition(":")[0]
+        for hit in hits:
+            found[hit] = (name if arch in (native, "all") else key, version)
+    return found
