@@ -4,8 +4,11 @@
   rocmforge built and published here; the facts come from that entry (derivation, provenance).
 - ``claimed``: not in the index, but it carries a consistent stamp and a consistent RECORD: the
   facts are what the wheel says about itself, unverified.
-- ``tampered``: it carries a stamp, but RECORD does not match the archive, the stamp's derivation
-  does not hash to its input hash, or this store built that input hash into different bytes.
+- ``diverged``: the stamp is intact and hashes to its input hash, RECORD matches the archive, but
+  this store built the same input hash into other bytes: an honest wheel, and a reproducibility
+  failure or an input the hash does not cover (``realize --check`` and ``explain`` narrow it).
+- ``tampered``: it carries a stamp, but RECORD does not match the archive or the stamp's
+  derivation does not hash to its input hash.
 - ``unknown``: no stamp (built outside rocmforge) or not readable as a wheel at all.
 
 A verified wheel's RECORD is not re-read: its bytes are those of a wheel whose RECORD was verified
@@ -34,11 +37,12 @@ from rocmforge.util.hashing import file_blake3
 VERIFIED = "verified"
 CLAIMED = "claimed"
 TAMPERED = "tampered"
+DIVERGED = "diverged"
 UNKNOWN = "unknown"
 
 #: Exit status of ``rocmforge audit`` per status; the worst wheel decides. Never 0 unless verified.
-EXIT_CODES = {VERIFIED: 0, TAMPERED: 1, CLAIMED: 5, UNKNOWN: 6}
-_SEVERITY = {VERIFIED: 0, CLAIMED: 1, UNKNOWN: 2, TAMPERED: 3}
+EXIT_CODES = {VERIFIED: 0, TAMPERED: 1, CLAIMED: 5, UNKNOWN: 6, DIVERGED: 7}
+_SEVERITY = {VERIFIED: 0, CLAIMED: 1, DIVERGED: 2, UNKNOWN: 3, TAMPERED: 4}
 _UNSIGNED = ("RECORD", "RECORD.jws", "RECORD.p7s")
 
 
@@ -291,13 +295,20 @@ def _audit_unverified(wheel: Path, *, store: Store, b3: str, size: int) -> Audit
             f"the stamp's derivation does not hash to its input hash {stamp.input_hash}"
         )
     built = store.index.get(stamp.input_hash)
+    status = TAMPERED if problems else CLAIMED
     if built is not None and built.wheels:
         problems.append(
             f"this store built input hash {stamp.input_hash} into different bytes ("
             + ", ".join(f"{w.filename} sha256 {w.sha256[:16]}..." for w in built.wheels)
             + ")"
+            + (
+                ""
+                if status == TAMPERED
+                else ": the build is not reproducible or reads an input the hash does not "
+                "cover (`rocmforge realize --check RECIPE` rebuilds and lists the differing files)"
+            )
         )
-    status = TAMPERED if problems else CLAIMED
+        status = TAMPERED if status == TAMPERED else DIVERGED
     return report(
         status,
         problems,
