@@ -283,6 +283,70 @@ def _record_failure(exc: BuildError, resolved: Resolved, log_path: Path, failed:
         write_failed_record(failed_record_path(failed), record)
 
 
+def _build_in(
+    root: Path,
+    resolved: Resolved,
+    store: Store,
+    runner: Runner,
+    reporter: Reporter,
+    log: BinaryIO,
+    check_requirements: Sequence[Path],
+) -> dict[str, Any]:
+    """Prepare, build and stage ``resolved`` in the fresh build directory ``root``."""
+    reporter.phase("prepare")
+    materialize_source(
+        resolved.recipe.source, resolved.source, root / "src", cache=store.sources_dir
+    )
+    create_venv(
+        resolved.toolchain.python,
+        root / "venv",
+        version=resolved.toolchain.fingerprint["python"]["version"],
+    )
+    inside_venv = runner.sandbox_path(Mount(host=root / "venv", inside="/build/venv"))
+    install_wheels(
+        [r.wheel for r in resolved.requirements],
+        root / "venv",
+        interpreter=f"{inside_venv}/bin/python",
+        error=RequirementError,
+    )
+    reporter.phase("build")
+    _run_steps(resolved, runner, root=root, log=log, reporter=reporter)
+    return _stage(resolved, root, runner, reporter, log, check_requirements)
+
+
+def rebuild(
+    resolved: Resolved,
+    *,
+    store: Store,
+    runner: Runner,
+    reporter: Reporter,
+    dest: Path,
+    check_requirements: Sequence[Path] = (),
+) -> tuple[Path, ...]:
+    """Build ``resolved`` again in a fresh directory and sandbox; move its wheels into ``dest``.
+
+    Nothing is published: this is ``realize --check``'s second build. A failure raises the
+    :class:`BuildError` with the log tail, as a normal build does.
+    """
+    with store.new_build_dir(resolved.derivation.hash) as bd:
+        root = bd.path
+        log_path = root / "build.log"
+        for d in ("out", "home", "tmp"):
+            (root / d).mkdir()
+        try:
+            with open(log_path, "ab") as log:
+                meta = _build_in(root, resolved, store, runner, reporter, log, check_requirements)
+        except BuildError as exc:
+            exc.log_tail = _log_tail(log_path)
+            raise
+        dest.mkdir(parents=True, exist_ok=True)
+        out = []
+        for record in meta["wheels"]:
+            os.replace(root / "entry" / record["file"], dest / record["file"])
+            out.append(dest / record["file"])
+        return tuple(out)
+
+
 def build(
     resolved: Resolved,
     *,
@@ -306,25 +370,7 @@ def build(
             (root / d).mkdir()
         try:
             with open(log_path, "ab") as log:
-                reporter.phase("prepare")
-                materialize_source(
-                    resolved.recipe.source, resolved.source, root / "src", cache=store.sources_dir
-                )
-                create_venv(
-                    resolved.toolchain.python,
-                    root / "venv",
-                    version=resolved.toolchain.fingerprint["python"]["version"],
-                )
-                inside_venv = runner.sandbox_path(Mount(host=root / "venv", inside="/build/venv"))
-                install_wheels(
-                    [r.wheel for r in resolved.requirements],
-                    root / "venv",
-                    interpreter=f"{inside_venv}/bin/python",
-                    error=RequirementError,
-                )
-                reporter.phase("build")
-                _run_steps(resolved, runner, root=root, log=log, reporter=reporter)
-                meta = _stage(resolved, root, runner, reporter, log, check_requirements)
+                meta = _build_in(root, resolved, store, runner, reporter, log, check_requirements)
                 log.write(f"rocmforge: build finished in {time.time() - started:.1f} s\n".encode())
             reporter.phase("publish")
             compress_file(log_path, root / "entry" / "build.log.zst")
