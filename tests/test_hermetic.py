@@ -338,3 +338,81 @@ def test_a_library_from_an_unhashed_place_is_a_build_error(tmp_path: Path, store
         f"links libfoo.so from {hidden}/libfoo.so (no package owns it: not hashed)" in done.stderr
     )
     assert not (store / "entries").exists() or not any((store / "entries").iterdir())
+
+
+ROCM_RECIPE = """\
+schema = 1
+
+[package]
+name = "tiny"
+version = "0.1"
+
+[source]
+path = "{src}"
+
+[toolchain]
+kind = "rocm"
+rocm = "5.2"
+root = "{root}"
+
+[build]
+steps = ["python mkwheel.py $OUT tiny 0.1"]
+"""
+
+
+def coverage(recipe: Path, store: Path) -> tuple[str, dict[str, Any]]:
+    """Return the input hash and ``toolchain.rocm.coverage`` that ``plan`` computes."""
+    data = plan_json(recipe, store)
+    return str(data["hash"]), data["derivation"]["toolchain"]["rocm"]["coverage"]
+
+
+def test_packaged_rocm_root_is_covered_by_versions_and_dpkg_md5sums(
+    tmp_path: Path, store: Path, tiny_src: Path
+) -> None:
+    header = Path("/usr/include/hip/hip_runtime.h")
+    if shutil.which("hipcc") is None or not header.exists() or shutil.which("dpkg-query") is None:
+        pytest.skip("needs Debian's hipcc / libamdhip64-dev (apt-get install hipcc)")
+    recipe = tmp_path / "rocm.toml"
+    recipe.write_text(ROCM_RECIPE.format(src=tiny_src, root="/usr"))
+    before, cov = coverage(recipe, store)
+    assert cov["packages"]["libamdhip64-dev"] == dpkg_version("libamdhip64-dev")
+    assert cov["modified"] == {}
+    original = header.read_bytes()
+    st = header.stat()
+    try:
+        with open(header, "ab") as f:  # an in-place edit: same inode, the package version stays
+            f.write(b"\n/* edited by hand */\n")
+        after, cov = coverage(recipe, store)
+        assert after != before
+        assert list(cov["modified"]) == ["include/hip/hip_runtime.h"]
+    finally:
+        with open(header, "r+b") as f:
+            f.truncate(len(original))
+        os.utime(header, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert header.read_bytes() == original
+    assert coverage(recipe, store)[0] == before
+
+
+def test_rocm_root_installed_otherwise_is_covered_by_content(
+    tmp_path: Path, store: Path, tiny_src: Path
+) -> None:
+    clang = shutil.which("clang-15") or shutil.which("clang")
+    if clang is None or not Path("/usr/include/hip/hip_version.h").exists():
+        pytest.skip("needs a clang and Debian's HIP headers to assemble a copied ROCm root")
+    root = tmp_path / "rocm-copy"
+    shutil.copytree("/usr/include/hip", root / "include" / "hip")
+    (root / "llvm" / "bin").mkdir(parents=True)
+    (root / "llvm" / "bin" / "clang").symlink_to(os.path.realpath(clang))
+    (root / "lib").mkdir()
+    recipe = tmp_path / "rocm.toml"
+    recipe.write_text(ROCM_RECIPE.format(src=tiny_src, root=root))
+    first, cov = coverage(recipe, store)
+    assert cov["packages"] == {} and set(cov["unowned"]) == {"include", "llvm"}
+    with open(root / "include" / "hip" / "hip_runtime.h", "ab") as f:
+        f.write(b"\n/* edited */\n")
+    second, cov2 = coverage(recipe, store)
+    assert second != first
+    assert [k for k in cov["unowned"] if cov["unowned"][k] != cov2["unowned"][k]] == ["include"]
+    (root / "lib" / "librocblas.so.4").write_bytes(b"\x7fELF not really\n")
+    third, cov3 = coverage(recipe, store)
+    assert third not in (first, second) and cov3["unowned"]["lib"]["files"] == 1

@@ -247,11 +247,19 @@ def resolve_rocm(spec: ToolchainSpec, *, cache_dir: Path, host: Toolchain) -> To
         "HIP_PATH": str(root),
         "HIP_PLATFORM": "amd",
     }
+    # Headers, math libraries and device bitcode: by package version (+ md5 check) or content.
+    from rocmforge.toolchain.rocmroot import root_coverage
+
+    coverage, coverage_guards = root_coverage(root, cache_dir=cache_dir)
     return dataclasses.replace(
         host,
-        fingerprint={**host.fingerprint, "kind": "rocm", "rocm": _fingerprint(probe)},
+        fingerprint={
+            **host.fingerprint,
+            "kind": "rocm",
+            "rocm": {**_fingerprint(probe), "coverage": coverage},
+        },
         env=env,
         path_dirs=tuple(dict.fromkeys([*dirs, *host.path_dirs])),
         mounts=tuple(mounts),
-        guards=tuple(dict.fromkeys([*host.guards, *_guards(probe)])),
+        guards=tuple(dict.fromkeys([*host.guards, *_guards(probe), *coverage_guards])),
     )
