@@ -416,3 +416,23 @@ def test_rocm_root_installed_otherwise_is_covered_by_content(
     (root / "lib" / "librocblas.so.4").write_bytes(b"\x7fELF not really\n")
     third, cov3 = coverage(recipe, store)
     assert third not in (first, second) and cov3["unowned"]["lib"]["files"] == 1
+
+
+def test_doctor_shows_the_manifest_and_the_masked_count(local_header: str) -> None:
+    if not Path("/var/lib/dpkg/status").exists():
+        pytest.skip("needs dpkg")
+    done = rf("doctor", "--json")
+    assert done.returncode == 0, done.stderr
+    system = json.loads(done.stdout)["system"]
+    assert system["database"] == "dpkg" and "/usr/local" in system["masked"]
+    assert system["packages"]["dpkg"] == dpkg_version("dpkg")
+    before = system["masked_files"]
+    extra = Path("/usr/local/include") / f"more-{local_header}"
+    extra.write_text("\n")
+    try:
+        assert json.loads(rf("doctor", "--json").stdout)["system"]["masked_files"] == before + 1
+    finally:
+        extra.unlink()
+    text = rf("doctor").stdout
+    assert f"{len(system['packages'])} dpkg packages visible to builds" in text
+    assert "directories hidden from builds: /usr/local" in text
