@@ -132,7 +132,10 @@ def _masks(resolved: Resolved, empty: Path) -> list[Mount]:
     kept = [
         m
         for m in resolved.toolchain.masks
-        if not any(str(p) == m or str(p).startswith(m + "/") for p in resolved.toolchain.mounts)
+        # A directory removed since the manifest was cached needs no mask (and bwrap could not
+        # create its mount point in the read-only /usr).
+        if os.path.isdir(m)
+        and not any(str(p) == m or str(p).startswith(m + "/") for p in resolved.toolchain.mounts)
     ]
     if kept:
         empty.mkdir(exist_ok=True)
@@ -229,7 +232,13 @@ def record_links(
     A library resolved from a place the input hash does not cover (no package owns it, not in
     the wheel, not under a hashed toolchain root) is a :class:`BuildError`.
     """
-    from rocmforge.toolchain.elf import ElfError, candidate_paths, links_json, resolve_links
+    from rocmforge.toolchain.elf import (
+        ElfError,
+        candidate_paths,
+        links_json,
+        resolve_links,
+        wheel_dynamic,
+    )
     from rocmforge.toolchain.manifest import find_owners
 
     tc = resolved.toolchain
@@ -241,12 +250,13 @@ def record_links(
         roots["python"] = [str(tc.python_prefix)]
     out: dict[str, list[dict[str, str]]] = {}
     try:
+        dynamic = {w: wheel_dynamic(w) for w in wheels}
         candidates: set[str] = set()
-        for w in wheels:
-            candidates |= candidate_paths(w)
+        for members, _ in dynamic.values():
+            candidates |= candidate_paths(members)
         owner_of = find_owners(candidates)
         for w in wheels:
-            found = resolve_links(w, owner_of=owner_of, roots=roots)
+            found = resolve_links(dynamic[w], owner_of=owner_of, roots=roots)
             for link in found:
                 log.write(f"rocmforge: {link.member} {link.describe()}\n".encode())
             bad = [link for link in found if link.provider == "unhashed"]

@@ -180,18 +180,19 @@ def _under(path: str, roots: Iterable[str]) -> str | None:
 
 
 def resolve_links(
-    wheel: Path,
+    dynamic: tuple[Mapping[str, Dynamic], set[str]],
     *,
     owner_of: Mapping[str, tuple[str, str]],
     roots: Mapping[str, Sequence[str]],
     search: Sequence[str] | None = None,
 ) -> list[Link]:
-    """Resolve every ``DT_NEEDED`` of every ELF member of ``wheel``.
+    """Resolve every ``DT_NEEDED`` of every ELF member of a wheel.
 
-    ``owner_of`` maps a host path to ``(package, version)`` (see :func:`find_owners`);
-    ``roots`` maps ``rocm`` / ``python`` to the hashed roots of the toolchain.
+    ``dynamic`` is what :func:`wheel_dynamic` read from the wheel; ``owner_of`` maps a host
+    path to ``(package, version)`` (see ``manifest.find_owners``); ``roots`` maps ``rocm`` /
+    ``python`` to the hashed roots of the toolchain.
     """
-    members, names = wheel_dynamic(wheel)
+    members, names = dynamic
     dirs = list(search) if search is not None else loader_dirs()
     links: list[Link] = []
     for member, dyn in sorted(members.items()):
@@ -244,9 +245,10 @@ def _resolve(
     return Link(member=member, soname=soname, provider="missing")
 
 
-def candidate_paths(wheel: Path, search: Sequence[str] | None = None) -> set[str]:
-    """Return the host paths (and their real paths) the sonames of ``wheel`` may resolve to."""
-    members, _ = wheel_dynamic(wheel)
+def candidate_paths(
+    members: Mapping[str, Dynamic], search: Sequence[str] | None = None
+) -> set[str]:
+    """Return the host paths (and their real paths) the sonames of ``members`` may resolve to."""
     dirs = list(search) if search is not None else loader_dirs()
     out: set[str] = set()
     for dyn in members.values():

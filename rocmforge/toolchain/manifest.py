@@ -225,7 +225,12 @@ def scan_dpkg(root: Path = DPKG_ROOT) -> SystemManifest:
 
 def manifest_guards(manifest: SystemManifest, root: Path = DPKG_ROOT) -> list[str]:
     """Return the files whose stat signature keeps a cached ``manifest`` valid."""
-    return [str(root / "status"), str(root / "info"), *manifest.unowned]
+    return [str(root / "status"), str(root / "info"), *manifest.unowned, *_mask_parents(manifest)]
+
+
+def _mask_parents(manifest: SystemManifest) -> list[str]:
+    """The directories holding masked ones: a masked directory added or removed changes them."""
+    return sorted({os.path.dirname(m) for m in manifest.masked})
 
 
 def memo_guards(manifest: SystemManifest, root: Path = DPKG_ROOT) -> list[str]:
@@ -235,7 +240,7 @@ def memo_guards(manifest: SystemManifest, root: Path = DPKG_ROOT) -> list[str]:
     replaced or re-pointed there changes its directory. (An in-place rewrite of a loose file is
     seen by the next full resolve, which checks every file; see docs/hermetic.md.)
     """
-    dirs = sorted({os.path.dirname(p) for p in manifest.unowned})
+    dirs = sorted({os.path.dirname(p) for p in manifest.unowned} | set(_mask_parents(manifest)))
     return [str(root / "status"), str(root / "info"), *dirs]
 
 
