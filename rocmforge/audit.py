@@ -84,7 +84,8 @@ class AuditReport:
             if isinstance(dep, dict) and dep.get("name") == "source" and dep.get("uri"):
                 source["uri"] = dep["uri"]
         internal = (
-            self.statement.get("predicate", {}).get("buildDefinition", {})
+            self.statement.get("predicate", {})
+            .get("buildDefinition", {})
             .get("internalParameters", {})
             if self.statement
             else {}
@@ -296,6 +297,10 @@ def _audit_unverified(wheel: Path, *, store: Store, b3: str, size: int) -> Audit
         )
     built = store.index.get(stamp.input_hash)
     status = TAMPERED if problems else CLAIMED
+    links = _links_here(wheel)
+    notes = (
+        ["links resolved on this machine (the build's own record is in its store)"] if links else []
+    )
     if built is not None and built.wheels:
         problems.append(
             f"this store built input hash {stamp.input_hash} into different bytes ("
@@ -317,4 +322,21 @@ def _audit_unverified(wheel: Path, *, store: Store, b3: str, size: int) -> Audit
         entry_path=built.path if built is not None else None,
         stamped_by=stamp.rocmforge,
         archs=_read_archs(wheel),
+        links=links,
+        notes=tuple(notes),
     )
+
+
+def _links_here(wheel: Path) -> tuple[dict[str, str], ...]:
+    """Resolve the libraries ``wheel``'s ELF files link as this machine would (empty: none)."""
+    from rocmforge.toolchain.elf import ElfError, candidate_paths, resolve_links, wheel_dynamic
+    from rocmforge.toolchain.manifest import find_owners
+
+    try:
+        dynamic = wheel_dynamic(wheel)
+    except ElfError:
+        return ()
+    if not dynamic[0]:
+        return ()
+    owners = find_owners(candidate_paths(dynamic[0]))
+    return tuple(link.to_json() for link in resolve_links(dynamic, owner_of=owners, roots={}))

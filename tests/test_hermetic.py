@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -116,8 +117,14 @@ def make_deb(tmp_path: Path, name: str, version: str, files: dict[str, str]) -> 
 
 
 def dpkg(*args: str) -> None:
-    """Run dpkg (install, remove) and fail the test on error."""
-    done = subprocess.run(["dpkg", *args], capture_output=True, text=True, timeout=300, check=False)
+    """Run dpkg (install, remove) and fail the test on error; wait out another dpkg's lock."""
+    for _ in range(120):
+        done = subprocess.run(
+            ["dpkg", *args], capture_output=True, text=True, timeout=300, check=False
+        )
+        if done.returncode == 0 or "lock" not in done.stderr:
+            break
+        time.sleep(1)
     assert done.returncode == 0, done.stderr
 
 
@@ -128,12 +135,7 @@ def dpkg_root() -> Iterator[None]:
         pytest.skip("needs root and dpkg")
 
     def purge() -> None:
-        subprocess.run(
-            ["dpkg", "--purge", VISIBLE_PKG, HIDDEN_PKG],
-            capture_output=True,
-            check=False,
-            timeout=300,
-        )
+        dpkg("--purge", VISIBLE_PKG, HIDDEN_PKG)
 
     purge()
     try:
@@ -310,6 +312,9 @@ def test_wheel_links_are_recorded_with_their_package(tmp_path: Path, store: Path
     line = f"links libyaml-0.so.2 from libyaml-0-2 {version}"
     assert line in rf("show", entry.name.split("-")[0], "--store", store).stdout
     assert line in rf("audit", wheel, "--store", store).stdout
+    claimed = rf("audit", wheel, "--store", store.parent / "another-store")
+    assert claimed.returncode == 5 and line in claimed.stdout
+    assert "links resolved on this machine" in claimed.stdout
     statement = json.loads((entry / "provenance.json").read_text())
     byproducts = statement["predicate"]["runDetails"]["byproducts"]
     assert any(b["name"] == f"links/{wheel.name}" for b in byproducts)
