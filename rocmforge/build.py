@@ -15,7 +15,7 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import zstandard
 
@@ -31,6 +31,9 @@ from rocmforge.store.store import Entry, Store
 from rocmforge.util.hashing import file_blake3
 from rocmforge.util.progress import Reporter
 from rocmforge.wheels import create_venv, install_wheels, normalize_wheel, wheel_digests
+
+if TYPE_CHECKING:
+    from rocmforge.diagnose import Diagnosis
 
 TAIL_LINES = 30
 
@@ -143,7 +146,13 @@ def _masks(resolved: Resolved, empty: Path) -> list[Mount]:
 
 
 def _run_steps(
-    resolved: Resolved, runner: Runner, *, root: Path, log: BinaryIO, reporter: Reporter
+    resolved: Resolved,
+    runner: Runner,
+    *,
+    root: Path,
+    log: BinaryIO,
+    reporter: Reporter,
+    extra: Sequence[Mount] = (),
 ) -> None:
     mounts = [
         Mount(host=root / "src", inside="/build/src", writable=True),
@@ -153,6 +162,7 @@ def _run_steps(
         *(Mount(host=p, inside=str(p)) for p in resolved.toolchain.mounts),
         *(Mount(host=i.host, inside=i.inside) for i in resolved.inputs),
         *_masks(resolved, root / "empty"),
+        *extra,
     ]
     names = ("src", "venv", "out", "home")
     paths = {name: runner.sandbox_path(m) for name, m in zip(names, mounts[:4], strict=True)}
@@ -274,12 +284,35 @@ def record_links(
     return out
 
 
+def _suggest_package(d: Diagnosis) -> Diagnosis:
+    """For a header hidden by a declared view, name the package that ships it and the line."""
+    import dataclasses
+    import re
+
+    from rocmforge.toolchain.manifest import packages_shipping
+
+    m = re.search(r"^(\S+) is not visible", d.cause)
+    if d.id != "header-not-visible" or m is None:
+        return d
+    owners = packages_shipping("/include/" + m.group(1))
+    if not owners:
+        return d
+    return dataclasses.replace(
+        d,
+        cause=f"{m.group(1)} is shipped by {' or '.join(owners)}, which [toolchain] packages "
+        "does not declare: the declared view of /usr leaves it out",
+        fix=f'add it to the recipe: [toolchain] packages = [..., "{owners[0]}"]',
+    )
+
+
 def _record_failure(exc: BuildError, resolved: Resolved, log_path: Path, failed: Path) -> None:
     """Diagnose the failed log and store the diagnosis beside it (``failed/<...>.json``)."""
     from rocmforge.diagnose import diagnose_log, failed_record_path, write_failed_record
 
     drv = resolved.derivation
     exc.diagnosis = diagnose_log(log_path, message=str(exc))
+    if resolved.toolchain.view is not None:
+        exc.diagnosis = tuple(_suggest_package(d) for d in exc.diagnosis)
     record = {
         "hash": drv.hash,
         "name": drv.name,
@@ -320,7 +353,15 @@ def _build_in(
         error=RequirementError,
     )
     reporter.phase("build")
-    _run_steps(resolved, runner, root=root, log=log, reporter=reporter)
+    extra: list[Mount] = []
+    view = resolved.toolchain.view
+    if view is not None:  # [toolchain] packages: /usr holds only the declared packages' closure
+        from rocmforge.toolchain.view import prepare_view
+
+        usr = prepare_view(view["packages"], view["links"], cache_dir=store.cache_dir)
+        extra.append(Mount(host=usr, inside="/usr"))
+        log.write(f"rocmforge: /usr is the view of {len(view['packages'])} packages\n".encode())
+    _run_steps(resolved, runner, root=root, log=log, reporter=reporter, extra=extra)
     return _stage(resolved, root, runner, reporter, log, check_requirements)
 
 

@@ -441,3 +441,67 @@ def test_doctor_shows_the_manifest_and_the_masked_count(local_header: str) -> No
     text = rf("doctor").stdout
     assert f"{len(system['packages'])} dpkg packages visible to builds" in text
     assert "directories hidden from builds: /usr/local" in text
+
+
+def view_recipe(tmp_path: Path, src: Path, packages: list[str], steps: str) -> Path:
+    """A recipe declaring ``[toolchain] packages`` (the declared view of /usr)."""
+    recipe = tmp_path / f"view-{len(packages)}-{uuid.uuid4().hex[:6]}.toml"
+    recipe.write_text(
+        LINK_RECIPE.format(src=src, steps=steps).replace(
+            "[build]", f"[toolchain]\npackages = {json.dumps(packages)}\n\n[build]"
+        )
+    )
+    return recipe
+
+
+@needs_bwrap
+def test_declared_view_shows_only_declared_packages(tmp_path: Path, store: Path) -> None:
+    if not Path("/usr/include/yaml.h").exists() or shutil.which("dpkg-query") is None:
+        pytest.skip("needs libyaml-dev from dpkg")
+    src = link_src(
+        tmp_path, "#include <yaml.h>\nconst char *v(void) { return yaml_get_version_string(); }\n"
+    )
+    steps = '"cc -shared -fPIC native.c -lyaml -o probe/_native.so"'
+    undeclared = view_recipe(tmp_path, src, [], steps)
+    done = rf("realize", undeclared, "--store", store, "--sandbox", "bwrap")
+    assert done.returncode == 1
+    assert "yaml.h is shipped by libyaml-dev, which [toolchain] packages does not declare" in (
+        done.stderr
+    )
+    assert 'packages = [..., "libyaml-dev"]' in done.stderr
+
+    declared = view_recipe(tmp_path, src, ["libyaml-dev"], steps)
+    data = plan_json(declared, store)
+    packages = data["derivation"]["toolchain"]["packages"]
+    assert packages["libyaml-dev"] == dpkg_version("libyaml-dev")
+    assert "build-essential" in packages and "masked" not in data["derivation"]["toolchain"]
+    done = rf("realize", declared, "--store", store, "--sandbox", "bwrap")
+    assert done.returncode == 0, done.stderr
+    shown = rf("show", data["hash"], "--store", store).stdout
+    assert f"links libyaml-0.so.2 from libyaml-0-2 {dpkg_version('libyaml-0-2')}" in shown
+
+
+def test_declared_view_hash_changes_iff_a_view_package_changes(
+    tmp_path: Path, store: Path, tiny_src: Path, dpkg_root: None
+) -> None:
+    shutil.copy(DATA / "mkwheel.py", tiny_src / "mkwheel.py")
+    steps = '"true"'
+    src = tiny_src
+    (src / "probe").mkdir(exist_ok=True)
+    (src / "probe" / "__init__.py").write_text("")
+    narrow = view_recipe(tmp_path, src, ["libyaml-dev"], steps)
+    wide = view_recipe(tmp_path, src, [VISIBLE_PKG], steps)
+    header = f"/usr/include/{VISIBLE_PKG}/probe.h"
+    v1 = make_deb(tmp_path, VISIBLE_PKG, "1.0-1", {header: "#define V 1\n"})
+    v2 = make_deb(tmp_path, VISIBLE_PKG, "1.0-2", {header: "#define V 2\n"})
+    before = plan_hash(narrow, store)
+    dpkg("-i", str(v1))
+    assert plan_hash(narrow, store) == before  # installed, but not in this recipe's view
+    seen = plan_hash(wide, store)
+    done = rf("realize", wide, "--store", store)
+    assert done.returncode == 0, done.stderr
+    dpkg("-i", str(v2))
+    assert plan_hash(narrow, store) == before
+    assert plan_hash(wide, store) != seen
+    shown = rf("explain", seen, wide, "--store", store)
+    assert f"toolchain.packages.{VISIBLE_PKG}: 1.0-1 -> 1.0-2" in shown.stdout

@@ -279,3 +279,21 @@ def find_owners(paths: Iterable[str], root: Path = DPKG_ROOT) -> dict[str, tuple
         for hit in hits:
             found[hit] = (name if arch in (native, "all") else key, version)
     return found
+
+
+def packages_shipping(suffix: str, root: Path = DPKG_ROOT) -> list[str]:
+    """Return the installed packages owning a path that ends with ``suffix`` (for diagnoses).
+
+    Reads every file list (about 0.2 s); used only to explain a failed build.
+    """
+    try:
+        names = sorted(os.listdir(root / "info"))
+    except OSError:
+        return []
+    out = []
+    for name in names:
+        if name.endswith(".list") and any(
+            p.endswith(suffix) for p in _read_list(root / "info" / name)
+        ):
+            out.append(name.removesuffix(".list").partition(":")[0])
+    return sorted(set(out))

@@ -50,6 +50,8 @@ class Toolchain:
     mounts: tuple[Path, ...] = ()
     guards: tuple[str, ...] = ()
     masks: tuple[str, ...] = ()
+    #: A declared view (``[toolchain] packages``): ``{"packages": {...}, "links": {...}}``.
+    view: Mapping[str, Any] | None = None
 
 
 def run_probe(
@@ -205,9 +207,10 @@ def resolve_toolchain(spec: ToolchainSpec, *, cache_dir: Path) -> Toolchain:
         if spec.root is None or not spec.root.is_dir():
             raise ToolchainError(missing_root_message(spec))
         host = resolve_toolchain(
-            dataclasses.replace(spec, kind="system", rocm=None, root=None), cache_dir=cache_dir
+            dataclasses.replace(spec, kind="system", rocm=None, root=None, packages=None),
+            cache_dir=cache_dir,
         )
-        return resolve_rocm(spec, cache_dir=cache_dir, host=host)
+        return with_view(resolve_rocm(spec, cache_dir=cache_dir, host=host), spec, cache_dir)
     cache = StatCache(cache_dir / "toolchain.json")
     which = [shutil.which(spec.cc) or spec.cc, shutil.which(spec.cxx) or spec.cxx]
     py = spec.python if os.path.isabs(spec.python) else shutil.which(f"python{spec.python}")
@@ -220,7 +223,41 @@ def resolve_toolchain(spec: ToolchainSpec, *, cache_dir: Path) -> Toolchain:
     if fresh:
         cache.put(key, probe, guards)
     tc = with_manifest(_toolchain_from_probe(probe, guards), cache_dir=cache_dir)
-    return with_python_prefix(tc, cache_dir=cache_dir)
+    return with_view(with_python_prefix(tc, cache_dir=cache_dir), spec, cache_dir)
+
+
+def with_view(tc: Toolchain, spec: ToolchainSpec, cache_dir: Path) -> Toolchain:
+    """Narrow ``tc`` to the declared packages' view when ``spec.packages`` is set."""
+    if spec.packages is None:
+        return tc
+    from rocmforge.toolchain.manifest import system_manifest
+    from rocmforge.toolchain.view import (
+        alternatives_links,
+        linked_libraries,
+        view_fingerprint,
+        view_packages,
+    )
+
+    files = [g for g in tc.guards if os.path.isfile(g)]
+    elf = list(files)
+    if tc.python_prefix in tc.mounts:  # a pyenv Python: the libraries its modules load
+        dynload = tc.python_prefix / "lib" / f"python{tc.python_version}" / "lib-dynload"
+        elf += [str(p) for p in dynload.glob("*.so")]
+    packages = view_packages(
+        spec.packages, files=files, linked=lambda: linked_libraries(elf), cache_dir=cache_dir
+    )
+    links = alternatives_links(system_manifest(cache_dir=cache_dir).unowned)
+    fingerprint = {
+        k: v
+        for k, v in tc.fingerprint.items()
+        if k not in ("database", "packages", "masked", "unowned")
+    }
+    return dataclasses.replace(
+        tc,
+        fingerprint={**fingerprint, **view_fingerprint(packages, links)},
+        masks=tuple(m for m in tc.masks if not m.startswith("/usr/")),
+        view={"packages": packages, "links": links},
+    )
 
 
 def with_python_prefix(tc: Toolchain, *, cache_dir: Path) -> Toolchain:
