@@ -32,7 +32,7 @@ from typing import Any
 from rocmforge.util.hashing import blake3_hex, file_blake3
 from rocmforge.util.statcache import StatCache
 
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2
 
 DPKG_ROOT = Path("/var/lib/dpkg")
 
@@ -46,6 +46,9 @@ USR_ALIASES = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 VISIBLE_PREFIXES = ("/usr/", *(f"{a}/" for a in USR_ALIASES), "/etc/")
 
 _GENERATED_DIRS = ("__pycache__",)
+
+#: update-alternatives' link farm; re-pointing an alternative renames a link here.
+ALTERNATIVES = "/etc/alternatives/"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -178,7 +181,10 @@ def _walk_unowned(
                     masked_files += sum(len(files) for _, _, files in os.walk(p))
             elif p not in owned:
                 if e.is_symlink():
-                    loose[p] = "link:" + os.readlink(p)
+                    target = os.readlink(p)
+                    # An alternative: what it finally points at is what a build runs.
+                    final = f"=>{os.path.realpath(p)}" if target.startswith(ALTERNATIVES) else ""
+                    loose[p] = f"link:{target}{final}"
                 else:
                     try:
                         loose[p] = file_blake3(Path(p))
@@ -225,7 +231,13 @@ def scan_dpkg(root: Path = DPKG_ROOT) -> SystemManifest:
 
 def manifest_guards(manifest: SystemManifest, root: Path = DPKG_ROOT) -> list[str]:
     """Return the files whose stat signature keeps a cached ``manifest`` valid."""
-    return [str(root / "status"), str(root / "info"), *manifest.unowned, *_mask_parents(manifest)]
+    return [
+        str(root / "status"),
+        str(root / "info"),
+        ALTERNATIVES,
+        *manifest.unowned,
+        *_mask_parents(manifest),
+    ]
 
 
 def _mask_parents(manifest: SystemManifest) -> list[str]:
@@ -241,7 +253,7 @@ def memo_guards(manifest: SystemManifest, root: Path = DPKG_ROOT) -> list[str]:
     seen by the next full resolve, which checks every file; see docs/hermetic.md.)
     """
     dirs = sorted({os.path.dirname(p) for p in manifest.unowned} | set(_mask_parents(manifest)))
-    return [str(root / "status"), str(root / "info"), *dirs]
+    return [str(root / "status"), str(root / "info"), ALTERNATIVES, *dirs]
 
 
 def system_manifest(*, cache_dir: Path, root: Path = DPKG_ROOT) -> SystemManifest:

@@ -243,10 +243,13 @@ def with_view(tc: Toolchain, spec: ToolchainSpec, cache_dir: Path) -> Toolchain:
     if tc.python_prefix in tc.mounts:  # a pyenv Python: the libraries its modules load
         dynload = tc.python_prefix / "lib" / f"python{tc.python_version}" / "lib-dynload"
         elf += [str(p) for p in dynload.glob("*.so")]
-    packages = view_packages(
-        spec.packages, files=files, linked=lambda: linked_libraries(elf), cache_dir=cache_dir
+    packages, links = view_packages(
+        spec.packages,
+        files=files,
+        linked=lambda: linked_libraries(elf),
+        alternatives=alternatives_links(system_manifest(cache_dir=cache_dir).unowned),
+        cache_dir=cache_dir,
     )
-    links = alternatives_links(system_manifest(cache_dir=cache_dir).unowned)
     fingerprint = {
         k: v
         for k, v in tc.fingerprint.items()

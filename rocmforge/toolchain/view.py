@@ -113,28 +113,40 @@ def view_packages(
     *,
     files: Iterable[str],
     linked: Callable[[], Iterable[str]],
+    alternatives: Mapping[str, str],
     cache_dir: Path,
     db: Path = DPKG_ROOT,
-) -> dict[str, str]:
-    """Return ``{package: version}`` the declared view shows (stat-cached on dpkg's database).
+) -> tuple[dict[str, str], dict[str, str]]:
+    """Return ``({package: version}, alternatives links)`` the declared view shows.
 
     ``files`` are host files the toolchain runs (its executables, ROCm marker files) and
     ``linked()`` the libraries it loads (read only on a cache miss): their owning packages join
-    the roots.
+    the roots. ``alternatives`` are the manifest's ``/usr`` links into ``/etc/alternatives``;
+    those whose final target a view package owns are kept. Stat-cached on dpkg's database.
     """
     paths = sorted(set(files))
     declared = sorted(set(declared))
     cache = StatCache(cache_dir / "view.json")
-    key = f"view|{VIEW_VERSION}|{db}|{','.join(declared)}|{blake3_hex(chr(0).join(paths).encode())}"
+    digest = blake3_hex(
+        "\0".join([*paths, *sorted(f"{k}{v}" for k, v in alternatives.items())]).encode()
+    )
+    key = f"view|{VIEW_VERSION}|{db}|{','.join(declared)}|{digest}"
     hit = cache.get(key)
-    if isinstance(hit, dict):
-        return {str(k): str(v) for k, v in hit.items()}
+    if isinstance(hit, dict) and isinstance(hit.get("packages"), dict):
+        return dict(hit["packages"]), dict(hit["links"])
     paths += sorted(set(linked()))
     owners = {pkg for pkg, _ in find_owners(paths, db).values()}
     found = closure([*declared, *sorted(owners)], db)
-    out = {name: version for name, (version, _) in sorted(found.items())}
-    cache.put(key, out, [str(db / "status"), str(db / "info"), *paths])
-    return out
+    packages = {name: version for name, (version, _) in sorted(found.items())}
+    finals = {v.partition("=>")[2]: p for p, v in alternatives.items()}
+    owned_finals = {f for f, (pkg, _) in find_owners(finals, db).items() if pkg in packages}
+    links = {p: v for p, v in sorted(alternatives.items()) if v.partition("=>")[2] in owned_finals}
+    cache.put(
+        key,
+        {"packages": packages, "links": links},
+        [str(db / "status"), str(db / "info"), *paths],
+    )
+    return packages, links
 
 
 def view_digest(packages: Mapping[str, str], links: Mapping[str, str]) -> str:
@@ -191,7 +203,7 @@ def prepare_view(
             dst = str(tmp) + path
             if not os.path.lexists(dst):
                 os.makedirs(os.path.dirname(dst), exist_ok=True)
-                os.symlink(target, dst)
+                os.symlink(target.partition("=>")[0], dst)
         (tmp / ".complete").write_text("")
         try:
             os.rename(tmp, farm)
@@ -206,7 +218,7 @@ def prepare_view(
 
 
 def alternatives_links(unowned: Mapping[str, str]) -> dict[str, str]:
-    """The loose symlinks under /usr that point into /etc/alternatives (from the manifest)."""
+    """The loose symlinks under /usr into /etc/alternatives: ``{path: "TARGET=>FINAL"}``."""
     return {
         p: d.removeprefix("link:")
         for p, d in unowned.items()
