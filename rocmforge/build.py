@@ -254,7 +254,7 @@ def record_links(
     tc = resolved.toolchain
     roots: dict[str, list[str]] = {}
     rocm = tc.env.get("ROCM_PATH")
-    if rocm and not (rocm == "/usr" or rocm.startswith("/usr/")):
+    if rocm and (not (rocm == "/usr" or rocm.startswith("/usr/")) or rocm.startswith("/usr/local")):
         roots["rocm"] = list(dict.fromkeys([rocm, os.path.realpath(rocm)]))
     if tc.python_prefix in tc.mounts:
         roots["python"] = [str(tc.python_prefix)]

@@ -505,3 +505,31 @@ def test_declared_view_hash_changes_iff_a_view_package_changes(
     assert plan_hash(wide, store) != seen
     shown = rf("explain", seen, wide, "--store", store)
     assert f"toolchain.packages.{VISIBLE_PKG}: 1.0-1 -> 1.0-2" in shown.stdout
+
+
+@needs_bwrap
+def test_rocm_root_under_usr_local_is_mounted_and_hashed(tmp_path: Path, tiny_src: Path) -> None:
+    clang = shutil.which("clang-15") or shutil.which("clang")
+    if clang is None or not Path("/usr/include/hip/hip_version.h").exists():
+        pytest.skip("needs a clang and Debian's HIP headers to assemble a copied ROCm root")
+    if not os.access("/usr/local", os.W_OK):
+        pytest.skip("needs a writable /usr/local")
+    root = Path("/usr/local") / f"rocm-test-{uuid.uuid4().hex[:8]}"
+    try:
+        shutil.copytree("/usr/include/hip", root / "include" / "hip")
+        (root / "llvm" / "bin").mkdir(parents=True)
+        (root / "llvm" / "bin" / "clang").symlink_to(os.path.realpath(clang))
+        recipe = tmp_path / "rocm.toml"
+        recipe.write_text(
+            ROCM_RECIPE.format(src=tiny_src, root=root).replace(
+                'steps = ["python',
+                'steps = ["test -f $ROCM_PATH/include/hip/hip_version.h", "python',
+            )
+        )
+        store = tmp_path / "store"
+        _, cov = coverage(recipe, store)
+        assert "include" in cov["unowned"]  # no package owns it: hashed by content
+        done = rf("realize", recipe, "--store", store, "--sandbox", "bwrap")
+        assert done.returncode == 0, done.stderr  # visible although /usr/local is masked
+    finally:
+        shutil.rmtree(root, ignore_errors=True)

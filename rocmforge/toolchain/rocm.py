@@ -236,7 +236,8 @@ def resolve_rocm(spec: ToolchainSpec, *, cache_dir: Path, host: Toolchain) -> To
         dirs.append(str(root / "llvm" / "bin"))
     dirs.append(str(Path(probe["clang"]["link"]).parent))
     mounts = list(host.mounts)
-    if not (str(root) == "/usr" or str(root).startswith("/usr/")):
+    packaged_usr = str(root) == "/usr" or str(root).startswith("/usr/")
+    if not packaged_usr or str(root).startswith("/usr/local"):  # /usr/local is masked
         for p in (root, root.resolve()):
             if p not in mounts:
                 mounts.append(p)
