@@ -4,8 +4,11 @@
   rocmforge built and published here; the facts come from that entry (derivation, provenance).
 - ``claimed``: not in the index, but it carries a consistent stamp and a consistent RECORD: the
   facts are what the wheel says about itself, unverified.
-- ``tampered``: it carries a stamp, but RECORD does not match the archive, the stamp's derivation
-  does not hash to its input hash, or this store built that input hash into different bytes.
+- ``diverged``: the stamp is intact and hashes to its input hash, RECORD matches the archive, but
+  this store built the same input hash into other bytes: an honest wheel, and a reproducibility
+  failure or an input the hash does not cover (``realize --check`` and ``explain`` narrow it).
+- ``tampered``: it carries a stamp, but RECORD does not match the archive or the stamp's
+  derivation does not hash to its input hash.
 - ``unknown``: no stamp (built outside rocmforge) or not readable as a wheel at all.
 
 A verified wheel's RECORD is not re-read: its bytes are those of a wheel whose RECORD was verified
@@ -37,11 +40,12 @@ from rocmforge.util.hashing import file_blake3
 VERIFIED = "verified"
 CLAIMED = "claimed"
 TAMPERED = "tampered"
+DIVERGED = "diverged"
 UNKNOWN = "unknown"
 
 #: Exit status of ``rocmforge audit`` per status; the worst wheel decides. Never 0 unless verified.
-EXIT_CODES = {VERIFIED: 0, TAMPERED: 1, CLAIMED: 5, UNKNOWN: 6}
-_SEVERITY = {VERIFIED: 0, CLAIMED: 1, UNKNOWN: 2, TAMPERED: 3}
+EXIT_CODES = {VERIFIED: 0, TAMPERED: 1, CLAIMED: 5, UNKNOWN: 6, DIVERGED: 7}
+_SEVERITY = {VERIFIED: 0, CLAIMED: 1, DIVERGED: 2, UNKNOWN: 3, TAMPERED: 4}
 _UNSIGNED = ("RECORD", "RECORD.jws", "RECORD.p7s")
 
 
@@ -62,6 +66,7 @@ class AuditReport:
     statement: Mapping[str, Any] | None = field(default=None)
     stamped_by: str | None = None
     archs: Mapping[str, Any] | None = None
+    links: tuple[Mapping[str, str], ...] = ()
 
     @property
     def exit_code(self) -> int:
@@ -82,7 +87,8 @@ class AuditReport:
             if isinstance(dep, dict) and dep.get("name") == "source" and dep.get("uri"):
                 source["uri"] = dep["uri"]
         internal = (
-            self.statement.get("predicate", {}).get("buildDefinition", {})
+            self.statement.get("predicate", {})
+            .get("buildDefinition", {})
             .get("internalParameters", {})
             if self.statement
             else {}
@@ -119,6 +125,7 @@ class AuditReport:
             "stamped_by": self.stamped_by,
             "facts": self.facts(),
             "archs": dict(self.archs) if self.archs is not None else None,
+            "links": [dict(link) for link in self.links],
             "derivation": dict(self.derivation) if self.derivation else None,
         }
 
@@ -218,6 +225,7 @@ def audit_wheel(wheel: Path, *, store: Store) -> AuditReport:
         notes: list[str] = []
         derivation = statement = None
         archs = None
+        links: tuple[Mapping[str, str], ...] = ()
         if os.path.isdir(row.path):
             derivation = read_derivation(row.path)
             statement = read_statement(row.path / layout.PROVENANCE)
@@ -225,6 +233,7 @@ def audit_wheel(wheel: Path, *, store: Store) -> AuditReport:
             name = next((w.filename for w in row.wheels if w.blake3 == b3), None)
             meta = read_meta(row.path)
             archs = ((meta.archs if meta is not None else None) or {}).get(name or "", {})
+            links = tuple(((meta.links if meta is not None else None) or {}).get(name or "", ()))
             if statement is None:
                 notes.append("the store entry has no provenance statement (built before it)")
         else:
@@ -242,6 +251,7 @@ def audit_wheel(wheel: Path, *, store: Store) -> AuditReport:
             entry_path=row.path,
             statement=statement,
             archs=archs,
+            links=links,
         )
     return _audit_unverified(wheel, store=store, b3=b3, size=size)
 
@@ -297,13 +307,24 @@ def _audit_unverified(wheel: Path, *, store: Store, b3: str, size: int) -> Audit
             f"the stamp's derivation does not hash to its input hash {stamp.input_hash}"
         )
     built = store.index.get(stamp.input_hash)
+    status = TAMPERED if problems else CLAIMED
+    links = _links_here(wheel)
+    notes = (
+        ["links resolved on this machine (the build's own record is in its store)"] if links else []
+    )
     if built is not None and built.wheels:
         problems.append(
             f"this store built input hash {stamp.input_hash} into different bytes ("
             + ", ".join(f"{w.filename} sha256 {w.sha256[:16]}..." for w in built.wheels)
             + ")"
+            + (
+                ""
+                if status == TAMPERED
+                else ": the build is not reproducible or reads an input the hash does not "
+                "cover (`rocmforge realize --check RECIPE` rebuilds and lists the differing files)"
+            )
         )
-    status = TAMPERED if problems else CLAIMED
+        status = TAMPERED if status == TAMPERED else DIVERGED
     return report(
         status,
         problems,
@@ -312,4 +333,21 @@ def _audit_unverified(wheel: Path, *, store: Store, b3: str, size: int) -> Audit
         entry_path=built.path if built is not None else None,
         stamped_by=stamp.rocmforge,
         archs=_read_archs(wheel),
+        links=links,
+        notes=tuple(notes),
     )
+
+
+def _links_here(wheel: Path) -> tuple[dict[str, str], ...]:
+    """Resolve the libraries ``wheel``'s ELF files link as this machine would (empty: none)."""
+    from rocmforge.toolchain.elf import ElfError, candidate_paths, resolve_links, wheel_dynamic
+    from rocmforge.toolchain.manifest import find_owners
+
+    try:
+        dynamic = wheel_dynamic(wheel)
+    except ElfError:
+        return ()
+    if not dynamic[0]:
+        return ()
+    owners = find_owners(candidate_paths(dynamic[0]))
+    return tuple(link.to_json() for link in resolve_links(dynamic, owner_of=owners, roots={}))

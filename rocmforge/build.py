@@ -143,8 +143,33 @@ def build_env(
     return env
 
 
+def _masks(resolved: Resolved, empty: Path) -> list[Mount]:
+    """Mount the empty directory ``empty`` over each unowned directory the manifest masks.
+
+    A mask that would hide a toolchain mount (a Python or ROCm root under ``/usr/local``) is
+    left out; that mount is content-hashed instead.
+    """
+    kept = [
+        m
+        for m in resolved.toolchain.masks
+        # A directory removed since the manifest was cached needs no mask (and bwrap could not
+        # create its mount point in the read-only /usr).
+        if os.path.isdir(m)
+        and not any(str(p) == m or str(p).startswith(m + "/") for p in resolved.toolchain.mounts)
+    ]
+    if kept:
+        empty.mkdir(exist_ok=True)
+    return [Mount(host=empty, inside=m) for m in kept]
+
+
 def _run_steps(
-    resolved: Resolved, runner: Runner, *, root: Path, log: BinaryIO, reporter: Reporter
+    resolved: Resolved,
+    runner: Runner,
+    *,
+    root: Path,
+    log: BinaryIO,
+    reporter: Reporter,
+    extra: Sequence[Mount] = (),
 ) -> None:
     mounts = [
         Mount(host=root / "src", inside="/build/src", writable=True),
@@ -153,6 +178,8 @@ def _run_steps(
         Mount(host=root / "home", inside="/build/home", writable=True),
         *(Mount(host=p, inside=str(p)) for p in resolved.toolchain.mounts),
         *(Mount(host=i.host, inside=i.inside) for i in resolved.inputs),
+        *_masks(resolved, root / "empty"),
+        *extra,
     ]
     names = ("src", "venv", "out", "home")
     paths = {name: runner.sandbox_path(m) for name, m in zip(names, mounts[:4], strict=True)}
@@ -185,6 +212,17 @@ def _run_steps(
             raise BuildError(f"{label} exited with status {result.returncode}")
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Staged:
+    """What staging found out about the built wheels, for meta.json and provenance."""
+
+    records: tuple[WheelRecord, ...]
+    #: The GPU archs the check read from the offload bundles, if any.
+    archs: Mapping[str, Any] | None
+    #: Per wheel, the libraries its ELF files link and who provides them (see record_links).
+    links: Mapping[str, list[dict[str, str]]] | None
+
+
 def _stage(
     resolved: Resolved,
     root: Path,
@@ -192,9 +230,9 @@ def _stage(
     reporter: Reporter,
     log: BinaryIO,
     check_requirements: Sequence[Path] = (),
-) -> tuple[tuple[WheelRecord, ...], Mapping[str, Any] | None]:
+) -> Staged:
     """Stamp, normalize and check the built wheels and move them with the derivation into
-    ``root/entry``; return the wheels' records and the GPU archs the check read (if any)."""
+    ``root/entry``; return their records, the GPU archs the check read and their links."""
     wheels = out_wheels(root / "out")
     if not wheels:
         raise BuildError("the build finished but wrote no wheel into $OUT")
@@ -221,7 +259,79 @@ def _stage(
         size = (staged / w.name).stat().st_size
         records.append(WheelRecord(file=w.name, sha256=d["sha256"], blake3=d["blake3"], size=size))
     write_atomic(staged / layout.DERIVATION, json_bytes(resolved.derivation.data))
-    return tuple(records), found.get("archs")
+    links = record_links(resolved, [staged / w.name for w in wheels], log)
+    return Staged(records=tuple(records), archs=found.get("archs"), links=links or None)
+
+
+def record_links(
+    resolved: Resolved, wheels: Sequence[Path], log: BinaryIO
+) -> dict[str, list[dict[str, str]]]:
+    """Return, per wheel, which library each ELF member links and who provides it.
+
+    A library resolved from a place the input hash does not cover (no package owns it, not in
+    the wheel, not under a hashed toolchain root) is a :class:`BuildError`.
+    """
+    from rocmforge.toolchain.elf import (
+        ElfError,
+        candidate_paths,
+        links_json,
+        resolve_links,
+        wheel_dynamic,
+    )
+    from rocmforge.toolchain.manifest import find_owners
+
+    tc = resolved.toolchain
+    roots: dict[str, list[str]] = {}
+    rocm = tc.env.get("ROCM_PATH")
+    if rocm and (not (rocm == "/usr" or rocm.startswith("/usr/")) or rocm.startswith("/usr/local")):
+        roots["rocm"] = list(dict.fromkeys([rocm, os.path.realpath(rocm)]))
+    if tc.python_prefix in tc.mounts:
+        roots["python"] = [str(tc.python_prefix)]
+    out: dict[str, list[dict[str, str]]] = {}
+    try:
+        dynamic = {w: wheel_dynamic(w) for w in wheels}
+        candidates: set[str] = set()
+        for members, _ in dynamic.values():
+            candidates |= candidate_paths(members)
+        owner_of = find_owners(candidates)
+        for w in wheels:
+            found = resolve_links(dynamic[w], owner_of=owner_of, roots=roots)
+            for link in found:
+                log.write(f"rocmforge: {link.member} {link.describe()}\n".encode())
+            bad = [link for link in found if link.provider == "unhashed"]
+            if bad:
+                raise BuildError(
+                    f"{w.name}: "
+                    + "; ".join(f"{b.member} {b.describe()}" for b in bad)
+                    + " - install the library from a system package (its version is then "
+                    "hashed) or bundle it in the wheel"
+                )
+            if found:
+                out[w.name] = links_json(found)
+    except ElfError as exc:
+        raise BuildError(f"cannot read the libraries the wheel links: {exc}") from exc
+    return out
+
+
+def _suggest_package(d: Diagnosis) -> Diagnosis:
+    """For a header hidden by a declared view, name the package that ships it and the line."""
+    import dataclasses
+    import re
+
+    from rocmforge.toolchain.manifest import packages_shipping
+
+    m = re.search(r"^(\S+) is not visible", d.cause)
+    if d.id != "header-not-visible" or m is None:
+        return d
+    owners = packages_shipping("/include/" + m.group(1))
+    if not owners:
+        return d
+    return dataclasses.replace(
+        d,
+        cause=f"{m.group(1)} is shipped by {' or '.join(owners)}, which [toolchain] packages "
+        "does not declare: the declared view of /usr leaves it out",
+        fix=f'add it to the recipe: [toolchain] packages = [..., "{owners[0]}"]',
+    )
 
 
 def out_wheels(out: Path) -> list[Path]:
@@ -264,6 +374,8 @@ def _record_failure(
 
     drv = resolved.derivation
     diagnosis = diagnose_log(log_path, message=str(exc))
+    if resolved.toolchain.view is not None:
+        diagnosis = tuple(_suggest_package(d) for d in diagnosis)
     record = {
         "hash": drv.hash,
         "name": drv.name,
@@ -276,6 +388,80 @@ def _record_failure(
     with contextlib.suppress(OSError):
         write_failed_record(failed_record_path(failed), record)
     return diagnosis
+
+
+def _build_in(
+    root: Path,
+    resolved: Resolved,
+    store: Store,
+    runner: Runner,
+    reporter: Reporter,
+    log: BinaryIO,
+    check_requirements: Sequence[Path],
+) -> Staged:
+    """Prepare, build and stage ``resolved`` in the fresh build directory ``root``."""
+    reporter.phase("prepare")
+    materialize_source(
+        resolved.recipe.source, resolved.source, root / "src", cache=store.sources_dir
+    )
+    create_venv(
+        resolved.toolchain.python,
+        root / "venv",
+        version=resolved.toolchain.fingerprint["python"]["version"],
+    )
+    inside_venv = runner.sandbox_path(Mount(host=root / "venv", inside="/build/venv"))
+    install_wheels(
+        [r.wheel for r in resolved.requirements],
+        root / "venv",
+        interpreter=f"{inside_venv}/bin/python",
+        error=RequirementError,
+    )
+    reporter.phase("build")
+    extra: list[Mount] = []
+    view = resolved.toolchain.view
+    if view is not None:  # [toolchain] packages: /usr holds only the declared packages' closure
+        from rocmforge.toolchain.view import prepare_view
+
+        usr = prepare_view(view["packages"], view["links"], cache_dir=store.cache_dir)
+        extra.append(Mount(host=usr, inside="/usr"))
+        log.write(f"rocmforge: /usr is the view of {len(view['packages'])} packages\n".encode())
+    _run_steps(resolved, runner, root=root, log=log, reporter=reporter, extra=extra)
+    return _stage(resolved, root, runner, reporter, log, check_requirements)
+
+
+def rebuild(
+    resolved: Resolved,
+    *,
+    store: Store,
+    runner: Runner,
+    reporter: Reporter,
+    dest: Path,
+    check_requirements: Sequence[Path] = (),
+) -> tuple[Path, ...]:
+    """Build ``resolved`` again in a fresh directory and sandbox; move its wheels into ``dest``.
+
+    Nothing is published: this is ``realize --check``'s second build. A failure raises the
+    :class:`BuildError` with the log tail, as a normal build does.
+    """
+    with store.new_build_dir(resolved.derivation.hash) as bd:
+        root = bd.path
+        log_path = root / "build.log"
+        for d in ("out", "home", "tmp"):
+            (root / d).mkdir()
+        try:
+            with open(log_path, "ab") as log:
+                staged = _build_in(
+                    root, resolved, store, runner, reporter, log, check_requirements
+                )
+        except BuildError as exc:
+            exc.log_tail = _log_tail(log_path)
+            raise
+        dest.mkdir(parents=True, exist_ok=True)
+        out = []
+        for record in staged.records:
+            os.replace(root / "entry" / record.file, dest / record.file)
+            out.append(dest / record.file)
+        return tuple(out)
 
 
 def build(
@@ -303,26 +489,8 @@ def build(
             (root / d).mkdir()
         try:
             with open(log_path, "ab") as log:
-                reporter.phase("prepare")
-                materialize_source(
-                    resolved.recipe.source, resolved.source, root / "src", cache=store.sources_dir
-                )
-                create_venv(
-                    resolved.toolchain.python,
-                    root / "venv",
-                    version=resolved.toolchain.fingerprint["python"]["version"],
-                )
-                inside_venv = runner.sandbox_path(Mount(host=root / "venv", inside="/build/venv"))
-                install_wheels(
-                    [r.wheel for r in resolved.requirements],
-                    root / "venv",
-                    interpreter=f"{inside_venv}/bin/python",
-                    error=RequirementError,
-                )
-                reporter.phase("build")
-                _run_steps(resolved, runner, root=root, log=log, reporter=reporter)
-                records, archs = _stage(
-                    resolved, root, runner, reporter, log, check_requirements
+                staged = _build_in(
+                    root, resolved, store, runner, reporter, log, check_requirements
                 )
                 log.write(f"rocmforge: build finished in {time.time() - started:.1f} s\n".encode())
             reporter.phase("publish")
@@ -331,14 +499,15 @@ def build(
             seconds = finished - started
             statement = make_statement(
                 resolved,
-                wheels=records,
+                wheels=staged.records,
                 sandbox=runner.level,
                 started=started,
                 finished=finished,
+                links=staged.links,
             )
             write_statement(root / "entry" / layout.PROVENANCE, statement)
             meta = build_fields(
-                wheels=records,
+                wheels=staged.records,
                 sandbox=runner.level,
                 build_seconds=round(seconds, 3),
                 # Which source caches this entry needs: gc keeps exactly these while it stays.
@@ -346,7 +515,8 @@ def build(
                     resolved, store.sources_dir, check_wheels=check_requirements
                 ),
                 files=_file_digests(root / "entry"),
-                archs=archs,
+                archs=staged.archs,
+                links=staged.links,
             )
             publish = store.replace if replace else store.publish
             entry = publish(

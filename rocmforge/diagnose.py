@@ -163,6 +163,18 @@ PATTERNS: tuple[Pattern, ...] = (
         fix='set USE_CUDA = "0" in [env] (lint RF111)',
     ),
     Pattern(
+        id="header-not-visible",
+        # Headers with a more specific pattern above (hip, cuda, rocm_version, cmath) excluded.
+        regex=r"fatal error: '?(?!(?:[\w./+-]*/)?(?:hip_runtime|cuda_runtime|rocm_version|cmath)\b)"
+        r"([\w./+-]+?)'?(?:: No such file or directory| file not found)",
+        cause="{0} is not visible in the sandbox: builds see only files a system package owns "
+        "(plus the toolchain and declared inputs); /usr/local and other unowned places are "
+        "hidden because the input hash cannot cover them",
+        fix="install the package that provides {0} (`apt-file search {0}`; its version then "
+        "enters the hash), or vendor the header in the source or a declared [inputs] entry; "
+        "`rocmforge doctor` lists what is masked",
+    ),
+    Pattern(
         id="arch-not-supported",
         regex=r"invalid target ID '(gfx\w+)|cannot find ROCm device library for (?:target )?"
         r"'?(gfx\w+)",

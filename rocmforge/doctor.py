@@ -116,6 +116,7 @@ class DoctorReport:
     facts: LintFacts = field(default_factory=LintFacts)
     toolchain: str | None = None
     toolchain_error: str | None = None
+    system: Mapping[str, Any] | None = None
 
     @property
     def blocking(self) -> bool:
@@ -132,6 +133,7 @@ class DoctorReport:
             "toolchain": self.toolchain,
             "toolchain_error": self.toolchain_error,
             "blocking": self.blocking if self.recipe else None,
+            "system": dict(self.system) if self.system is not None else None,
         }
 
 
@@ -245,8 +247,9 @@ def doctor(
     """Probe the machine and, given a loaded recipe, lint it and check its GPU coverage."""
     env = dict(os.environ if env is None else env)
     machine = probe_machine(env, sysroot=sysroot)
+    system = system_summary() if sysroot == Path("/") else None
     if recipe is None:
-        return DoctorReport(machine=machine)
+        return DoctorReport(machine=machine, system=system)
     facts = lint_facts(recipe, env)
     summary, error = check_toolchain(recipe)
     return DoctorReport(
@@ -257,4 +260,19 @@ def doctor(
         findings=lint_recipe(recipe, facts),
         coverage=coverage(recipe, machine.gpus),
         facts=facts,
+        system=system,
     )
+
+
+def system_summary() -> dict[str, Any]:
+    """Return the system manifest this machine would hash, and what the sandbox masks."""
+    from rocmforge.toolchain.manifest import scan_dpkg
+
+    m = scan_dpkg()
+    return {
+        "database": m.database,
+        "packages": dict(sorted(m.packages.items())),
+        "masked": list(m.masked),
+        "masked_files": m.masked_files,
+        "unowned_hashed": len(m.unowned),
+    }

@@ -77,10 +77,13 @@ def make_statement(
     started: float,
     finished: float,
     host: str | None = None,
+    links: Mapping[str, Sequence[Mapping[str, str]]] | None = None,
 ) -> dict[str, Any]:
     """Return the in-toto statement for a build of ``resolved`` that produced ``wheels``.
 
-    ``wheels`` are the records (file, sha256, blake3) of the staged wheels.
+    ``wheels`` are the meta records (``file``, ``sha256``, ``blake3``) of the staged wheels;
+    ``links`` (wheel file -> the libraries its ELF files link and who provides them) becomes
+    one ``links/<wheel>`` byproduct per wheel.
     """
     recipe, drv = resolved.recipe, resolved.derivation
     host = host or socket.gethostname()
@@ -134,7 +137,13 @@ def make_statement(
                     "startedOn": rfc3339(started),
                     "finishedOn": rfc3339(finished),
                 },
-                "byproducts": [{"name": layout.BUILD_LOG}],
+                "byproducts": [
+                    {"name": layout.BUILD_LOG},
+                    *(
+                        {"name": f"links/{wheel}", "annotations": {"links": list(found)}}
+                        for wheel, found in sorted((links or {}).items())
+                    ),
+                ],
             },
         },
     }

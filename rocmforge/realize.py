@@ -400,3 +400,113 @@ def realize(
     finally:
         if temp_roots is None:
             roots.close()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CheckReport:
+    """``realize --check``: a cached derivation rebuilt and compared byte for byte."""
+
+    recipe: Path
+    hash: str
+    name: str
+    version: str
+    path: Path
+    differences: Mapping[str, tuple[str, ...]]
+    seconds: float
+
+    @property
+    def identical(self) -> bool:
+        """True when every rebuilt wheel is byte-identical to the stored one."""
+        return not self.differences
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the report as JSON-ready data."""
+        return {
+            "recipe": str(self.recipe),
+            "hash": self.hash,
+            "name": self.name,
+            "version": self.version,
+            "path": str(self.path),
+            "identical": self.identical,
+            "differences": {k: list(v) for k, v in self.differences.items()},
+            "seconds": round(self.seconds, 3),
+        }
+
+
+def check_rebuild(
+    recipe: Recipe,
+    *,
+    store: Store,
+    fetcher: Fetcher,
+    runner_factory: Callable[[], Runner],
+    reporter: Reporter | None = None,
+) -> CheckReport:
+    """Rebuild the cached derivation of ``recipe`` in a fresh sandbox and compare the wheels.
+
+    Like ``nix-build --check``: the recipe must already be in the store (a
+    :class:`~rocmforge.errors.UsageError` otherwise); nothing is published. ``differences``
+    maps each wheel whose bytes differ to the members inside it that differ.
+    """
+    from rocmforge.build import rebuild
+    from rocmforge.errors import UsageError
+    from rocmforge.util.hashing import file_blake3
+    from rocmforge.wheels import differing_members
+
+    reporter = reporter or NullReporter()
+    started = time.monotonic()
+    roots = TempRoots(store)
+    try:
+        r = resolve(recipe, store=store, fetcher=fetcher)
+        drv = r.derivation
+        with store.shared_lock():
+            entry = store.lookup(drv.hash, drv.name, drv.version)
+            if entry is None:
+                raise UsageError(
+                    f"{recipe.file}: {drv.name} {drv.version} ({drv.hash}) is not in the store; "
+                    "`realize --check` rebuilds a cached build: run `rocmforge realize` first"
+                )
+            roots.add(drv.hash)
+        check_reqs = resolve_requirements(
+            recipe.check.requirements,
+            python_version=r.toolchain.python_version,
+            wheel_dir=store.sources_dir / "wheels",
+            cache_dir=store.cache_dir,
+            fetcher=fetcher,
+        )
+        dest = store.tmp_dir / f"check-{drv.hash}-{os.getpid()}"
+        try:
+            rebuilt = rebuild(
+                r,
+                store=store,
+                runner=runner_factory(),
+                reporter=reporter,
+                dest=dest,
+                check_requirements=tuple(q.wheel for q in check_reqs),
+            )
+            stored = {w.name: w for w in entry.wheels}
+            new = {w.name: w for w in rebuilt}
+            differences: dict[str, tuple[str, ...]] = {}
+            for name in sorted(stored.keys() | new.keys()):
+                if name not in new:
+                    differences[name] = ("(not produced by the rebuild)",)
+                elif name not in stored:
+                    differences[name] = ("(produced only by the rebuild)",)
+                elif file_blake3(stored[name]) != file_blake3(new[name]):
+                    differences[name] = tuple(differing_members(stored[name], new[name])) or (
+                        "(archive bytes)",
+                    )
+        finally:
+            import shutil
+
+            shutil.rmtree(dest, ignore_errors=True)
+    finally:
+        roots.close()
+    return CheckReport(
+        recipe=recipe.file,
+        hash=drv.hash,
+        name=drv.name,
+        version=drv.version,
+        path=entry.path,
+        differences=differences,
+        seconds=time.monotonic() - started,
+    )

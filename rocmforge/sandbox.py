@@ -153,6 +153,9 @@ class BwrapRunner:
         for key, value in env.items():
             cmd += ["--setenv", key, value]
         cmd += ["--ro-bind", "/usr", "/usr"]
+        # No package owns /usr/local: hidden, so nothing outside the input hash leaks in.
+        if os.path.isdir("/usr/local"):
+            cmd += ["--tmpfs", "/usr/local"]
         for alias in _USR_ALIASES:
             if os.path.islink(alias):
                 cmd += ["--symlink", os.readlink(alias), alias]

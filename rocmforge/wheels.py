@@ -419,3 +419,35 @@ def wheel_digests(path: Path) -> dict[str, str]:
     except OSError as exc:
         raise CheckError(f"{path}: cannot read wheel: {exc}") from exc
     return {"sha256": sha, "blake3": b3}
+
+
+def differing_members(a: Path, b: Path) -> list[str]:
+    """Return the members whose bytes (or presence) differ between wheels ``a`` and ``b``.
+
+    Members present on one side only are named ``NAME (only in A)`` / ``NAME (only in B)``;
+    identical members with different zip metadata (time, permissions, order) are named
+    ``NAME (zip metadata)``. An unreadable archive is named ``(not a readable zip)``.
+    """
+    try:
+        with zipfile.ZipFile(a) as za, zipfile.ZipFile(b) as zb:
+            ia = {i.filename: i for i in za.infolist()}
+            ib = {i.filename: i for i in zb.infolist()}
+            out = [f"{n} (only in A)" for n in sorted(ia.keys() - ib.keys())]
+            out += [f"{n} (only in B)" for n in sorted(ib.keys() - ia.keys())]
+            for name in sorted(ia.keys() & ib.keys()):
+                x, y = ia[name], ib[name]
+                if x.CRC != y.CRC or x.file_size != y.file_size or za.read(x) != zb.read(y):
+                    out.append(name)
+                elif (x.date_time, x.external_attr, x.compress_type) != (
+                    y.date_time,
+                    y.external_attr,
+                    y.compress_type,
+                ):
+                    out.append(f"{name} (zip metadata)")
+            if not out and [i.filename for i in za.infolist()] != [
+                i.filename for i in zb.infolist()
+            ]:
+                out.append("(member order)")
+            return out
+    except (OSError, zipfile.BadZipFile):
+        return ["(not a readable zip)"]

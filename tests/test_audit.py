@@ -34,7 +34,7 @@ def built(tmp_path: Path, tiny_src: Path, store: Path) -> dict:
 
 def _audit(wheel: Path, store: Path) -> tuple[int, dict]:
     proc = rf("audit", wheel, "--store", store, "--json")
-    assert proc.returncode in (0, 1, 5, 6), proc.stderr
+    assert proc.returncode in (0, 1, 5, 6, 7), proc.stderr
     (report,) = json.loads(proc.stdout)
     return proc.returncode, report
 
@@ -194,3 +194,29 @@ def test_provenance_and_audit_name_every_submodule_commit(tmp_path: Path, store:
     text = rf("audit", built["wheels"][0], "--store", store)
     assert text.returncode == 0
     assert f"third/sub {sub_commit}" in text.stdout and commit in text.stdout
+
+
+def test_same_hash_other_bytes_is_diverged_not_tampered(tmp_path: Path, tiny_src: Path) -> None:
+    # A build that is not reproducible: it writes a fresh random value into the package.
+    step = "python -c 'import uuid; open(\\\"tiny/r.py\\\", \\\"w\\\").write(str(uuid.uuid4()))'"
+    recipe = tmp_path / "random.toml"
+    recipe.write_text(
+        TINY_RECIPE.format(src=tiny_src).replace(
+            'steps = ["python mkwheel.py', f'steps = ["{step}", "python mkwheel.py'
+        )
+    )
+    built = {}
+    for name in ("a", "b"):
+        proc = rf("realize", recipe, "--store", tmp_path / name, "--json")
+        assert proc.returncode == 0, proc.stderr
+        (built[name],) = json.loads(proc.stdout)
+    assert built["a"]["hash"] == built["b"]["hash"]
+    wheel_b = Path(built["b"]["wheels"][0])
+    assert wheel_b.read_bytes() != Path(built["a"]["wheels"][0]).read_bytes()
+    code, report = _audit(wheel_b, tmp_path / "a")
+    assert (code, report["status"]) == (7, "diverged")
+    assert any("into different bytes" in p for p in report["problems"])
+    text = rf("audit", wheel_b, "--store", tmp_path / "a")
+    assert text.returncode == 7 and "DIVERGED" in text.stdout and "TAMPERED" not in text.stdout
+    # Diverged ranks above claimed and below tampered when several wheels are audited.
+    assert rf("audit", wheel_b, built["a"]["wheels"][0], "--store", tmp_path / "a").returncode == 7

@@ -1,7 +1,8 @@
 """``rocmforge audit WHEEL...``: what produced this wheel, on one screen.
 
 Exit status: 0 every wheel verified, 1 a wheel is tampered, 5 a wheel is only claimed (its stamp is
-unverified), 6 a wheel is unknown (no stamp), 2 bad input (no such file).
+unverified), 6 a wheel is unknown (no stamp), 7 a wheel diverged (honest, but this store built its
+input hash into other bytes), 2 bad input (no such file).
 """
 
 from __future__ import annotations
@@ -17,9 +18,12 @@ EPILOG = """\
 statuses:
   verified  its digest is in this store's index: byte-identical to what rocmforge built here
   claimed   not in the index, but stamped by rocmforge: the facts are the wheel's own, unverified
-  tampered  stamped, but RECORD, the stamp or the digest does not match
+  diverged  stamp and RECORD intact, but this store built the same input hash into other
+            bytes: a reproducibility failure or an input the hash does not cover
+  tampered  stamped, but RECORD or the stamp does not match
   unknown   no rocmforge stamp (built elsewhere) or not a readable wheel
-exit status: 0 all verified, 1 tampered, 5 claimed, 6 unknown (the worst wheel decides),
+exit status: 0 all verified, 1 tampered, 5 claimed, 7 diverged, 6 unknown (the worst wheel
+             decides, in the order verified < claimed < diverged < unknown < tampered),
              2 bad input
 """
 
@@ -27,6 +31,8 @@ _HEADLINE = {
     "verified": "VERIFIED: byte-identical to a wheel rocmforge built in this store",
     "claimed": "CLAIMED (UNVERIFIED): not in this store; the facts below are the wheel's own claim",
     "tampered": "TAMPERED: the wheel does not match its own stamp or RECORD",
+    "diverged": "DIVERGED: stamp and RECORD intact, but this store built the same input hash "
+    "into other bytes",
     "unknown": "UNKNOWN: no rocmforge stamp; nothing is known about how it was built",
 }
 
@@ -35,7 +41,7 @@ def register(sub: Any) -> None:
     """Add the ``audit`` command."""
     p = sub.add_parser(
         "audit",
-        help="tell what produced a wheel (verified / claimed / tampered / unknown)",
+        help="tell what produced a wheel (verified / claimed / diverged / tampered / unknown)",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -61,13 +67,24 @@ def run(args: argparse.Namespace) -> int:
     return worst_exit_code(reports)
 
 
-def _summary(value: Any) -> str:
+def _summary(value: Any, key: str = "") -> str:
     """One line for a toolchain component: its version if it has one, else its scalars."""
+    if key == "packages" and isinstance(value, Mapping):
+        return f"{len(value)} system packages (audit --json lists them)"
+    if key == "masked" and isinstance(value, list):
+        return f"{len(value)} unowned directories hidden from the build"
     if isinstance(value, Mapping):
         if "version" in value:
             return str(value["version"])
         return " ".join(f"{k}={v}" for k, v in sorted(value.items()) if not isinstance(v, dict))
     return str(value)
+
+
+def describe_link(link: Mapping[str, str]) -> str:
+    """``member: links libyaml-0.so.2 from libyaml-0-2 0.2.5-1`` for a recorded link."""
+    from rocmforge.toolchain.elf import Link
+
+    return f"{link['member']}: " + Link(**link).describe()
 
 
 def _print(report: Any) -> None:
@@ -106,7 +123,7 @@ def _print(report: Any) -> None:
             add("  patch", f"{name} blake3:{digest}")
     for key, value in sorted((facts["toolchain"] or {}).items()):
         add("toolchain" if not any(r[0] == "toolchain" for r in rows) else "", f"{key}: "
-            + _summary(value))
+            + _summary(value, key))
     env = facts["env"]
     if env is not None:
         add("env", " ".join(f"{k}={v!r}" for k, v in sorted(env.items())) or "(none)")
@@ -129,6 +146,8 @@ def _print(report: Any) -> None:
             if common != union:
                 line += f"; in every bundle: {', '.join(common) or 'none'}"
             add("gpu archs", line + ")")
+    for link in report.links:
+        add("links", describe_link(link))
     add("store path", report.entry_path)
     for label, value in rows:
         print(f"  {label:<13}{value}")

@@ -67,6 +67,7 @@ def render(report: Any, recipe: Any) -> list[str]:
     out.append(
         f"  sandbox:   {m.sandbox}" + (f" ({m.sandbox_warning})" if m.sandbox_warning else "")
     )
+    out += _system_lines(report.system)
     if recipe is None:
         return out
     out.append(f"recipe {report.recipe}:")
@@ -97,3 +98,21 @@ def render(report: Any, recipe: Any) -> list[str]:
     if blocking:
         out.append(f"  {blocking} error(s): realize would stop before fetching anything")
     return out
+
+
+def _system_lines(system: Any) -> list[str]:
+    """The system manifest part of the report: what the input hash covers, what is masked."""
+    if system is None:
+        return ["  system:    manifest shown only for this machine (--sysroot /)"]
+    if system["database"] == "none":
+        return ["  system:    no dpkg database: no package versions hashed; /usr/local masked"]
+    masked = sorted(system["masked"], key=lambda d: (d != "/usr/local", d))
+    shown = ", ".join(masked[:4]) + (f" and {len(masked) - 4} more" if len(masked) > 4 else "")
+    return [
+        f"  system:    {len(system['packages'])} dpkg packages visible to builds, their versions "
+        "hashed (doctor --json lists them)",
+        f"  masked:    {system['masked_files']} files no package owns, in {len(masked)} "
+        f"directories hidden from builds: {shown}",
+        f"  unowned:   {system['unowned_hashed']} loose files under /usr no package owns, "
+        "content-hashed",
+    ]

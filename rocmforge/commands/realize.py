@@ -33,6 +33,12 @@ def register(sub: Any) -> None:
         help="sandbox level (default auto: bwrap, or an error; 'none' only when asked for)",
     )
     p.add_argument("-v", "--verbose", action="store_true", help="echo build output (non-TTY)")
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="rebuild the cached build in a fresh sandbox and compare the wheels byte for byte "
+        "(exit 1 if they differ, listing the files inside the wheel that differ)",
+    )
     add_json_option(p)
     p.set_defaults(func=run)
 
@@ -57,6 +63,9 @@ def run(args: argparse.Namespace) -> int:
         from rocmforge.sandbox import detect_runner
 
         return detect_runner(args.sandbox)
+
+    if args.check:
+        return _check(args, recipes, store, fetcher, runner_factory)
 
     from rocmforge.store.roots import TempRoots
 
@@ -105,3 +114,43 @@ def run(args: argparse.Namespace) -> int:
 def _link(out_link: str, i: int) -> Path:
     """The result link of the ``i``-th recipe: LINK, LINK-2, LINK-3 ..."""
     return Path(out_link if i == 0 else f"{out_link}-{i + 1}")
+
+
+def _check(
+    args: argparse.Namespace, recipes: list[Any], store: Any, fetcher: Any, runner_factory: Any
+) -> int:
+    """``realize --check``: rebuild each cached recipe, compare, exit 1 on any difference."""
+    from rocmforge.realize import check_rebuild
+
+    reports = []
+    for recipe in recipes:
+        reporter = ConsoleReporter(sys.stderr, label=recipe.package.name, verbose=args.verbose)
+        try:
+            report = check_rebuild(
+                recipe,
+                store=store,
+                fetcher=fetcher,
+                runner_factory=runner_factory,
+                reporter=reporter,
+            )
+        finally:
+            reporter.close()
+        reports.append(report)
+        if args.json:
+            continue
+        head = f"rocmforge: {report.name} {report.version} {report.hash}"
+        if report.identical:
+            print(f"{head} rebuilt in {report.seconds:.1f} s: byte-identical", file=sys.stderr)
+            continue
+        print(
+            f"{head} rebuilt in {report.seconds:.1f} s: DIFFERS from the stored build",
+            file=sys.stderr,
+        )
+        for wheel, members in report.differences.items():
+            print(f"  {wheel}")
+            for member in members:
+                print(f"    {member}")
+    if args.json:
+        emit_json([r.to_json() for r in reports])
+    sys.stdout.flush()
+    return 0 if all(r.identical for r in reports) else 1

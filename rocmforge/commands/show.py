@@ -24,6 +24,7 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """``rocmforge show TARGET``: print the entry's identity, files, inputs and run facts."""
+    from rocmforge.commands.audit import describe_link
     from rocmforge.commands.query import human_size, human_time
     from rocmforge.explain import flatten, show_value
     from rocmforge.provenance import run_facts
@@ -48,9 +49,20 @@ def run(args: argparse.Namespace) -> int:
         print(f"  wheel        {w.file} ({human_size(w.size or 0)})")
         print(f"    sha256     {w.sha256}")
         print(f"    blake3     {w.blake3}")
+    for wheel, links in sorted((meta.links or {}).items()):
+        for link in links:
+            print(f"  links        {wheel}: {describe_link(link)}")
     if info.derivation:
         print("  derivation")
-        for key, value in sorted(flatten(info.derivation).items()):
+        drv = dict(info.derivation)
+        tc = dict(drv.get("toolchain") or {})
+        if isinstance(tc.get("packages"), dict):  # hundreds of lines: counted here, all in --json
+            tc["packages"] = f"{len(tc['packages'])} system packages (show --json lists them)"
+        if isinstance(tc.get("masked"), list):
+            tc["masked"] = f"{len(tc['masked'])} unowned directories hidden from the build"
+        if tc:
+            drv["toolchain"] = tc
+        for key, value in sorted(flatten(drv).items()):
             print(f"    {key} = {show_value(key, value) if key.startswith('env.') else value}")
     return 0
 

@@ -55,6 +55,9 @@ class ToolchainSpec:
     cxx: str = "c++"
     rocm: str | None = None
     root: Path | None = None
+    #: Declared system packages: the sandbox's /usr then shows only these, a build-essential
+    #: base and their dependency closure (None: the whole /usr, every visible package hashed).
+    packages: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -159,7 +162,7 @@ _KEYS: dict[str, tuple[str, ...]] = {
          "check", "lint", "inputs"),
     "package": ("name", "version"),
     "source": ("path", "git", "rev", "ref", "submodules", "allow-local-submodules", "patches"),
-    "toolchain": ("kind", "python", "cc", "cxx", "rocm", "root"),
+    "toolchain": ("kind", "python", "cc", "cxx", "rocm", "root", "packages"),
     "requirements": ("build", "digests"),
     "build": ("steps", "passthrough", "timeout"),
     "check": ("import", "archs", "requirements"),
@@ -428,6 +431,11 @@ def _toolchain(c: _Checker, data: Mapping[str, Any], base: Path) -> ToolchainSpe
         cxx=c.string(t, "toolchain", "cxx") or "c++",
         rocm=rocm if kind == "rocm" else None,
         root=base / root if root and kind == "rocm" else None,
+        packages=(
+            tuple(sorted({item for _, item in c.strings(t, "toolchain", "packages")}))
+            if "packages" in t
+            else None
+        ),
     )
 
 

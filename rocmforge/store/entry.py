@@ -92,7 +92,7 @@ class WheelRecord:
 
 _KNOWN = frozenset(
     {"hash", "name", "version", "created", "size", "wheels", "sandbox", "build_seconds",
-     "sources", "files", "archs"}
+     "sources", "files", "archs", "links"}
 )  # fmt: skip
 
 
@@ -116,6 +116,9 @@ class EntryMeta:
     sources: tuple[str, ...] | None = None
     files: Mapping[str, str] | None = None
     archs: Mapping[str, Any] | None = None
+    #: Per wheel file, the libraries its ELF members link and who provides each
+    #: (``member``, ``soname``, ``provider``, ``package``, ``version``, ``path``).
+    links: Mapping[str, list[dict[str, str]]] | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     @property
@@ -160,6 +163,15 @@ class EntryMeta:
         archs = data.get("archs")
         if archs is not None and not isinstance(archs, dict):
             raise _fail(file, "archs", "a table", archs)
+        links = data.get("links")
+        if links is not None and not (
+            isinstance(links, dict)
+            and all(
+                isinstance(v, list) and all(isinstance(x, dict) for x in v)
+                for v in links.values()
+            )
+        ):
+            raise _fail(file, "links", "a table of wheel = [link tables]", links)
         return cls(
             hash=hash_,
             name=name,
@@ -175,6 +187,7 @@ class EntryMeta:
             sources=sources,
             files=files,
             archs=archs,
+            links=links,
             extra={k: v for k, v in data.items() if k not in _KNOWN},
         )
 
@@ -204,6 +217,7 @@ class EntryMeta:
             "sources": list(self.sources) if self.sources is not None else None,
             "files": dict(self.files) if self.files is not None else None,
             "archs": self.archs,
+            "links": self.links,
         }
         out.update((k, v) for k, v in optional.items() if v is not None)
         return out
@@ -217,6 +231,7 @@ def build_fields(
     sources: Sequence[str],
     files: Mapping[str, str],
     archs: Mapping[str, Any] | None = None,
+    links: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Return what a build knows of its entry's ``meta.json``, under the file's keys, for
     :meth:`~rocmforge.store.store.Store.publish` (which adds hash, name, version, created and
@@ -230,6 +245,8 @@ def build_fields(
     }
     if archs:
         out["archs"] = dict(archs)
+    if links:
+        out["links"] = dict(links)
     return out
 
 

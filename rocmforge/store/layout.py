@@ -64,6 +64,14 @@ SOURCES_WHEELS = "wheels"
 SOURCES_TREES = "trees"
 SOURCES_GIT_RESOLVED = "git-resolved"
 SOURCES_INPUTS = "inputs"
+#: Stat caches under ``cache/``: the toolchain probe, the system package manifest, the toolchain
+#: Python's prefix, a non-packaged ROCm root's content, declared views (and their farms).
+CACHE_TOOLCHAIN = "toolchain.json"
+CACHE_MANIFEST = "manifest.json"
+CACHE_PYPREFIX = "pyprefix.json"
+CACHE_ROCMROOT = "rocmroot.json"
+CACHE_VIEW = "view.json"
+CACHE_VIEWS = "views"
 #: Below ``sources/inputs``: downloaded archives and their unpacked trees.
 INPUTS_ARCHIVES = "archives"
 INPUTS_UNPACKED = "unpacked"

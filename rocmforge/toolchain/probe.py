@@ -32,6 +32,10 @@ class Toolchain:
     path_dirs: tuple[str, ...] = ()
     mounts: tuple[Path, ...] = ()
     guards: tuple[str, ...] = ()
+    #: Host directories the bwrap sandbox hides (unowned by any package: docs/hermetic.md).
+    masks: tuple[str, ...] = ()
+    #: A declared view (``[toolchain] packages``): ``{"packages": {...}, "links": {...}}``.
+    view: Mapping[str, Any] | None = None
 
 
 def probe_env() -> dict[str, str]:

@@ -24,6 +24,7 @@ from typing import Any
 
 from rocmforge.errors import ToolchainError
 from rocmforge.recipe.model import ToolchainSpec
+from rocmforge.store import layout
 from rocmforge.toolchain.probe import Toolchain, run_probe
 from rocmforge.util.hashing import file_blake3
 from rocmforge.util.statcache import StatCache
@@ -217,7 +218,7 @@ def resolve_rocm(spec: ToolchainSpec, *, cache_dir: Path, host: Toolchain) -> To
     root = spec.root
     if root is None or not root.is_dir():
         raise ToolchainError(missing_root_message(spec))
-    cache = StatCache(cache_dir / "toolchain.json")
+    cache = StatCache(cache_dir / layout.CACHE_TOOLCHAIN)
     key = f"rocm|{ROCM_PROBE_VERSION}|{root}"
     probe = cache.get(key)
     if probe is None:
@@ -236,7 +237,8 @@ def resolve_rocm(spec: ToolchainSpec, *, cache_dir: Path, host: Toolchain) -> To
         dirs.append(str(root / "llvm" / "bin"))
     dirs.append(str(Path(probe["clang"]["link"]).parent))
     mounts = list(host.mounts)
-    if not (str(root) == "/usr" or str(root).startswith("/usr/")):
+    packaged_usr = str(root) == "/usr" or str(root).startswith("/usr/")
+    if not packaged_usr or str(root).startswith("/usr/local"):  # /usr/local is masked
         for p in (root, root.resolve()):
             if p not in mounts:
                 mounts.append(p)
@@ -247,11 +249,19 @@ def resolve_rocm(spec: ToolchainSpec, *, cache_dir: Path, host: Toolchain) -> To
         "HIP_PATH": str(root),
         "HIP_PLATFORM": "amd",
     }
+    # Headers, math libraries and device bitcode: by package version (+ md5 check) or content.
+    from rocmforge.toolchain.rocmroot import root_coverage
+
+    coverage, coverage_guards = root_coverage(root, cache_dir=cache_dir)
     return dataclasses.replace(
         host,
-        fingerprint={**host.fingerprint, "kind": "rocm", "rocm": _fingerprint(probe)},
+        fingerprint={
+            **host.fingerprint,
+            "kind": "rocm",
+            "rocm": {**_fingerprint(probe), "coverage": coverage},
+        },
         env=env,
         path_dirs=tuple(dict.fromkeys([*dirs, *host.path_dirs])),
         mounts=tuple(mounts),
-        guards=tuple(dict.fromkeys([*host.guards, *_guards(probe)])),
+        guards=tuple(dict.fromkeys([*host.guards, *_guards(probe), *coverage_guards])),
     )

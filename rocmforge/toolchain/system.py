@@ -20,6 +20,7 @@ from typing import Any
 
 from rocmforge.errors import ToolchainError
 from rocmforge.recipe.model import ToolchainSpec
+from rocmforge.store import layout
 from rocmforge.toolchain.probe import PROBE_VERSION, Toolchain, run_probe
 from rocmforge.util.hashing import file_blake3
 from rocmforge.util.statcache import StatCache
@@ -120,7 +121,7 @@ def _toolchain_from_probe(probe: Mapping[str, Any], guards: tuple[str, ...]) -> 
     py = probe["python"]
     prefix = Path(py["prefix"])
     mounts: tuple[Path, ...] = ()
-    if not str(prefix).startswith("/usr"):
+    if not str(prefix).startswith("/usr/") or str(prefix).startswith("/usr/local"):
         mounts = (prefix,)
     dirs: list[str] = []
     for key in ("cc", "cxx"):
@@ -150,10 +151,11 @@ def resolve_toolchain(spec: ToolchainSpec, *, cache_dir: Path) -> Toolchain:
         if spec.root is None or not spec.root.is_dir():
             raise ToolchainError(missing_root_message(spec))
         host = resolve_toolchain(
-            dataclasses.replace(spec, kind="system", rocm=None, root=None), cache_dir=cache_dir
+            dataclasses.replace(spec, kind="system", rocm=None, root=None, packages=None),
+            cache_dir=cache_dir,
         )
-        return resolve_rocm(spec, cache_dir=cache_dir, host=host)
-    cache = StatCache(cache_dir / "toolchain.json")
+        return with_view(resolve_rocm(spec, cache_dir=cache_dir, host=host), spec, cache_dir)
+    cache = StatCache(cache_dir / layout.CACHE_TOOLCHAIN)
     which = [shutil.which(spec.cc) or spec.cc, shutil.which(spec.cxx) or spec.cxx]
     py = spec.python if os.path.isabs(spec.python) else shutil.which(f"python{spec.python}")
     key = "|".join([str(PROBE_VERSION), spec.kind, spec.python, str(py), *map(str, which)])
@@ -164,4 +166,73 @@ def resolve_toolchain(spec: ToolchainSpec, *, cache_dir: Path) -> Toolchain:
     guards = tuple(dict.fromkeys([*_guards(probe), *(str(p) for p in [py, *which] if p)]))
     if fresh:
         cache.put(key, probe, guards)
-    return _toolchain_from_probe(probe, guards)
+    tc = with_manifest(_toolchain_from_probe(probe, guards), cache_dir=cache_dir)
+    return with_view(with_python_prefix(tc, cache_dir=cache_dir), spec, cache_dir)
+
+
+def with_view(tc: Toolchain, spec: ToolchainSpec, cache_dir: Path) -> Toolchain:
+    """Narrow ``tc`` to the declared packages' view when ``spec.packages`` is set."""
+    if spec.packages is None:
+        return tc
+    from rocmforge.toolchain.manifest import system_manifest
+    from rocmforge.toolchain.view import (
+        alternatives_links,
+        linked_libraries,
+        view_fingerprint,
+        view_packages,
+    )
+
+    files = [g for g in tc.guards if os.path.isfile(g)]
+    elf = list(files)
+    if tc.python_prefix in tc.mounts:  # a pyenv Python: the libraries its modules load
+        dynload = tc.python_prefix / "lib" / f"python{tc.python_version}" / "lib-dynload"
+        elf += [str(p) for p in dynload.glob("*.so")]
+    packages, links = view_packages(
+        spec.packages,
+        files=files,
+        linked=lambda: linked_libraries(elf),
+        alternatives=alternatives_links(system_manifest(cache_dir=cache_dir).unowned),
+        cache_dir=cache_dir,
+    )
+    fingerprint = {
+        k: v
+        for k, v in tc.fingerprint.items()
+        if k not in ("database", "packages", "masked", "unowned")
+    }
+    return dataclasses.replace(
+        tc,
+        fingerprint={**fingerprint, **view_fingerprint(packages, links)},
+        masks=tuple(m for m in tc.masks if not m.startswith("/usr/")),
+        view={"packages": packages, "links": links},
+    )
+
+
+def with_python_prefix(tc: Toolchain, *, cache_dir: Path) -> Toolchain:
+    """Content-hash the toolchain Python's prefix when it is mounted (no package owns it)."""
+    if tc.python_prefix not in tc.mounts:
+        return tc
+    from rocmforge.toolchain.pyprefix import prefix_coverage
+
+    parts, guards, masks = prefix_coverage(
+        tc.python_prefix, tc.python_version, cache_dir=cache_dir
+    )
+    python = {**tc.fingerprint["python"], "prefix_files": dict(parts)}
+    return dataclasses.replace(
+        tc,
+        fingerprint={**tc.fingerprint, "python": python},
+        guards=tuple(dict.fromkeys([*tc.guards, *guards])),
+        masks=(*tc.masks, *masks),
+    )
+
+
+def with_manifest(tc: Toolchain, *, cache_dir: Path) -> Toolchain:
+    """Add the system manifest (visible package versions, masked and unowned paths) to ``tc``."""
+    from rocmforge.toolchain.manifest import memo_guards, system_manifest
+
+    manifest = system_manifest(cache_dir=cache_dir)
+    return dataclasses.replace(
+        tc,
+        fingerprint={**tc.fingerprint, **manifest.fingerprint()},
+        guards=tuple(dict.fromkeys([*tc.guards, *memo_guards(manifest)])),
+        masks=manifest.masked,
+    )
