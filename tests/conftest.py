@@ -7,7 +7,8 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Mapping
+import time
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -133,3 +134,105 @@ def commit_all(repo: Path, message: str) -> str:
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", message)
     return git(repo, "rev-parse", "HEAD")
+
+
+# -- real dpkg packages and a private copy of the toolchain Python (test_hermetic, test_memo) --
+
+
+VISIBLE_PKG = "rocmforge-test-visible"
+
+
+HIDDEN_PKG = "rocmforge-test-hidden"
+
+
+def make_deb(tmp_path: Path, name: str, version: str, files: dict[str, str]) -> Path:
+    """Build a real Debian package ``name`` ``version`` holding ``files`` with dpkg-deb."""
+    root = tmp_path / f"{name}-{version}"
+    (root / "DEBIAN").mkdir(parents=True)
+    (root / "DEBIAN" / "control").write_text(
+        f"Package: {name}\nVersion: {version}\nArchitecture: all\n"
+        "Maintainer: rocmforge tests <t@example.invalid>\nDescription: rocmforge test package\n"
+    )
+    for path, text in files.items():
+        target = root / path.lstrip("/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+    out = tmp_path / f"{name}_{version}_all.deb"
+    subprocess.run(
+        ["dpkg-deb", "--build", "--root-owner-group", str(root), str(out)],
+        check=True,
+        capture_output=True,
+    )
+    return out
+
+
+def dpkg(*args: str) -> None:
+    """Run dpkg (install, remove) and fail the test on error; wait out another dpkg's lock."""
+    for _ in range(120):
+        done = subprocess.run(
+            ["dpkg", *args], capture_output=True, text=True, timeout=300, check=False
+        )
+        if done.returncode == 0 or "lock" not in done.stderr:
+            break
+        time.sleep(1)
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.fixture
+def dpkg_root() -> Iterator[None]:
+    """Root with dpkg: the test packages are purged before and after."""
+    if os.geteuid() != 0 or shutil.which("dpkg-deb") is None:
+        pytest.skip("needs root and dpkg")
+
+    def purge() -> None:
+        dpkg("--purge", VISIBLE_PKG, HIDDEN_PKG)
+
+    purge()
+    try:
+        yield
+    finally:
+        purge()
+
+
+def link_copy(src: Path, dst: Path) -> None:
+    """Hardlink-copy the Python prefix ``src`` to ``dst`` (no site-packages, no bytecode)."""
+    for dirpath, dirnames, filenames in os.walk(src):
+        here = Path(dirpath)
+        dirnames[:] = [
+            d
+            for d in dirnames
+            if d not in ("__pycache__", "site-packages") and not (here / d).is_symlink()
+        ]
+        out = dst / here.relative_to(src)
+        out.mkdir(parents=True, exist_ok=True)
+        for name in [
+            *filenames,
+            *(d.name for d in here.iterdir() if d.is_symlink() and d.is_dir()),
+        ]:
+            s = here / name
+            if s.is_symlink():
+                (out / name).symlink_to(os.readlink(s))
+            else:
+                os.link(s, out / name)
+
+
+def rewrite(path: Path, extra: bytes) -> None:
+    """Give ``path`` new content without touching the inode it shares with the original."""
+    data = path.read_bytes() + extra
+    path.unlink()
+    path.write_bytes(data)
+
+
+@pytest.fixture
+def python_copy(tmp_path: Path) -> Path:
+    """A private copy of the toolchain Python's prefix (a Python no package owns)."""
+    import sys
+
+    prefix = Path(sys.base_prefix)
+    if str(prefix).startswith("/usr/") and not str(prefix).startswith("/usr/local"):
+        pytest.skip("the test Python is a system package; its coverage is the dpkg manifest")
+    if os.stat(prefix).st_dev != os.stat(tmp_path).st_dev:
+        pytest.skip("needs the Python prefix and the temp dir on one filesystem (hardlinks)")
+    copy = tmp_path / "python"
+    link_copy(prefix, copy)
+    return copy

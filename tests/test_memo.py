@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import TINY_RECIPE, pip_args, rf
+from conftest import TINY_RECIPE, VISIBLE_PKG, dpkg, make_deb, pip_args, rewrite, rf
 
 
 def realize(recipe: Path, store: Path) -> tuple[str, str]:
@@ -313,6 +313,29 @@ def test_rocm_version_file_change_is_seen(tiny_recipe: Path, tmp_path: Path, sto
 
 
 @pytest.mark.slow
+def test_system_package_change_is_seen(
+    tiny_recipe: Path, tmp_path: Path, store: Path, dpkg_root: None
+) -> None:
+    """A package installed where the sandbox sees it changes ``toolchain.packages``."""
+    header = f"/usr/include/{VISIBLE_PKG}/memo.h"
+    deb = make_deb(tmp_path, VISIBLE_PKG, "1.0-1", {header: "#define V 1\n"})
+    assert_change_is_seen(tiny_recipe, store, lambda: dpkg("-i", str(deb)))
+
+
+@pytest.mark.slow
+def test_toolchain_python_prefix_change_is_seen(
+    tiny_recipe: Path, tmp_path: Path, store: Path, python_copy: Path
+) -> None:
+    """A header of the toolchain Python (a Python no package owns) is an input."""
+    short = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    tiny_recipe.write_text(
+        tiny_recipe.read_text() + f'\n[toolchain]\npython = "{python_copy}/bin/python{short}"\n'
+    )
+    header = python_copy / "include" / f"python{short}" / "Python.h"
+    assert_change_is_seen(tiny_recipe, store, lambda: rewrite(header, b"\n/* changed */\n"))
+
+
+@pytest.mark.slow
 def test_code_change_is_seen(tiny_recipe: Path, tmp_path: Path, store: Path) -> None:
     """A rocmforge upgrade that changes how hashes are made (here BUILDER) is an input too."""
     copy = tmp_path / "pkg" / "rocmforge"
@@ -387,9 +410,18 @@ KEY_CASES = {
     "toolchain.rocm.hip_version": "test_rocm_version_file_change_is_seen",
     "toolchain.rocm.hipcc": "test_rocm_version_file_change_is_seen",
     "toolchain.rocm.clang": "test_rocm_version_file_change_is_seen",
+    "toolchain.rocm.coverage": "test_rocm_version_file_change_is_seen",
+    # The system manifest: the visible packages, the database it was read from, the unowned
+    # directories masked and the unowned files hashed all change with dpkg's database.
+    "toolchain.packages.*": "test_system_package_change_is_seen",
+    "toolchain.database": "test_system_package_change_is_seen",
+    "toolchain.masked[]": "test_system_package_change_is_seen",
+    "toolchain.unowned.blake3": "test_system_package_change_is_seen",
+    "toolchain.unowned.count": "test_system_package_change_is_seen",
+    "toolchain.python.prefix_files": "test_toolchain_python_prefix_change_is_seen",
 }
 DEPTH = 3
-USER_NAMED = {"env", "inputs"}
+USER_NAMED = {"env", "inputs", "toolchain.packages"}
 
 
 def key_paths(value: object, prefix: str = "", depth: int = DEPTH) -> set[str]:
