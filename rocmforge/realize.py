@@ -154,9 +154,16 @@ def make_link(link: Path, target: Path) -> Path:
 
 
 def _remember(store: Store, r: Resolved, entry: Entry) -> None:
-    """Record this result in the realize memo so the next identical realize is instant."""
+    """Record this result in the realize memo so the next identical realize is instant.
+
+    Paths are kept relative to the store root with each wheel's size and mtime as published;
+    entries published before mtimes were recorded are not memoized.
+    """
     from rocmforge import memo
 
+    sigs = [[w.size, w.mtime_ns] for w in entry.meta.wheels]
+    if any(None in sig for sig in sigs):
+        return
     recipe = r.recipe
     memo.record(
         str(store.root),
@@ -176,8 +183,9 @@ def _remember(store: Store, r: Resolved, entry: Entry) -> None:
             "hash": r.derivation.hash,
             "name": r.derivation.name,
             "version": r.derivation.version,
-            "path": str(entry.path),
-            "wheels": [str(w) for w in entry.wheels],
+            "path": os.path.relpath(entry.path, store.root),
+            "wheels": [os.path.relpath(w, store.root) for w in entry.wheels],
+            "sigs": sigs,
         },
     )
 
@@ -230,6 +238,7 @@ def realize(
     link: Path | None = None,
     lints: tuple[Finding, ...] | None = None,
     temp_roots: TempRoots | None = None,
+    verify: bool = False,
 ) -> RealizeReport:
     """Return the store entry for ``recipe``, building it in the sandbox on a miss.
 
@@ -240,6 +249,8 @@ def realize(
     it exits); without one, only until this call returns. The store's shared lock is held only
     around the lookup and the return, never across a build: while resolving and building, this
     process's temp roots mark the hash as rooted and the source caches as busy instead.
+    A cache hit checks the wheels' size and mtime against publish (``verify``: re-hashes them);
+    a damaged entry is quarantined and rebuilt (:meth:`Store.lookup`).
     """
     reporter = reporter or NullReporter()
     if lints is None:
@@ -255,7 +266,7 @@ def realize(
         r = resolve(recipe, store=store, fetcher=fetcher)
         drv = r.derivation
         with store.shared_lock():
-            entry = store.lookup(drv.hash, drv.name, drv.version)
+            entry = store.lookup(drv.hash, drv.name, drv.version, verify=verify)
             if entry is not None:
                 return _finish(store, r, entry, roots, link, started=started, sandbox=None)
             roots.add(drv.hash)  # what we are about to build and publish

@@ -31,6 +31,11 @@ def register(sub: Any) -> None:
         default=None,
         help="sandbox level (default: the best available)",
     )
+    p.add_argument(
+        "--verify",
+        action="store_true",
+        help="re-hash a cached entry's wheels before returning them (default: size and mtime)",
+    )
     p.add_argument("-v", "--verbose", action="store_true", help="echo build output (non-TTY)")
     add_json_option(p)
     p.set_defaults(func=run)
@@ -75,6 +80,7 @@ def run(args: argparse.Namespace) -> int:
                 link=link,
                 lints=lints[i],
                 temp_roots=temp_roots,
+                verify=args.verify,
             )
         finally:
             reporter.close()

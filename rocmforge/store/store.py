@@ -329,7 +329,15 @@ class Store:
         st = os.lstat(path)
         if stat.S_ISDIR(st.st_mode):
             os.chmod(path, st.st_mode | 0o700)  # renaming a directory needs write access to it
-        os.rename(path, dest)
+        parent_mode = None
+        if path.parent != self.entries_dir:  # a stray file inside a (read-only) entry
+            parent_mode = stat.S_IMODE(os.stat(path.parent).st_mode)
+            os.chmod(path.parent, parent_mode | 0o700)
+        try:
+            os.rename(path, dest)
+        finally:
+            if parent_mode is not None:
+                os.chmod(path.parent, parent_mode)
         fsync_path(path.parent, directory=True)
         if path.parent == self.entries_dir and layout.is_entry_name(path.name):
             with suppress(StoreError):
@@ -376,10 +384,22 @@ class Store:
         """Index every entry whose publish died before indexing it; return how many markers
         were settled. Cheap when nothing is pending (one ``listdir``)."""
         try:
-            names = os.listdir(self.root / layout.PENDING)
+            found = os.listdir(self.root / layout.PENDING)
         except OSError:
             return 0
-        return sum(1 for n in sorted(names) if layout.is_entry_name(n) and self._heal_one(n))
+        names = sorted(n for n in found if layout.is_entry_name(n))
+        if not names:
+            return 0
+        with self.shared_lock():  # gc must not remove an entry while we index it
+            return sum(1 for n in names if self._heal_one(n))
+
+    def reset_index(self, why: str) -> int:
+        """Set the index file aside (it is damaged: ``why``) and rebuild it from ``entries/``;
+        return the entry count."""
+        self.close()
+        aside = self._set_index_aside()
+        self._notice("corrupt-index", self.index_path, f"{why}; set aside as {aside.name}")
+        return self.rebuild_index()
 
     @staticmethod
     def _entry_from_meta(path: Path, raw: bytes) -> Entry:

@@ -9,11 +9,16 @@ Problem kinds:
 - ``orphaned``: something in ``entries/`` that no entry accounts for (a stray file or directory, a
   file inside an entry that its ``meta.json`` does not record);
 - ``unindexed`` / ``stale-index``: an entry the index does not know, or knows with other digests;
-- ``damaged``: an entry whose ``meta.json`` cannot be read.
+- ``damaged``: an entry whose ``meta.json`` cannot be read;
+- ``corrupt-index``: ``index.sqlite`` fails SQLite's ``quick_check`` (or could not be opened: the
+  store then set it aside and rebuilt it on its own, reported under ``repaired``);
+- ``quarantined``: a damaged entry the store moved aside on its own (reported under
+  ``repaired``).
 
 ``entries/`` is the truth: ``--repair-index`` rebuilds the index from it
-(:meth:`Store.rebuild_index`)
-and verifies again.
+(:meth:`Store.rebuild_index`) and verifies again. ``--repair`` also moves every damaged or
+modified entry, and every stray file or directory, to ``quarantine/`` (the next realize rebuilds
+what it needs; gc removes the quarantine), then rebuilds the index and verifies again.
 """
 
 from __future__ import annotations
@@ -96,6 +101,8 @@ class _Checker:
                 known.add(name)
                 self._file(entry.path / name, digest)
         self._derivation(entry)
+        if meta.seal_broken:
+            self.add("modified", entry.path / layout.META, "does not match its seal")
         if files is not None:
             try:
                 present = sorted(os.listdir(entry.path))
@@ -191,30 +198,87 @@ def _check(store: Store, targets: Sequence[str]) -> tuple[int, _Checker]:
     for row in store.index.rows():
         if row.hash not in seen:
             c.add("missing", Path(row.path), "indexed entry is gone from entries/")
+    trouble = store.index.integrity_problem()
+    if trouble is not None:
+        c.add("corrupt-index", store.index_path, trouble)
     return count, c
 
 
+def _quarantine_targets(store: Store, problems: Sequence[VerifyProblem]) -> list[Path]:
+    """Return what ``--repair`` moves aside: whole entries with a missing, modified or damaged
+    file, stray files inside an entry, stray things in ``entries/``."""
+    out: dict[Path, str] = {}
+    for p in problems:
+        if p.kind in INDEX_KINDS or p.kind in ("corrupt-index", "quarantined"):
+            continue
+        if p.kind == "missing" and "indexed" in p.detail:
+            continue
+        if p.path.parent == store.entries_dir:
+            out.setdefault(p.path, str(p))
+        elif p.path.parent.parent == store.entries_dir:
+            target = p.path if p.kind == "orphaned" else p.path.parent
+            out.setdefault(target, str(p))
+    # An entry that goes takes its stray files with it.
+    return [t for t in out if t.parent not in out]
+
+
+def _healed(store: Store, start: int) -> tuple[VerifyProblem, ...]:
+    return tuple(
+        VerifyProblem(kind=h.kind, path=h.path, detail=h.detail) for h in store.healed[start:]
+    )
+
+
 def verify_store(
-    store: Store, targets: Sequence[str] = (), *, repair_index: bool = False
+    store: Store,
+    targets: Sequence[str] = (),
+    *,
+    repair_index: bool = False,
+    repair: bool = False,
 ) -> VerifyReport:
     """Verify the whole store, or only the entries named by ``targets``.
 
     With ``repair_index`` the index is rebuilt from ``entries/`` when it disagrees with them,
-    and the store is verified again; ``repaired`` lists what the rebuild fixed.
+    and the store is verified again; ``repaired`` lists what the rebuild fixed. ``repair`` also
+    quarantines damaged entries and stray files first. Repairs the store made on its own before
+    or during the check (a corrupt index set aside, an interrupted publish indexed, a damaged
+    entry quarantined) are listed under ``repaired`` too.
     """
+    before = tuple(
+        VerifyProblem(kind=h.kind, path=h.path, detail=h.detail) for h in store.healed
+    )
+    start = len(store.healed)
     count, c = _check(store, targets)
     first = tuple(c.problems)
     index_trouble = any(
-        p.kind in INDEX_KINDS or (p.kind == "missing" and "indexed" in p.detail) for p in first
+        p.kind in INDEX_KINDS
+        or p.kind == "corrupt-index"
+        or (p.kind == "missing" and "indexed" in p.detail)
+        for p in first
     )
-    if not (repair_index and index_trouble):
-        return VerifyReport(entries=count, files=c.files, problems=first)
-    store.rebuild_index()
+    moved = _quarantine_targets(store, first) if repair else []
+    if not (moved or ((repair or repair_index) and index_trouble)):
+        return VerifyReport(
+            entries=count,
+            files=c.files,
+            problems=first,
+            repaired=before + _healed(store, start),
+        )
+    for target in moved:
+        try:
+            store.quarantine(target, "found by verify")
+        except OSError as exc:
+            raise StoreError(f"cannot move {target} to quarantine: {exc}") from exc
+    if any(p.kind == "corrupt-index" for p in first):
+        store.reset_index("failed SQLite's quick_check")
+    else:
+        store.rebuild_index()
+    healed = _healed(store, start)
     count, c = _check(store, targets)
     after = tuple(c.problems)
+    fixed = tuple(p for p in first if p not in after)
     return VerifyReport(
         entries=count,
         files=c.files,
         problems=after,
-        repaired=tuple(p for p in first if p not in after),
+        repaired=before + fixed + tuple(h for h in healed if h.kind != "quarantined"),
     )
