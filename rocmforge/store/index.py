@@ -107,11 +107,18 @@ class Index:
     ``path=None`` is an index in memory (for a read-only store whose file is unusable);
     ``read_only`` opens an existing file without writing to it (falling back to SQLite's
     ``immutable`` mode on a read-only mount). :attr:`created` tells whether the schema was
-    just created (the caller may then fill it from ``entries/``).
+    just created (the caller may then fill it from ``entries/``). Rows name their entry
+    directory under ``root/entries/`` (``root`` defaults to the file's directory), whatever
+    directory was recorded: a copied or moved store's index stays right.
     """
 
-    def __init__(self, path: Path | None, *, read_only: bool = False) -> None:
+    def __init__(
+        self, path: Path | None, *, read_only: bool = False, root: Path | None = None
+    ) -> None:
         self.path = path if path is not None else Path(":memory:")
+        if root is None:
+            root = path.parent if path is not None else Path(".")
+        self._entries = os.fspath(root / layout.ENTRIES)
         self.created = False
         if path is not None and os.path.lexists(path) and not os.path.isfile(path):
             raise IndexCorruptError(f"{path}: the store index is not a regular file")
@@ -123,7 +130,8 @@ class Index:
             else:
                 self._db = sqlite3.connect(path, timeout=BUSY_TIMEOUT, isolation_level=None)
         except sqlite3.Error as e:
-            raise StoreError(f"{path}: cannot open the store index: {e}") from e
+            cls = IndexCorruptError if _corrupt(e) else StoreError
+            raise cls(f"{path}: cannot open the store index: {e}") from e
         try:
             if read_only and path is not None:
                 version = self._db.execute("PRAGMA user_version").fetchone()[0]
@@ -342,7 +350,7 @@ class Index:
                     hash=h,
                     name=name,
                     version=version,
-                    location=path,
+                    location=os.path.join(self._entries, os.path.basename(path)),
                     created=created,
                     last_used=last_used,
                     size=size,

@@ -802,7 +802,7 @@ class Store:
             writable = self.writable
             rebuild = False
             try:
-                index = Index(self.index_path, read_only=not writable)
+                index = Index(self.index_path, read_only=not writable, root=self.root)
             except IndexCorruptError as e:
                 if writable:
                     aside = self._set_index_aside()
@@ -811,19 +811,19 @@ class Store:
                         self.index_path,
                         f"{e}; set aside as {aside.name} and rebuilt from {layout.ENTRIES}/",
                     )
-                    index = Index(self.index_path)
+                    index = Index(self.index_path, root=self.root)
                 else:
                     self._notice(
                         "corrupt-index",
                         self.index_path,
                         f"{e}; read-only store: using an index rebuilt in memory",
                     )
-                    index = Index(None)
+                    index = Index(None, root=self.root)
                 rebuild = True
             except StoreError:
                 if writable:
                     raise
-                index = Index(None)  # a read-only store without an index
+                index = Index(None, root=self.root)  # a read-only store without an index
                 rebuild = True
             self._index = index
             if rebuild or (index.created and self._entry_names()):
