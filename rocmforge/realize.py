@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from rocmforge.recipe.lints import Finding, LintFacts, describe, preflight
 from rocmforge.recipe.model import Recipe
 from rocmforge.resolve import Resolved, resolve
-from rocmforge.sources.requirements import Fetcher, resolve_requirements
+from rocmforge.sources.requirements import Fetcher, check_wheels, resolve_requirements
 from rocmforge.store import layout
 from rocmforge.store.entry import Entry
 from rocmforge.store.roots import TempRoots
@@ -288,6 +288,12 @@ def realize(
                     wheel_dir=store.sources_dir / layout.SOURCES_WHEELS,
                     cache_dir=store.cache_dir,
                     fetcher=fetcher,
+                )
+                check_wheels(
+                    (*r.requirements, *check_reqs),
+                    python_version=r.toolchain.python_version,
+                    fetcher=fetcher,
+                    quarantine=store.quarantine,
                 )
                 outcome = build(
                     r,

@@ -419,6 +419,10 @@ class Store:
             ) from e
         return self._entry_from_meta(path, raw)
 
+    def entry_names(self) -> list[str]:
+        """Return the directory names of the entries in ``entries/``, sorted (no parsing)."""
+        return self._entry_names()
+
     def _entry_names(self) -> list[str]:
         try:
             names = os.listdir(self.entries_dir)

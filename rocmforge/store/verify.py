@@ -31,9 +31,10 @@ from typing import Any
 
 from rocmforge.errors import StoreError
 from rocmforge.store import layout
-from rocmforge.store.entry import Entry, WheelRecord, input_hash, read_derivation
+from rocmforge.store.entry import DerivationDoc, Entry, WheelRecord, input_hash, read_derivation
 from rocmforge.store.store import Store
 from rocmforge.util.hashing import file_blake3, file_digests
+from rocmforge.util.statcache import read_json
 
 INDEX_KINDS = frozenset({"unindexed", "stale-index"})
 
@@ -198,10 +199,51 @@ def _check(store: Store, targets: Sequence[str]) -> tuple[int, _Checker]:
     for row in store.index.rows():
         if row.hash not in seen:
             c.add("missing", Path(row.path), "indexed entry is gone from entries/")
+    _source_wheels(store, c)
     trouble = store.index.integrity_problem()
     if trouble is not None:
         c.add("corrupt-index", store.index_path, trouble)
     return count, c
+
+
+def _source_wheels(store: Store, c: _Checker) -> None:
+    """Check the requirement wheels under ``sources/wheels/`` against every digest recorded for
+    them: in the requirement cache (``cache/wheels.json``) and in the entries' derivations."""
+    wheel_dir = store.sources_dir / layout.SOURCES_WHEELS
+    recorded: dict[str, set[str]] = {}
+    for item in read_json(store.cache_dir / "wheels.json").values():
+        value = item.get("value") if isinstance(item, dict) else None
+        if (
+            isinstance(value, dict)
+            and isinstance(value.get("wheel"), str)
+            and isinstance(value.get("blake3"), str)
+            and Path(value["wheel"]).parent == wheel_dir
+        ):
+            recorded.setdefault(Path(value["wheel"]).name, set()).add(value["blake3"])
+    for name in store.entry_names():
+        try:
+            doc = DerivationDoc(read_derivation(store.entries_dir / name))
+        except StoreError:
+            continue  # reported with its entry
+        for req in doc.requirements or ():
+            if (
+                isinstance(req, dict)
+                and isinstance(req.get("wheel"), str)
+                and isinstance(req.get("blake3"), str)
+            ):
+                recorded.setdefault(req["wheel"], set()).add(req["blake3"])
+    for name, digests in sorted(recorded.items()):
+        path = wheel_dir / name
+        try:
+            digest = file_blake3(path)
+        except FileNotFoundError:
+            continue  # fetched again when needed
+        except OSError as exc:
+            c.add("damaged", path, f"cannot read: {exc}")
+            continue
+        c.files += 1
+        if digest not in digests:
+            c.add("modified", path, "requirement wheel no longer has its recorded blake3")
 
 
 def _quarantine_targets(store: Store, problems: Sequence[VerifyProblem]) -> list[Path]:
@@ -213,7 +255,7 @@ def _quarantine_targets(store: Store, problems: Sequence[VerifyProblem]) -> list
             continue
         if p.kind == "missing" and "indexed" in p.detail:
             continue
-        if p.path.parent == store.entries_dir:
+        if p.path.parent in (store.entries_dir, store.sources_dir / layout.SOURCES_WHEELS):
             out.setdefault(p.path, str(p))
         elif p.path.parent.parent == store.entries_dir:
             target = p.path if p.kind == "orphaned" else p.path.parent
