@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import DATA, TINY_RECIPE, rf
+from conftest import DATA, TINY_RECIPE, pip_args, rf
 
 from rocmforge.store.entry import input_hash
 from rocmforge.util.hashing import file_blake3
@@ -361,3 +361,34 @@ def test_a_damaged_entry_in_a_read_only_store_is_an_error_that_says_why(
     proc = realize(built, read_only, "--json")
     assert proc.returncode == 3, proc.stderr
     assert "damaged store entry" in proc.stderr and "write access" in proc.stderr
+
+
+# -- item 11: requirement wheels are checked before use ----------------------------------------
+
+
+def test_a_changed_requirement_wheel_is_caught_before_a_build_uses_it(
+    tmp_path: Path, tiny_src: Path, wheelhouse: Path
+) -> None:
+    with_req = TINY_RECIPE + '\n[requirements]\nbuild = ["setuptools==75.6.0"]\n'
+    first = tmp_path / "first.toml"
+    first.write_text(with_req.format(src=tiny_src))
+    second = tmp_path / "second.toml"  # another derivation: a miss that builds
+    second.write_text(
+        with_req.replace("[build]\n", '[env]\nTINY_FLAG = "2"\n\n[build]\n').format(src=tiny_src)
+    )
+    store = tmp_path / "store"
+    env = {"ROCMFORGE_PIP_ARGS": pip_args(wheelhouse)}
+    assert rf("realize", first, "--store", store, env=env).returncode == 0
+    wheel = store / "sources" / "wheels" / "setuptools-75.6.0-py3-none-any.whl"
+    good = file_blake3(wheel)
+    flip_byte(wheel, 5000, keep_mtime=True)  # same size, mtime and inode: the stat cache hits
+    code, report = verify(store)
+    assert code == 1
+    assert [(p["kind"], Path(p["path"]).name) for p in report["problems"]] == [
+        ("modified", wheel.name)
+    ]
+    proc = rf("realize", second, "--store", store, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "requirement wheel changed" in proc.stderr
+    assert file_blake3(wheel) == good  # fetched again before the build used it
+    assert verify(store)[0] == 0
