@@ -285,6 +285,8 @@ class Store:
                 return None
             return self._damaged(path, f"no {layout.META}")
         except OSError as e:
+            if e.errno in (errno.EISDIR, errno.ENOTDIR, errno.ELOOP):
+                return self._damaged(path, f"{layout.META} is not a file")
             raise StoreError(f"cannot read {meta_path}: {e}") from e
         try:
             entry = self._entry_from_meta(path, raw)
