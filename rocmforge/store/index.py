@@ -107,18 +107,16 @@ class Index:
     ``path=None`` is an index in memory (for a read-only store whose file is unusable);
     ``read_only`` opens an existing file without writing to it (falling back to SQLite's
     ``immutable`` mode on a read-only mount). :attr:`created` tells whether the schema was
-    just created (the caller may then fill it from ``entries/``). Rows name their entry
-    directory under ``root/entries/`` (``root`` defaults to the file's directory), whatever
-    directory was recorded: a copied or moved store's index stays right.
+    just created (the caller may then fill it from ``entries/``). Given the store's ``root``,
+    rows name their entry directory under ``root/entries/`` whatever directory was recorded, so
+    the index of a copied or moved store stays right; without it, the recorded path.
     """
 
     def __init__(
         self, path: Path | None, *, read_only: bool = False, root: Path | None = None
     ) -> None:
         self.path = path if path is not None else Path(":memory:")
-        if root is None:
-            root = path.parent if path is not None else Path(".")
-        self._entries = os.fspath(root / layout.ENTRIES)
+        self._entries = os.fspath(root / layout.ENTRIES) if root is not None else None
         self.created = False
         if path is not None and os.path.lexists(path) and not os.path.isfile(path):
             raise IndexCorruptError(f"{path}: the store index is not a regular file")
@@ -350,7 +348,11 @@ class Index:
                     hash=h,
                     name=name,
                     version=version,
-                    location=os.path.join(self._entries, os.path.basename(path)),
+                    location=(
+                        path
+                        if self._entries is None
+                        else os.path.join(self._entries, os.path.basename(path))
+                    ),
                     created=created,
                     last_used=last_used,
                     size=size,

@@ -312,6 +312,8 @@ class Store:
         """Quarantine the damaged entry at ``path`` and return None (a miss), or raise."""
         try:
             self.quarantine(path, why)
+        except FileNotFoundError:
+            return None  # another process moved it aside first
         except OSError as e:
             raise StoreError(
                 f"damaged store entry {path}: {why}; cannot move it aside ({e}): run "
@@ -364,7 +366,8 @@ class Store:
             return False
         try:
             final = self.entries_dir / dirname
-            if os.path.isdir(final) and not os.path.islink(final):
+            known = self.index.get(dirname[: layout.HASH_LEN]) is not None
+            if not known and os.path.isdir(final) and not os.path.islink(final):
                 try:
                     entry = self.load(final)
                     if entry.meta.seal_broken:
