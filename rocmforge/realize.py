@@ -269,6 +269,14 @@ def realize(
             entry = store.lookup(drv.hash, drv.name, drv.version, verify=verify)
             if entry is not None:
                 return _finish(store, r, entry, roots, link, started=started, sandbox=None)
+            if not store.writable:
+                from rocmforge.errors import StoreError
+
+                raise StoreError(
+                    f"{drv.name} {drv.version} ({drv.hash}) is not in the store and the store "
+                    f"{store.root} is read-only: it can serve cache hits only (build it into a "
+                    "writable store)"
+                )
             roots.add(drv.hash)  # what we are about to build and publish
         sandbox = None
         with store.build_lock(drv.hash):

@@ -338,6 +338,13 @@ def test_a_read_only_store_serves_hits_verify_and_list(built: dict, read_only: P
     realize_ok(built, read_only, "--json")  # the full pipeline
     assert verify(read_only)[0] == 0
     assert listed(read_only) == [built["entry"][:32]]
+    # What it cannot do, it says: a miss needs a build, and a build needs write access.
+    other = read_only.parent / "other.toml"
+    other.write_text(
+        built["recipe"].read_text().replace("[build]\n", '[env]\nX = "1"\n\n[build]\n')
+    )
+    proc = rf("realize", other, "--store", read_only)
+    assert proc.returncode == 3 and "read-only" in proc.stderr, proc.stderr
 
 
 def test_a_read_only_store_with_a_corrupt_index_still_lists(
