@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import DATA, TINY_RECIPE, pip_args, rf
+from conftest import DATA, TINY_RECIPE, commit_all, git, pip_args, rf
 
 from rocmforge.store.entry import input_hash
 from rocmforge.util.hashing import file_blake3
@@ -398,4 +398,39 @@ def test_a_changed_requirement_wheel_is_caught_before_a_build_uses_it(
     assert proc.returncode == 0, proc.stderr
     assert "requirement wheel changed" in proc.stderr
     assert file_blake3(wheel) == good  # fetched again before the build used it
+    assert verify(store)[0] == 0
+
+
+def test_verify_finds_a_damaged_git_mirror_and_repair_quarantines_it(
+    tmp_path: Path, tiny_src: Path
+) -> None:
+    repo = tmp_path / "repo"
+    shutil.copytree(tiny_src, repo)
+    git(repo, "init", "-q")
+    rev = commit_all(repo, "tiny")
+    recipe = tmp_path / "git.toml"
+    recipe.write_text(TINY_RECIPE.replace('path = "{src}"', f'git = "{repo}"\nrev = "{rev}"'))
+    store = tmp_path / "store"
+    assert rf("realize", recipe, "--store", store).returncode == 0
+    assert verify(store)[0] == 0
+    (mirror,) = (store / "sources" / "git").glob("*.git")
+    objects = (mirror / "objects").rglob("*")
+    obj = sorted(p for p in objects if p.is_file() and p.stat().st_size > 20)[0]
+    data = bytearray(obj.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    obj.unlink()  # a local clone hard-links objects: do not damage the test's own repository
+    obj.write_bytes(bytes(data))
+    code, report = verify(store)
+    assert code == 1
+    assert [(p["kind"], Path(p["path"]).name) for p in report["problems"]] == [
+        ("modified", mirror.name)
+    ]
+    assert verify(store, "--repair")[0] == 0
+    assert not mirror.exists()
+    # A rebuild fetches the mirror again.
+    env_recipe = tmp_path / "git2.toml"
+    env_recipe.write_text(
+        recipe.read_text().replace("[build]\n", '[env]\nX = "1"\n\n[build]\n')
+    )
+    assert rf("realize", env_recipe, "--store", store).returncode == 0
     assert verify(store)[0] == 0

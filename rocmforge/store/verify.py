@@ -200,6 +200,7 @@ def _check(store: Store, targets: Sequence[str]) -> tuple[int, _Checker]:
         if row.hash not in seen:
             c.add("missing", Path(row.path), "indexed entry is gone from entries/")
     _source_wheels(store, c)
+    _git_mirrors(store, c)
     trouble = store.index.integrity_problem()
     if trouble is not None:
         c.add("corrupt-index", store.index_path, trouble)
@@ -246,6 +247,41 @@ def _source_wheels(store: Store, c: _Checker) -> None:
             c.add("modified", path, "requirement wheel no longer has its recorded blake3")
 
 
+def _git_mirrors(store: Store, c: _Checker) -> None:
+    """Run ``git fsck`` on every git mirror under ``sources/git/``: git names each object by its
+    digest, and fsck re-hashes every object against its name (a mirror is a source cache whose
+    digests are recorded inside it)."""
+    import subprocess
+
+    mirrors = store.sources_dir / layout.SOURCES_GIT
+    try:
+        names = sorted(n for n in os.listdir(mirrors) if n.endswith(".git"))
+    except OSError:
+        return
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull, LC_ALL="C")
+    for name in names:
+        path = mirrors / name
+        if not path.is_dir() or path.is_symlink():
+            continue
+        try:
+            proc = subprocess.run(
+                ["git", "-c", "safe.directory=*", "--git-dir", os.fspath(path), "fsck",
+                 "--full", "--strict", "--no-dangling", "--no-progress"],
+                env=env,
+                capture_output=True,
+                text=True,
+                check=False,
+            )  # fmt: skip
+        except OSError as exc:
+            c.add("damaged", path, f"cannot run git fsck: {exc}")
+            return
+        c.files += 1
+        if proc.returncode != 0:
+            lines = [ln for ln in (proc.stderr + proc.stdout).splitlines() if ln.strip()]
+            c.add("modified", path, "git fsck: " + (lines[0] if lines else "failed"))
+
+
 def _quarantine_targets(store: Store, problems: Sequence[VerifyProblem]) -> list[Path]:
     """Return what ``--repair`` moves aside: whole entries with a missing, modified or damaged
     file, stray files inside an entry, stray things in ``entries/``."""
@@ -255,7 +291,11 @@ def _quarantine_targets(store: Store, problems: Sequence[VerifyProblem]) -> list
             continue
         if p.kind == "missing" and "indexed" in p.detail:
             continue
-        if p.path.parent in (store.entries_dir, store.sources_dir / layout.SOURCES_WHEELS):
+        if p.path.parent in (
+            store.entries_dir,
+            store.sources_dir / layout.SOURCES_WHEELS,
+            store.sources_dir / layout.SOURCES_GIT,
+        ):
             out.setdefault(p.path, str(p))
         elif p.path.parent.parent == store.entries_dir:
             target = p.path if p.kind == "orphaned" else p.path.parent
