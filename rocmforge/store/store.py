@@ -332,7 +332,8 @@ class Store:
         dest = qdir / f"{path.name}.{int(time.time())}.{os.urandom(3).hex()}"
         st = os.lstat(path)
         if stat.S_ISDIR(st.st_mode):
-            os.chmod(path, st.st_mode | 0o700)  # renaming a directory needs write access to it
+            # Renaming a directory needs write access to it (its "..").
+            os.chmod(path, stat.S_IMODE(st.st_mode) | 0o700)
         parent_mode = None
         if path.parent != self.entries_dir:  # a stray file inside a (read-only) entry
             parent_mode = stat.S_IMODE(os.stat(path.parent).st_mode)
@@ -345,7 +346,9 @@ class Store:
         fsync_path(path.parent, directory=True)
         if path.parent == self.entries_dir and layout.is_entry_name(path.name):
             with suppress(StoreError):
-                self.index.remove(path.name[: layout.HASH_LEN])
+                row = self.index.get(path.name[: layout.HASH_LEN])
+                if row is not None and row.path.name == path.name:  # not a namesake's row
+                    self.index.remove(row.hash)
             with suppress(OSError):
                 os.unlink(self.root / layout.PENDING / path.name)
         self._notice("quarantined", path, f"{why}; moved to {dest}")
