@@ -24,6 +24,7 @@ import contextlib
 import fcntl
 import marshal
 import os
+import stat  # already loaded by os
 import sys
 from collections.abc import Iterable, Sequence
 
@@ -231,10 +232,10 @@ def fast_realize(argv: Sequence[str]) -> int | None:
             paths = [os.path.join(root, str(w)) for w in wheels]
             for path, sig in zip(paths, sigs, strict=True):
                 try:
-                    st = os.stat(path)
+                    st = os.lstat(path)  # a wheel replaced by a symlink is damage, never a hit
                 except OSError:
                     return None
-                if [st.st_size, st.st_mtime_ns] != sig:
+                if [st.st_size, st.st_mtime_ns] != sig or not stat.S_ISREG(st.st_mode):
                     return None  # moved since publish: the full pipeline checks and repairs
             lines.append((r, paths))
         for r, _ in lines:
