@@ -8,6 +8,12 @@ still in the store, answers at once. Anything unusual (other flags, a changed fi
 entry) falls through to the full pipeline, which recomputes the hash from scratch; the memo can
 make a run faster, never different.
 
+Records are keyed by the store's identity (device and inode of its root), and the entry and
+wheel paths are kept relative to the store root: a copied store (``cp -a``) never answers with
+the original's paths, and a moved one answers with its new ones. Before answering, each wheel's
+size and mtime are compared with what publish recorded in ``meta.json`` (the same cheap check as
+:meth:`rocmforge.store.store.Store.lookup`); any difference falls through to the full pipeline.
+
 Deliberately imports only ``os``, ``sys``, ``marshal`` and ``fcntl`` (~1 ms in total), plus
 the import-free :mod:`rocmforge.store.layout` for the store's file names.
 """
@@ -18,12 +24,13 @@ import contextlib
 import fcntl
 import marshal
 import os
+import stat  # already loaded by os
 import sys
 from collections.abc import Iterable, Sequence
 
 from rocmforge.store import layout
 
-MEMO_FORMAT = 1
+MEMO_FORMAT = 2
 #: The sandbox level an option-less ``realize`` asks for; only entries built so are answered.
 FAST_SANDBOX = "bwrap"
 _ENV_KEYS = ("PATH", "PYENV_VERSION", "ROCMFORGE_STORE")
@@ -44,10 +51,24 @@ def memo_path(store_root: str) -> str:
     return os.path.join(store_root, layout.CACHE, name)
 
 
-def memo_key(recipe: str) -> str:
-    """Return the memo key of a recipe path: the file, and the env that steers tool lookup."""
+def store_identity(store_root: str) -> str | None:
+    """Return the identity of the store at ``store_root`` (device and inode of its root
+    directory), or None if it cannot be read. A copy of a store has another identity."""
+    try:
+        st = os.stat(store_root)
+    except OSError:
+        return None
+    return f"{st.st_dev}:{st.st_ino}"
+
+
+def memo_key(recipe: str, store_root: str) -> str | None:
+    """Return the memo key of a recipe path in a store: the file, the store's identity and the
+    env that steers tool lookup (None when the store cannot be read)."""
+    ident = store_identity(store_root)
+    if ident is None:
+        return None
     env = "\0".join(os.environ.get(k, "") for k in _ENV_KEYS)
-    return f"{MEMO_FORMAT}\0{os.path.abspath(recipe)}\0{env}"
+    return f"{MEMO_FORMAT}\0{os.path.abspath(recipe)}\0{ident}\0{env}"
 
 
 def tree_guards(root: str) -> list[tuple[str, Sig | None, bool]] | None:
@@ -91,7 +112,15 @@ def record(
     trees: Iterable[str],
     result: dict[str, object],
 ) -> None:
-    """Remember ``result`` for ``recipe`` while ``files`` and the ``trees`` stay unchanged."""
+    """Remember ``result`` for ``recipe`` while ``files`` and the ``trees`` stay unchanged.
+
+    ``result`` holds ``hash``, ``name``, ``version``, ``path`` (the entry directory) and
+    ``wheels`` relative to the store root, and ``sigs``: per wheel ``[size, mtime_ns]`` as
+    recorded at publish.
+    """
+    key = memo_key(recipe, store_root)
+    if key is None:
+        return
     guards: list[tuple[str, Sig | None, bool]] = [(f, _sig(f), True) for f in files]
     for tree in trees:
         found = tree_guards(tree)
@@ -106,7 +135,7 @@ def record(
             memo = {}
     except (OSError, EOFError, ValueError, TypeError):
         memo = {}
-    memo[memo_key(recipe)] = {"guards": guards, "result": result}
+    memo[key] = {"guards": guards, "result": result}
     tmp = f"{path}.{os.getpid()}.tmp"
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -191,27 +220,39 @@ def fast_realize(argv: Sequence[str]) -> int | None:
         return None
     results = []
     for recipe in recipes:
-        result = _valid(memo.get(memo_key(recipe)))
+        key = memo_key(recipe, store)
+        result = _valid(memo.get(key)) if key is not None else None
         # Without options a realize asks for bwrap: an entry built under a weaker sandbox (or
         # remembered before the level was) goes to the full pipeline, which rebuilds it.
         if result is None or result.get("sandbox") != FAST_SANDBOX:
             return None
         results.append(result)
+    root = os.path.abspath(store)
     try:
-        lock = os.open(os.path.join(store, layout.GC_LOCK), os.O_RDWR)
+        # Read-only is enough for a shared flock (and all a read-only store allows).
+        lock = os.open(os.path.join(store, layout.GC_LOCK), os.O_RDONLY)
     except OSError:
         return None
     try:
         fcntl.flock(lock, fcntl.LOCK_SH)  # gc cannot delete what we are about to print
         lines = []
         for r in results:
-            wheels = r["wheels"]
-            assert isinstance(wheels, list)
-            if not os.path.isfile(os.path.join(str(r["path"]), layout.META)) or not all(
-                os.path.isfile(w) for w in wheels
+            wheels, sigs = r.get("wheels"), r.get("sigs")
+            if not (isinstance(wheels, list) and isinstance(sigs, list)):
+                return None
+            if len(wheels) != len(sigs) or not os.path.isfile(
+                os.path.join(root, str(r["path"]), layout.META)
             ):
                 return None
-            lines.append((r, wheels))
+            paths = [os.path.join(root, str(w)) for w in wheels]
+            for path, sig in zip(paths, sigs, strict=True):
+                try:
+                    st = os.lstat(path)  # a wheel replaced by a symlink is damage, never a hit
+                except OSError:
+                    return None
+                if [st.st_size, st.st_mtime_ns] != sig or not stat.S_ISREG(st.st_mode):
+                    return None  # moved since publish: the full pipeline checks and repairs
+            lines.append((r, paths))
         for r, _ in lines:
             touch_used(store, str(r["hash"]))
         for r, _ in lines:

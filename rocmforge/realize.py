@@ -21,7 +21,7 @@ from rocmforge.errors import UsageError
 from rocmforge.recipe.lints import Finding, LintFacts, describe, preflight
 from rocmforge.recipe.model import Recipe
 from rocmforge.resolve import Resolved, resolve
-from rocmforge.sources.requirements import Fetcher, resolve_requirements
+from rocmforge.sources.requirements import Fetcher, check_wheels, resolve_requirements
 from rocmforge.store import layout
 from rocmforge.store.entry import Entry
 from rocmforge.store.roots import TempRoots
@@ -230,9 +230,16 @@ def _weaker_note(entry: Entry, wanted: str) -> str:
 
 
 def _remember(store: Store, r: Resolved, entry: Entry) -> None:
-    """Record this result in the realize memo so the next identical realize is instant."""
+    """Record this result in the realize memo so the next identical realize is instant.
+
+    Paths are kept relative to the store root with each wheel's size and mtime as published;
+    entries published before mtimes were recorded are not memoized.
+    """
     from rocmforge import memo
 
+    sigs = [[w.size, w.mtime_ns] for w in entry.meta.wheels]
+    if any(None in sig for sig in sigs):
+        return
     recipe = r.recipe
     # The code is an input too: an upgrade may hash differently (BUILDER, identities), so every
     # rocmforge module this run loaded is guarded (a few dozen stats on a hit).
@@ -260,8 +267,9 @@ def _remember(store: Store, r: Resolved, entry: Entry) -> None:
             "hash": r.derivation.hash,
             "name": r.derivation.name,
             "version": r.derivation.version,
-            "path": str(entry.path),
-            "wheels": [str(w) for w in entry.wheels],
+            "path": os.path.relpath(entry.path, store.root),
+            "wheels": [os.path.relpath(w, store.root) for w in entry.wheels],
+            "sigs": sigs,
             "sandbox": entry.meta.sandbox,
         },
     )
@@ -316,6 +324,7 @@ def realize(
     lints: tuple[Finding, ...] | None = None,
     temp_roots: TempRoots | None = None,
     sandbox: str = "bwrap",
+    verify: bool = False,
 ) -> RealizeReport:
     """Return the store entry for ``recipe``, building it in the sandbox on a miss.
 
@@ -331,6 +340,8 @@ def realize(
     it exits); without one, only until this call returns. The store's shared lock is held only
     around the lookup and the return, never across a build: while resolving and building, this
     process's temp roots mark the hash as rooted and the source caches as busy instead.
+    A cache hit checks the wheels' size and mtime against publish (``verify``: re-hashes them);
+    a damaged entry is quarantined and rebuilt (:meth:`Store.lookup`).
     """
     reporter = reporter or NullReporter()
     if lints is None:
@@ -346,9 +357,17 @@ def realize(
         r = resolve(recipe, store=store, fetcher=fetcher)
         drv = r.derivation
         with store.shared_lock():
-            entry = store.lookup(drv.hash, drv.name, drv.version)
+            entry = store.lookup(drv.hash, drv.name, drv.version, verify=verify)
             if entry is not None and satisfies(entry.meta.sandbox, sandbox):
                 return _finish(store, r, entry, roots, link, started=started, sandbox=None)
+            if not store.writable:
+                from rocmforge.errors import StoreError
+
+                raise StoreError(
+                    f"{drv.name} {drv.version} ({drv.hash}) is not in the store and the store "
+                    f"{store.root} is read-only: it can serve cache hits only (build it into a "
+                    "writable store)"
+                )
             roots.add(drv.hash)  # what we are about to build and publish
         wanted = sandbox
         built: str | None = None
@@ -379,6 +398,12 @@ def realize(
                     wheel_dir=store.sources_dir / layout.SOURCES_WHEELS,
                     cache_dir=store.cache_dir,
                     fetcher=fetcher,
+                )
+                check_wheels(
+                    (*r.requirements, *check_reqs),
+                    python_version=r.toolchain.python_version,
+                    fetcher=fetcher,
+                    quarantine=store.quarantine,
                 )
                 outcome = build(
                     r,

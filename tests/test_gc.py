@@ -17,7 +17,7 @@ import zstandard
 from conftest import TINY_RECIPE, commit_all, git, pip_args, rf
 
 from rocmforge.sources.refs import entry_refs
-from rocmforge.store.entry import Entry
+from rocmforge.store.entry import Entry, EntryMeta
 from rocmforge.store.gc import (
     EntryInfo,
     Policies,
@@ -54,10 +54,12 @@ def fake_entry(store: Store, name: str, version: str, *, size: int = 1000, tag: 
 
 
 def set_times(store: Store, entry: Entry, *, created: float, used: float | None = None) -> None:
-    """Backdate ``entry``: rewrite ``created`` in meta.json and set ``used/<hash>``'s mtime."""
+    """Backdate ``entry``: rewrite ``created`` in meta.json (re-sealing it, as a forger would)
+    and set ``used/<hash>``'s mtime."""
     meta_path = entry.path / "meta.json"
     meta = json.loads(meta_path.read_bytes())
     meta["created"] = created
+    meta["seal"] = EntryMeta.from_json(meta, file=meta_path).compute_seal()
     os.chmod(entry.path, 0o755)
     os.chmod(meta_path, 0o644)
     meta_path.write_text(json.dumps(meta))

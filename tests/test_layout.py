@@ -201,10 +201,15 @@ def test_a_bad_meta_field_is_a_store_error_naming_the_file(
     os.chmod(meta_path, 0o644)
     meta_path.write_text(json.dumps(data))
     with pytest.raises(StoreError) as info:
-        store.lookup(H2, "demo", "1.0")
+        store.load(path)
     message = str(info.value)
     assert str(meta_path) in message
     assert field in message or "input hash" in message or "package name" in message
+    # A lookup treats the damaged entry as a miss: moved to quarantine/, reported, never fatal.
+    assert store.lookup(H2, "demo", "1.0") is None
+    assert not path.exists() and len(os.listdir(store.root / layout.QUARANTINE)) == 1
+    assert [h.kind for h in store.healed] == ["quarantined"]
+    assert str(meta_path) in store.healed[0].detail
     store.close()
 
 

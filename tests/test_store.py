@@ -154,8 +154,11 @@ def test_publish_makes_a_complete_read_only_entry(tmp_path: Path) -> None:
             "sha256": sha,
             "blake3": b3,
             "size": entry.wheels[0].stat().st_size,
+            "mtime_ns": entry.wheels[0].stat().st_mtime_ns,
         }
     ]
+    assert meta["seal"] == entry.meta.compute_seal()  # meta.json is sealed
+    assert not os.listdir(store.root / "pending")  # indexed: no marker left
     # Read-only once published (we may run as root, which ignores modes: check the bits).
     assert stat.S_IMODE(entry.path.stat().st_mode) == 0o555
     for f in entry.path.iterdir():
@@ -174,7 +177,11 @@ def test_publish_keeps_caller_wheel_list_and_checks_it(tmp_path: Path) -> None:
         staged = stage(bd.path)
         wheels = [{"file": "demo-1.0-py3-none-any.whl", "sha256": "aa", "blake3": "bb", "size": 1}]
         entry = store.publish(staged, hash=H1, name="demo", version="1.0", meta={"wheels": wheels})
-    assert [w.to_json() for w in entry.meta.wheels] == wheels
+    # The caller's digests are kept; size and mtime are what the published file has.
+    (w,) = entry.meta.wheels
+    assert (w.file, w.sha256, w.blake3) == ("demo-1.0-py3-none-any.whl", "aa", "bb")
+    st = entry.wheels[0].stat()
+    assert (w.size, w.mtime_ns) == (st.st_size, st.st_mtime_ns)
     with store.new_build_dir(H2) as bd:
         staged = stage(bd.path)
         with pytest.raises(StoreError, match="does not match"):
@@ -213,11 +220,17 @@ def test_lookup_hit_and_miss(tmp_path: Path) -> None:
     assert store.lookup(H2, "demo", "1.0") is None
 
 
-def test_lookup_reports_a_damaged_entry(tmp_path: Path) -> None:
+def test_lookup_quarantines_a_damaged_entry(tmp_path: Path) -> None:
+    """A directory without meta.json is damage: moved aside, reported, and a miss (never a
+    permanent blocker)."""
     store = open_store(tmp_path / "s")
-    (store.entries_dir / f"{H1}-demo-1.0").mkdir()
-    with pytest.raises(StoreError, match="damaged"):
-        store.lookup(H1, "demo", "1.0")
+    damaged = store.entries_dir / f"{H1}-demo-1.0"
+    damaged.mkdir()
+    assert store.lookup(H1, "demo", "1.0") is None
+    assert not damaged.exists()
+    (moved,) = (store.root / "quarantine").iterdir()
+    assert moved.name.startswith(damaged.name)
+    assert [(h.kind, h.path) for h in store.healed] == [("quarantined", damaged)]
 
 
 def test_lookup_imports_neither_sqlite3_nor_filelock(tmp_path: Path) -> None:
@@ -574,7 +587,8 @@ def test_rebuild_index_from_entries(tmp_path: Path) -> None:
     for suffix in ("-wal", "-shm"):
         (tmp_path / "s" / f"index.sqlite{suffix}").unlink(missing_ok=True)
     store = open_store(tmp_path / "s")
-    assert store.index.rows() == []
+    # A new index while entries exist is filled from them on open.
+    assert [r.hash for r in store.index.rows()] == [H1, H3]
     assert store.rebuild_index() == 2
     assert [r.hash for r in store.index.by_env("TAG", "a")] == [H1, H3]
     store.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import threading
 import time
 from pathlib import Path
@@ -42,11 +43,21 @@ def store_root(args: argparse.Namespace) -> Path:
     return Path(args.store or os.environ.get("ROCMFORGE_STORE") or "store")
 
 
+def _warn(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr)
+
+
 def open_store(args: argparse.Namespace) -> Store:
-    """Open (creating if needed) the store chosen on the command line."""
+    """Open (creating if needed) the store chosen on the command line.
+
+    Repairs the store makes on its own are printed as warnings; entries whose publish died
+    before indexing them are indexed now (cheap when there are none).
+    """
     from rocmforge.store.store import open_store as _open
 
-    return _open(store_root(args))
+    store = _open(store_root(args), on_warning=_warn)
+    store.heal_pending()
+    return store
 
 
 def emit_json(data: Any) -> None:

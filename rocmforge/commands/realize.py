@@ -32,6 +32,11 @@ def register(sub: Any) -> None:
         default=None,
         help="sandbox level (default auto: bwrap, or an error; 'none' only when asked for)",
     )
+    p.add_argument(
+        "--verify",
+        action="store_true",
+        help="re-hash a cached entry's wheels before returning them (default: size and mtime)",
+    )
     p.add_argument("-v", "--verbose", action="store_true", help="echo build output (non-TTY)")
     p.add_argument(
         "--check",
@@ -87,6 +92,7 @@ def run(args: argparse.Namespace) -> int:
                 lints=lints[i],
                 temp_roots=temp_roots,
                 sandbox="none" if args.sandbox == "none" else "bwrap",
+                verify=args.verify,
             )
         except RocmforgeError as exc:
             if exc.recipe_file is None:

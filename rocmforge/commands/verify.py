@@ -1,7 +1,8 @@
 """``rocmforge verify [TARGET...]``: re-hash published files; check the index against entries.
 
-Exit status: 0 nothing wrong, 1 problems found (missing, modified, orphaned, unindexed,
-stale-index, damaged), 2 bad input, 3 the store cannot be read.
+Exit status: 0 nothing wrong (or everything repaired), 1 problems found (missing, modified,
+orphaned, unindexed, stale-index, damaged, corrupt-index), 2 bad input, 3 the store cannot be
+read. Works on a read-only store; the repairs need write access.
 """
 
 from __future__ import annotations
@@ -27,6 +28,11 @@ def register(sub: Any) -> None:
         action="store_true",
         help="rebuild the index from entries/ if it disagrees, then verify again",
     )
+    p.add_argument(
+        "--repair",
+        action="store_true",
+        help="also move damaged entries and stray files to quarantine/ (realize rebuilds them)",
+    )
     add_store_option(p)
     add_json_option(p)
     p.set_defaults(func=run)
@@ -36,7 +42,9 @@ def run(args: argparse.Namespace) -> int:
     """``rocmforge verify``: print each problem; exit 1 if any is left."""
     from rocmforge.store.verify import verify_store
 
-    report = verify_store(open_store(args), args.targets, repair_index=args.repair_index)
+    report = verify_store(
+        open_store(args), args.targets, repair_index=args.repair_index, repair=args.repair
+    )
     if args.json:
         emit_json(report.to_json())
     else:

@@ -13,14 +13,14 @@ import shlex
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from rocmforge.errors import RequirementError
 from rocmforge.recipe.model import RequirementPin
-from rocmforge.util.hashing import file_digests
+from rocmforge.util.hashing import file_blake3, file_digests
 from rocmforge.util.statcache import StatCache
 
 
@@ -133,3 +133,45 @@ def resolve_requirements(
             )
         )
     return tuple(sorted(out, key=lambda r: r.name))
+
+
+def check_wheels(
+    requirements: Sequence[ResolvedRequirement],
+    *,
+    python_version: str,
+    fetcher: Fetcher | None,
+    quarantine: Callable[[Path, str], Path],
+) -> None:
+    """Re-hash each requirement wheel against the digest recorded when it was fetched, before a
+    build uses it.
+
+    A wheel that changed in the store (even with its size and mtime kept) is moved aside with
+    ``quarantine`` and fetched again; the new download must hash as recorded (the derivation
+    names that digest), else :class:`RequirementError`.
+    """
+    for q in requirements:
+        try:
+            digest: str | None = file_blake3(q.wheel)
+        except FileNotFoundError:
+            digest = None
+        except OSError as exc:
+            raise RequirementError(f"cannot read requirement wheel {q.wheel}: {exc}") from exc
+        if digest == q.blake3:
+            continue
+        if digest is not None:
+            quarantine(
+                q.wheel,
+                f"requirement wheel changed since it was fetched (blake3 {digest[:16]}.., "
+                f"recorded {q.blake3[:16]}..)",
+            )
+        if fetcher is None:
+            raise RequirementError(
+                f"{q.name}=={q.version}: the wheel {q.wheel} must be fetched again"
+            )
+        pin = RequirementPin.parse(f"{q.name}=={q.version}")
+        got = fetcher.fetch(pin, python_version=python_version, dest=q.wheel.parent)
+        if got != q.wheel or file_blake3(got) != q.blake3:
+            raise RequirementError(
+                f"{q.name}=={q.version}: the wheel fetched again ({got.name}) does not have the "
+                f"digest recorded when it was first fetched ({q.blake3[:16]}..)"
+            )

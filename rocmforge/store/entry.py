@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -57,12 +57,14 @@ def _same_number(value: float, raw: Any) -> float | int:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WheelRecord:
-    """One wheel of an entry: its file name (inside the entry), digests and size."""
+    """One wheel of an entry: its file name (inside the entry), digests, size and the mtime it
+    had when it was published (the cache hit's cheap tamper check compares size and mtime)."""
 
     file: str
     sha256: str
     blake3: str
     size: int | None = None
+    mtime_ns: int | None = None
 
     @classmethod
     def from_json(cls, value: Any, *, file: Path | str, key: str) -> WheelRecord:
@@ -75,11 +77,15 @@ class WheelRecord:
         size = value.get("size")
         if size is not None:
             size = _int(value, "size", f"{file}: {key}")
+        mtime_ns = value.get("mtime_ns")
+        if mtime_ns is not None:
+            mtime_ns = _int(value, "mtime_ns", f"{file}: {key}")
         return cls(
             file=name,
             sha256=_str(value, "sha256", f"{file}: {key}"),
             blake3=_str(value, "blake3", f"{file}: {key}"),
             size=size,
+            mtime_ns=mtime_ns,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -87,12 +93,14 @@ class WheelRecord:
         out: dict[str, Any] = {"file": self.file, "sha256": self.sha256, "blake3": self.blake3}
         if self.size is not None:
             out["size"] = self.size
+        if self.mtime_ns is not None:
+            out["mtime_ns"] = self.mtime_ns
         return out
 
 
 _KNOWN = frozenset(
     {"hash", "name", "version", "created", "size", "wheels", "sandbox", "build_seconds",
-     "sources", "files", "archs", "links"}
+     "sources", "files", "archs", "links", "seal"}
 )  # fmt: skip
 
 
@@ -119,6 +127,8 @@ class EntryMeta:
     #: Per wheel file, the libraries its ELF members link and who provides each
     #: (``member``, ``soname``, ``provider``, ``package``, ``version``, ``path``).
     links: Mapping[str, list[dict[str, str]]] | None = None
+    #: blake3 of the canonical JSON of every other field (checked by lookup and verify).
+    seal: str | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     @property
@@ -172,6 +182,9 @@ class EntryMeta:
             )
         ):
             raise _fail(file, "links", "a table of wheel = [link tables]", links)
+        seal = data.get("seal")
+        if seal is not None and not isinstance(seal, str):
+            raise _fail(file, "seal", "a string", seal)
         return cls(
             hash=hash_,
             name=name,
@@ -188,6 +201,7 @@ class EntryMeta:
             files=files,
             archs=archs,
             links=links,
+            seal=seal,
             extra={k: v for k, v in data.items() if k not in _KNOWN},
         )
 
@@ -218,9 +232,26 @@ class EntryMeta:
             "files": dict(self.files) if self.files is not None else None,
             "archs": self.archs,
             "links": self.links,
+            "seal": self.seal,
         }
         out.update((k, v) for k, v in optional.items() if v is not None)
         return out
+
+    def compute_seal(self) -> str:
+        """Return the seal of this meta: blake3 of the canonical JSON of every field but
+        ``seal`` (so any change to a recorded value, digests included, breaks it)."""
+        data = self.to_json()
+        data.pop("seal", None)
+        return blake3_hex(canonical_json(data))
+
+    def sealed(self) -> EntryMeta:
+        """Return a copy carrying its own :meth:`compute_seal`."""
+        return replace(self, seal=self.compute_seal())
+
+    @property
+    def seal_broken(self) -> bool:
+        """True when a seal is recorded and no longer matches the other fields."""
+        return self.seal is not None and self.seal != self.compute_seal()
 
 
 def build_fields(

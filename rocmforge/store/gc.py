@@ -481,6 +481,26 @@ def delete(
         raise StoreError(f"gc: cannot delete from {store.root}: {e}") from e
 
 
+def clear_quarantine(store: Store) -> list[Path]:
+    """Remove everything under ``quarantine/`` (damaged entries and strays moved aside by
+    lookups and ``verify --repair``); return what was removed. Call under the exclusive lock."""
+    qdir = store.root / layout.QUARANTINE
+    try:
+        names = sorted(os.listdir(qdir))
+    except FileNotFoundError:
+        return []
+    except OSError as e:
+        raise StoreError(f"gc: cannot list {qdir}: {e}") from e
+    removed = []
+    for n in names:
+        try:
+            remove_tree(qdir / n)
+        except OSError as e:
+            raise StoreError(f"gc: cannot remove {qdir / n}: {e}") from e
+        removed.append(qdir / n)
+    return removed
+
+
 # -- the whole collection --------------------------------------------------------------------------
 
 
@@ -560,6 +580,7 @@ def collect_garbage(
         if not dry_run:
             delete(store, plan, sources, roots.stale)
             leftovers = tuple(store.clean_leftovers())
+            warnings.extend(f"removed quarantined {p}" for p in clear_quarantine(store))
         return GcReport(
             dry_run=dry_run,
             policies=policies,

@@ -3,13 +3,17 @@
 The index is a cache of ``entries/`` (the source of truth) and can be rebuilt from it at any
 time. It runs in WAL mode so readers never block the single writer; writers wait up to
 ``BUSY_TIMEOUT`` seconds for each other. Every ``sqlite3.Error`` leaves this module as a
-:class:`~rocmforge.errors.StoreError` naming the index file.
+:class:`~rocmforge.errors.StoreError` naming the index file; a damaged database (not a database,
+malformed, a directory) as its subclass :class:`IndexCorruptError`, which the store answers by
+setting the file aside and rebuilding it.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
+import urllib.parse
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -26,6 +30,16 @@ if TYPE_CHECKING:
 
 SCHEMA_VERSION = 1
 BUSY_TIMEOUT = 30.0
+#: SQLite result codes that mean the file itself is damaged.
+_CORRUPT_CODES = frozenset({11, 26})  # SQLITE_CORRUPT, SQLITE_NOTADB
+
+
+class IndexCorruptError(StoreError):
+    """The index file is damaged: not a database, malformed, or not a file at all."""
+
+
+def _corrupt(e: sqlite3.Error) -> bool:
+    return getattr(e, "sqlite_errorcode", None) in _CORRUPT_CODES
 
 _SCHEMA = """
 CREATE TABLE entries (
@@ -88,25 +102,71 @@ class IndexRow:
 
 
 class Index:
-    """The index database at ``path`` (created with the current schema if missing)."""
+    """The index database at ``path`` (created with the current schema if missing).
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
+    ``path=None`` is an index in memory (for a read-only store whose file is unusable);
+    ``read_only`` opens an existing file without writing to it (falling back to SQLite's
+    ``immutable`` mode on a read-only mount). :attr:`created` tells whether the schema was
+    just created (the caller may then fill it from ``entries/``). Given the store's ``root``,
+    rows name their entry directory under ``root/entries/`` whatever directory was recorded, so
+    the index of a copied or moved store stays right; without it, the recorded path.
+    """
+
+    def __init__(
+        self, path: Path | None, *, read_only: bool = False, root: Path | None = None
+    ) -> None:
+        self.path = path if path is not None else Path(":memory:")
+        self._entries = os.fspath(root / layout.ENTRIES) if root is not None else None
+        self.created = False
+        if path is not None and os.path.lexists(path) and not os.path.isfile(path):
+            raise IndexCorruptError(f"{path}: the store index is not a regular file")
         try:
-            self._db = sqlite3.connect(path, timeout=BUSY_TIMEOUT, isolation_level=None)
+            if path is None:
+                self._db = sqlite3.connect(":memory:", isolation_level=None)
+            elif read_only:
+                self._db = self._connect_read_only(path)
+            else:
+                self._db = sqlite3.connect(path, timeout=BUSY_TIMEOUT, isolation_level=None)
         except sqlite3.Error as e:
-            raise StoreError(f"{path}: cannot open the store index: {e}") from e
+            cls = IndexCorruptError if _corrupt(e) else StoreError
+            raise cls(f"{path}: cannot open the store index: {e}") from e
         try:
-            self._setup()
+            if read_only and path is not None:
+                version = self._db.execute("PRAGMA user_version").fetchone()[0]
+                if version != SCHEMA_VERSION:
+                    raise StoreError(f"{path}: index schema {version} cannot be read")
+            else:
+                self._setup(memory=path is None)
         except sqlite3.Error as e:
             self._db.close()
-            raise StoreError(f"{path}: cannot set up the store index: {e}") from e
+            cls = IndexCorruptError if _corrupt(e) else StoreError
+            raise cls(f"{path}: cannot set up the store index: {e}") from e
         except BaseException:
             self._db.close()
             raise
 
-    def _setup(self) -> None:
+    @staticmethod
+    def _connect_read_only(path: Path) -> sqlite3.Connection:
+        uri = "file:" + urllib.parse.quote(os.path.abspath(path))
+        try:
+            db = sqlite3.connect(f"{uri}?mode=ro", uri=True, isolation_level=None)
+            db.execute("PRAGMA user_version").fetchone()
+            return db
+        except sqlite3.Error as e:
+            if _corrupt(e):
+                raise
+        # A WAL database on a read-only mount cannot make its -shm: read it as immutable.
+        return sqlite3.connect(f"{uri}?immutable=1", uri=True, isolation_level=None)
+
+    def _setup(self, *, memory: bool = False) -> None:
         db = self._db
+        if memory:
+            for stmt in _SCHEMA.split(";"):
+                if stmt.strip():
+                    db.execute(stmt)
+            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            self.created = True
+            return
         db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT * 1000)}")
         mode = db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
         if str(mode).lower() != "wal":
@@ -128,6 +188,7 @@ class Index:
                     if stmt.strip():
                         db.execute(stmt)
                 db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                self.created = True
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
@@ -141,7 +202,17 @@ class Index:
         self._db.execute("COMMIT")
 
     def _fail(self, what: str, e: sqlite3.Error) -> StoreError:
-        return StoreError(f"{self.path}: store index {what} failed: {e}")
+        cls = IndexCorruptError if _corrupt(e) else StoreError
+        return cls(f"{self.path}: store index {what} failed: {e}")
+
+    def integrity_problem(self) -> str | None:
+        """Run SQLite's ``quick_check``; return what it found, or None when the file is sound."""
+        try:
+            rows = self._db.execute("PRAGMA quick_check").fetchall()
+        except sqlite3.Error as e:
+            return str(e)
+        found = [str(r[0]) for r in rows if r and r[0] != "ok"]
+        return "; ".join(found[:3]) or None
 
     # -- writing ----------------------------------------------------------------------------------
 
@@ -277,7 +348,11 @@ class Index:
                     hash=h,
                     name=name,
                     version=version,
-                    location=path,
+                    location=(
+                        path
+                        if self._entries is None
+                        else os.path.join(self._entries, os.path.basename(path))
+                    ),
                     created=created,
                     last_used=last_used,
                     size=size,

@@ -19,6 +19,9 @@ Layout under the store root::
     roots/live/                        temp roots of running realizes
     used/<hash>                        mtime = last use of the entry
     trash/                             entries gc is deleting
+    pending/<entry name>               publishes not yet indexed (flock held while publishing)
+    quarantine/<entry name>.<time>.<rand>   damaged entries and stray files moved aside (gc
+                                       removes them)
     index.sqlite                       SQLite index (WAL), rebuildable from entries/
     gc.lock                            store-wide lock (shared for realize, exclusive for gc)
 """
@@ -50,6 +53,8 @@ CACHE = "cache"
 ROOTS = "roots"
 USED = "used"
 TRASH = "trash"
+PENDING = "pending"
+QUARANTINE = "quarantine"
 #: The subdirectories :func:`rocmforge.store.store.open_store` creates.
 CREATED_DIRS = (ENTRIES, TMP, LOCKS, FAILED, SOURCES, CACHE)
 

@@ -19,6 +19,7 @@ of a change.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import re
@@ -157,7 +158,7 @@ class TempRoots:
     them. Not thread-safe; one per process is enough.
     """
 
-    __slots__ = ("_busy", "_fd", "_hashes", "path", "store")
+    __slots__ = ("_busy", "_fd", "_hashes", "path", "read_only", "store")
 
     def __init__(self, store: Store) -> None:
         self.store = store
@@ -165,6 +166,8 @@ class TempRoots:
         self._fd: int | None = None
         self._hashes: dict[str, None] = {}
         self._busy = False
+        #: Set when the store is read-only: nothing can be recorded (nor collected by us).
+        self.read_only = False
 
     def __enter__(self) -> TempRoots:
         return self
@@ -173,6 +176,8 @@ class TempRoots:
         self.close()
 
     def _write(self) -> None:
+        if self.read_only:
+            return
         try:
             if self._fd is None:
                 os.makedirs(self.path.parent, exist_ok=True)
@@ -190,6 +195,11 @@ class TempRoots:
             os.ftruncate(self._fd, 0)
             os.pwrite(self._fd, data, 0)
         except OSError as e:
+            if self._fd is None and e.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+                # A read-only store: no gc can run through this mount or user; its owner's gc
+                # cannot see this reader (docs/store.md, "Read-only stores").
+                self.read_only = True
+                return
             raise StoreError(f"cannot write temp gc roots {self.path}: {e}") from e
 
     def add(self, hash: str) -> None:

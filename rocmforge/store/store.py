@@ -9,6 +9,14 @@ the store-wide read/write lock (flock SH for realize, EX for gc).
 ``entries/`` is the source of truth; the index may lag behind it. :meth:`Store.lookup` is the
 cache-hit hot path: it only stats and reads ``meta.json`` and never imports ``sqlite3`` or
 ``filelock`` (both are imported lazily, where they are needed).
+
+Self-healing (docs/store.md, "Integrity"): a publish holds a flocked marker
+``pending/<entry name>`` from before the rename into ``entries/`` until the index has the entry,
+so an entry whose publisher died before indexing it is found and indexed by the next
+:meth:`Store.lookup` of it or :meth:`Store.heal_pending`. A damaged entry (no or broken
+``meta.json``, a wheel whose size, mtime or digest moved) is moved to ``quarantine/`` and treated
+as a miss. A corrupt ``index.sqlite`` is set aside and rebuilt from ``entries/``. Each such repair
+is reported through ``on_warning`` and kept in :attr:`Store.healed`.
 """
 
 from __future__ import annotations
@@ -18,8 +26,9 @@ import fcntl
 import os
 import stat
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, suppress
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -54,6 +63,37 @@ def _check_entry(hash: str, name: str, version: str) -> None:
     problem = layout.entry_problem(hash, name, version)
     if problem is not None:
         raise StoreError(problem)
+
+
+def wheel_problem(entry: Entry, *, rehash: bool = False) -> str | None:
+    """Return what is wrong with the wheels of ``entry``, or None.
+
+    Each wheel must be a regular file with the size and mtime recorded at publish; one whose
+    mtime moved (a copy that did not keep times) is re-hashed and passes if its digest still
+    matches. ``rehash`` re-hashes every wheel. Entries published before mtimes were recorded
+    get the size check only.
+    """
+    for record, wheel in zip(entry.meta.wheels, entry.wheels, strict=True):
+        try:
+            st = os.lstat(wheel)
+        except FileNotFoundError:
+            return f"wheel missing: {wheel.name}"
+        except OSError as e:
+            return f"cannot stat wheel {wheel.name}: {e}"
+        if not stat.S_ISREG(st.st_mode):
+            return f"wheel is not a regular file: {wheel.name}"
+        if record.size is not None and st.st_size != record.size:
+            return f"wheel {wheel.name} has size {st.st_size}, not {record.size} as published"
+        if rehash or (record.mtime_ns is not None and st.st_mtime_ns != record.mtime_ns):
+            from rocmforge.util.hashing import file_blake3
+
+            try:
+                digest = file_blake3(wheel)
+            except OSError as e:
+                return f"cannot read wheel {wheel.name}: {e}"
+            if digest != record.blake3:
+                return f"wheel {wheel.name} was modified after publishing (blake3 differs)"
+    return None
 
 
 def _open_locked_nb(lock_path: Path) -> int | None:
@@ -159,8 +199,22 @@ class BuildDir:
             self._fd = None
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Healed:
+    """One repair the store made on its own: what was wrong (a verify problem kind), where,
+    and what was done."""
+
+    kind: str
+    path: Path
+    detail: str
+
+
 class Store:
-    """A store rooted at ``root``; create one with :func:`open_store`."""
+    """A store rooted at ``root``; create one with :func:`open_store`.
+
+    ``on_warning`` (settable) receives a sentence for every repair the store makes on its own;
+    :attr:`healed` keeps them.
+    """
 
     __slots__ = (
         "_index",
@@ -168,8 +222,10 @@ class Store:
         "entries_dir",
         "failed_dir",
         "gc_lock_path",
+        "healed",
         "index_path",
         "locks_dir",
+        "on_warning",
         "root",
         "sources_dir",
         "tmp_dir",
@@ -186,6 +242,8 @@ class Store:
         self.index_path = root / layout.INDEX
         self.gc_lock_path = root / layout.GC_LOCK
         self._index: Index | None = None
+        self.on_warning: Callable[[str], None] | None = None
+        self.healed: list[Healed] = []
 
     def __repr__(self) -> str:
         return f"Store({str(self.root)!r})"
@@ -204,11 +262,18 @@ class Store:
 
     # -- reading ----------------------------------------------------------------------------------
 
-    def lookup(self, hash: str, name: str, version: str) -> Entry | None:
+    def lookup(
+        self, hash: str, name: str, version: str, *, verify: bool = False
+    ) -> Entry | None:
         """Return the published entry for ``hash`` or None; reads only the filesystem.
 
-        A directory without a readable ``meta.json`` or with missing wheels raises
-        :class:`StoreError` (publishing never leaves one, so it is damage, not a miss).
+        The guarantee of a hit: ``meta.json`` parses, matches the directory and its seal, and
+        every wheel is a regular file with the size and mtime recorded at publish (a wheel whose
+        mtime moved is re-hashed; ``verify`` re-hashes every wheel). Publishing never leaves an
+        entry that fails this, so one that does is damage: it is quarantined
+        (:meth:`quarantine`) and the lookup is a miss; :class:`StoreError` only when it cannot
+        be moved aside (a read-only store). An entry whose publish died before indexing it is
+        indexed here.
         """
         path = self.entry_dir(hash, name, version)
         meta_path = path / layout.META
@@ -218,14 +283,131 @@ class Store:
         except FileNotFoundError:
             if not os.path.lexists(path):
                 return None
-            raise StoreError(f"damaged store entry (no {layout.META}): {path}") from None
+            return self._damaged(path, f"no {layout.META}")
         except OSError as e:
+            if e.errno in (errno.EISDIR, errno.ENOTDIR, errno.ELOOP):
+                return self._damaged(path, f"{layout.META} is not a file")
             raise StoreError(f"cannot read {meta_path}: {e}") from e
-        entry = self._entry_from_meta(path, raw)
-        for wheel in entry.wheels:
-            if not os.path.isfile(wheel):
-                raise StoreError(f"damaged store entry (wheel missing): {wheel}")
+        try:
+            entry = self._entry_from_meta(path, raw)
+        except StoreError as e:
+            return self._damaged(path, str(e))
+        if entry.meta.seal_broken:
+            return self._damaged(path, f"{layout.META} does not match its seal")
+        problem = wheel_problem(entry, rehash=verify)
+        if problem is not None:
+            return self._damaged(path, problem)
+        if os.path.lexists(self.root / layout.PENDING / path.name):
+            self._heal_one(path.name)
         return entry
+
+    # -- self-healing ---------------------------------------------------------------------------
+
+    def _notice(self, kind: str, path: Path, detail: str) -> None:
+        self.healed.append(Healed(kind=kind, path=path, detail=detail))
+        if self.on_warning is not None:
+            self.on_warning(f"{path}: {detail}")
+
+    def _damaged(self, path: Path, why: str) -> Entry | None:
+        """Quarantine the damaged entry at ``path`` and return None (a miss), or raise."""
+        try:
+            self.quarantine(path, why)
+        except FileNotFoundError:
+            return None  # another process moved it aside first
+        except OSError as e:
+            raise StoreError(
+                f"damaged store entry {path}: {why}; cannot move it aside ({e}): run "
+                "`rocmforge verify --repair` with write access to the store"
+            ) from e
+        return None
+
+    def quarantine(self, path: Path, why: str) -> Path:
+        """Move ``path`` (an entry, a stray directory or file below ``entries/``) into
+        ``quarantine/``, forget it in the index, report it, and return where it went.
+
+        gc removes the quarantine. Raises OSError when it cannot be moved (read-only store).
+        """
+        qdir = self.root / layout.QUARANTINE
+        os.makedirs(qdir, exist_ok=True)
+        dest = qdir / f"{path.name}.{int(time.time())}.{os.urandom(3).hex()}"
+        st = os.lstat(path)
+        if stat.S_ISDIR(st.st_mode):
+            # Renaming a directory needs write access to it (its "..").
+            os.chmod(path, stat.S_IMODE(st.st_mode) | 0o700)
+        parent_mode = None
+        if path.parent != self.entries_dir:  # a stray file inside a (read-only) entry
+            parent_mode = stat.S_IMODE(os.stat(path.parent).st_mode)
+            os.chmod(path.parent, parent_mode | 0o700)
+        try:
+            os.rename(path, dest)
+        finally:
+            if parent_mode is not None:
+                os.chmod(path.parent, parent_mode)
+        fsync_path(path.parent, directory=True)
+        if path.parent == self.entries_dir and layout.is_entry_name(path.name):
+            with suppress(StoreError):
+                row = self.index.get(path.name[: layout.HASH_LEN])
+                if row is not None and row.path.name == path.name:  # not a namesake's row
+                    self.index.remove(row.hash)
+            with suppress(OSError):
+                os.unlink(self.root / layout.PENDING / path.name)
+        self._notice("quarantined", path, f"{why}; moved to {dest}")
+        return dest
+
+    def _heal_one(self, dirname: str) -> bool:
+        """Index the entry of the unheld marker ``pending/<dirname>`` and drop the marker.
+
+        Returns False when the marker is held (its publish is running) or cannot be taken (a
+        read-only store: the index then lacks the entry until a writer comes by).
+        """
+        marker = self.root / layout.PENDING / dirname
+        try:
+            fd = _open_locked_nb(marker)
+        except OSError:
+            return False
+        if fd is None:
+            return False
+        try:
+            final = self.entries_dir / dirname
+            known = self.index.get(dirname[: layout.HASH_LEN]) is not None
+            if not known and os.path.isdir(final) and not os.path.islink(final):
+                try:
+                    entry = self.load(final)
+                    if entry.meta.seal_broken:
+                        raise StoreError(f"{layout.META} does not match its seal")
+                    self.index.add(entry, read_derivation(final))
+                except StoreError as e:
+                    self._damaged(final, str(e))
+                else:
+                    self._notice(
+                        "unindexed", final, "published but never indexed (interrupted); indexed"
+                    )
+            with suppress(FileNotFoundError):
+                os.unlink(marker)
+        finally:
+            os.close(fd)
+        return True
+
+    def heal_pending(self) -> int:
+        """Index every entry whose publish died before indexing it; return how many markers
+        were settled. Cheap when nothing is pending (one ``listdir``)."""
+        try:
+            found = os.listdir(self.root / layout.PENDING)
+        except OSError:
+            return 0
+        names = sorted(n for n in found if layout.is_entry_name(n))
+        if not names:
+            return 0
+        with self.shared_lock():  # gc must not remove an entry while we index it
+            return sum(1 for n in names if self._heal_one(n))
+
+    def reset_index(self, why: str) -> int:
+        """Set the index file aside (it is damaged: ``why``) and rebuild it from ``entries/``;
+        return the entry count."""
+        self.close()
+        aside = self._set_index_aside()
+        self._notice("corrupt-index", self.index_path, f"{why}; set aside as {aside.name}")
+        return self.rebuild_index()
 
     @staticmethod
     def _entry_from_meta(path: Path, raw: bytes) -> Entry:
@@ -245,6 +427,10 @@ class Store:
             ) from e
         return self._entry_from_meta(path, raw)
 
+    def entry_names(self) -> list[str]:
+        """Return the directory names of the entries in ``entries/``, sorted (no parsing)."""
+        return self._entry_names()
+
     def _entry_names(self) -> list[str]:
         try:
             names = os.listdir(self.entries_dir)
@@ -260,6 +446,20 @@ class Store:
         """Yield every published entry, sorted by directory name (``entries/`` is the truth)."""
         for n in self._entry_names():
             yield self.load(self.entries_dir / n)
+
+    def sound_entries(self) -> Iterator[Entry]:
+        """Yield every published entry like :meth:`entries`, quarantining the damaged ones
+        (unreadable or broken ``meta.json``) instead of failing on them."""
+        for n in self._entry_names():
+            path = self.entries_dir / n
+            try:
+                entry = self.load(path)
+                if entry.meta.seal_broken:
+                    raise StoreError(f"{layout.META} does not match its seal")
+            except StoreError as e:
+                self._damaged(path, str(e))
+                continue
+            yield entry
 
     def resolve(self, target: str) -> Entry:
         """Find one entry from a hash or unique hash prefix (>= 4 chars), a dir name, or a path.
@@ -310,7 +510,15 @@ class Store:
         try:
             fd = os.open(self.gc_lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         except OSError as e:
-            raise StoreError(f"cannot open {self.gc_lock_path}: {e}") from e
+            if op != fcntl.LOCK_SH or e.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+                raise StoreError(f"cannot open {self.gc_lock_path}: {e}") from e
+            # A read-only store: a shared flock works on a read-only descriptor; without the
+            # file nobody can gc this store through us either, so reading goes on unlocked.
+            try:
+                fd = os.open(self.gc_lock_path, os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                yield
+                return
         try:
             try:
                 fcntl.flock(fd, op)
@@ -428,26 +636,57 @@ class Store:
             self._discard(staged)
             return existing
         derivation = self._stage(staged, final, hash, name, version, meta)
+        marker = self._take_marker(final.name)
         try:
-            os.rename(staged, final)
-        except OSError as e:
-            if e.errno not in (errno.ENOTEMPTY, errno.EEXIST):
-                raise StoreError(f"cannot publish {staged} as {final}: {e}") from e
-            winner = self.lookup(hash, name, version)
-            if winner is None:
-                raise StoreError(f"cannot publish {staged} as {final}: {e}") from e
-            self._discard(staged)
-            return winner
+            try:
+                os.rename(staged, final)
+            except OSError as e:
+                if e.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                    raise StoreError(f"cannot publish {staged} as {final}: {e}") from e
+                winner = self.lookup(hash, name, version)
+                if winner is None:
+                    raise StoreError(f"cannot publish {staged} as {final}: {e}") from e
+                self._discard(staged)
+                return winner
+            try:
+                # After the rename: moving a directory needs write access to it (its "..").
+                os.chmod(final, DIR_MODE)
+                fsync_path(final, directory=True)
+                fsync_path(self.entries_dir, directory=True)
+            except OSError as e:
+                raise StoreError(f"cannot seal published entry {final}: {e}") from e
+            entry = self.load(final)
+            self.index.add(entry, derivation)
+            # Indexed: the marker goes. On any failure above it stays, unheld, for heal_pending.
+            with suppress(FileNotFoundError):
+                os.unlink(self.root / layout.PENDING / final.name)
+            return entry
+        finally:
+            os.close(marker)
+
+    def _take_marker(self, dirname: str) -> int:
+        """Create and flock ``pending/<dirname>`` durably; return the held descriptor."""
+        path = self.root / layout.PENDING / dirname
         try:
-            # After the rename: moving a directory needs write access to it (its "..").
-            os.chmod(final, DIR_MODE)
-            fsync_path(final, directory=True)
-            fsync_path(self.entries_dir, directory=True)
+            os.makedirs(path.parent, exist_ok=True)
+            while True:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX)
+                    try:
+                        same = os.stat(path).st_ino == os.fstat(fd).st_ino
+                    except FileNotFoundError:
+                        same = False
+                except BaseException:
+                    os.close(fd)
+                    raise
+                if same:
+                    break
+                os.close(fd)  # a concurrent publisher or healer removed it meanwhile: retry
+            fsync_path(path.parent, directory=True)
         except OSError as e:
-            raise StoreError(f"cannot seal published entry {final}: {e}") from e
-        entry = self.load(final)
-        self.index.add(entry, derivation)
-        return entry
+            raise StoreError(f"cannot create publish marker {path}: {e}") from e
+        return fd
 
     def replace(
         self,
@@ -561,7 +800,12 @@ class Store:
             size=size,
             wheels=records,
         )
-        return derivation, EntryMeta.from_json(full, file=staged / layout.META)
+        parsed = EntryMeta.from_json(full, file=staged / layout.META)
+        stamped: list[WheelRecord] = []
+        for record in parsed.wheels:
+            st = os.stat(staged / record.file)
+            stamped.append(replace(record, size=st.st_size, mtime_ns=st.st_mtime_ns))
+        return derivation, replace(parsed, wheels=tuple(stamped)).sealed()
 
     @staticmethod
     def _seal(staged: Path) -> None:
@@ -603,20 +847,79 @@ class Store:
     # -- index ------------------------------------------------------------------------------------
 
     @property
-    def index(self) -> Index:
-        """The SQLite index at ``index.sqlite``, opened on first use."""
-        if self._index is None:
-            from rocmforge.store.index import Index
+    def writable(self) -> bool:
+        """False for a read-only store (a read-only mount, or another user's store)."""
+        return os.access(self.root, os.W_OK) and os.access(self.entries_dir, os.W_OK)
 
-            self._index = Index(self.index_path)
+    @property
+    def index(self) -> Index:
+        """The SQLite index at ``index.sqlite``, opened on first use.
+
+        A corrupt index (not a database, malformed, a directory) is set aside as
+        ``index.sqlite.corrupt-<time>`` and rebuilt from ``entries/``, as is a new one while
+        entries exist. A read-only store opens it read-only; when that is impossible (corrupt,
+        missing) the index is rebuilt in memory for this process.
+        """
+        if self._index is None:
+            from rocmforge.store.index import Index, IndexCorruptError
+
+            writable = self.writable
+            rebuild = False
+            try:
+                index = Index(self.index_path, read_only=not writable, root=self.root)
+            except IndexCorruptError as e:
+                if writable:
+                    aside = self._set_index_aside()
+                    self._notice(
+                        "corrupt-index",
+                        self.index_path,
+                        f"{e}; set aside as {aside.name} and rebuilt from {layout.ENTRIES}/",
+                    )
+                    index = Index(self.index_path, root=self.root)
+                else:
+                    self._notice(
+                        "corrupt-index",
+                        self.index_path,
+                        f"{e}; read-only store: using an index rebuilt in memory",
+                    )
+                    index = Index(None, root=self.root)
+                rebuild = True
+            except StoreError:
+                if writable:
+                    raise
+                index = Index(None, root=self.root)  # a read-only store without an index
+                rebuild = True
+            self._index = index
+            if rebuild or (index.created and self._entry_names()):
+                self.rebuild_index()
         return self._index
 
+    def _set_index_aside(self) -> Path:
+        """Rename a corrupt ``index.sqlite`` (and its -wal, -shm) out of the way."""
+        aside = self.root / f"{layout.INDEX}.corrupt-{int(time.time())}-{os.urandom(3).hex()}"
+        try:
+            os.rename(self.index_path, aside)
+            for suffix in ("-wal", "-shm"):
+                with suppress(FileNotFoundError):
+                    os.rename(f"{self.index_path}{suffix}", f"{aside}{suffix}")
+        except OSError as e:
+            raise StoreError(f"cannot set the corrupt index {self.index_path} aside: {e}") from e
+        return aside
+
     def rebuild_index(self) -> int:
-        """Refill the index from ``entries/`` (the source of truth); return the entry count."""
+        """Refill the index from ``entries/`` (the source of truth); return the entry count.
+
+        Damaged entries are quarantined on the way (:meth:`sound_entries`), never a blocker.
+        """
 
         def pairs() -> Iterator[tuple[Entry, Mapping[str, Any]]]:
-            for entry in self.entries():
-                yield entry, read_derivation(entry.path)
+            for entry in self.sound_entries():
+                try:
+                    derivation = read_derivation(entry.path)
+                except StoreError as e:
+                    self._damaged(entry.path, str(e))
+                    continue
+                yield entry, derivation
 
         return self.index.rebuild(pairs())
 
@@ -627,15 +930,23 @@ class Store:
             self._index = None
 
 
-def open_store(root: Path) -> Store:
-    """Open the store at ``root``, creating its layout if needed (idempotent)."""
+def open_store(root: Path, *, on_warning: Callable[[str], None] | None = None) -> Store:
+    """Open the store at ``root``, creating its layout if needed (idempotent).
+
+    A read-only store (``entries/`` exists, nothing can be created) opens for reading: cache
+    hits, ``verify``, ``list`` and the other read paths work; building, gc, pins, result links
+    and self-repairs need write access. ``on_warning`` receives the repairs the store makes on
+    its own (see :class:`Store`).
+    """
     root = Path(os.path.abspath(root))
     store = Store(root)
+    store.on_warning = on_warning
     if os.path.lexists(root) and not os.path.isdir(root):
         raise StoreError(f"store root exists and is not a directory: {root}")
     try:
         for d in layout.CREATED_DIRS:
             os.makedirs(root / d, exist_ok=True)
     except OSError as e:
-        raise StoreError(f"cannot create store layout under {root}: {e}") from e
+        if not os.path.isdir(root / layout.ENTRIES):
+            raise StoreError(f"cannot create store layout under {root}: {e}") from e
     return store

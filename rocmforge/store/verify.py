@@ -9,11 +9,16 @@ Problem kinds:
 - ``orphaned``: something in ``entries/`` that no entry accounts for (a stray file or directory, a
   file inside an entry that its ``meta.json`` does not record);
 - ``unindexed`` / ``stale-index``: an entry the index does not know, or knows with other digests;
-- ``damaged``: an entry whose ``meta.json`` cannot be read.
+- ``damaged``: an entry whose ``meta.json`` cannot be read;
+- ``corrupt-index``: ``index.sqlite`` fails SQLite's ``quick_check`` (or could not be opened: the
+  store then set it aside and rebuilt it on its own, reported under ``repaired``);
+- ``quarantined``: a damaged entry the store moved aside on its own (reported under
+  ``repaired``).
 
 ``entries/`` is the truth: ``--repair-index`` rebuilds the index from it
-(:meth:`Store.rebuild_index`)
-and verifies again.
+(:meth:`Store.rebuild_index`) and verifies again. ``--repair`` also moves every damaged or
+modified entry, and every stray file or directory, to ``quarantine/`` (the next realize rebuilds
+what it needs; gc removes the quarantine), then rebuilds the index and verifies again.
 """
 
 from __future__ import annotations
@@ -26,9 +31,10 @@ from typing import Any
 
 from rocmforge.errors import StoreError
 from rocmforge.store import layout
-from rocmforge.store.entry import Entry, WheelRecord, input_hash, read_derivation
+from rocmforge.store.entry import DerivationDoc, Entry, WheelRecord, input_hash, read_derivation
 from rocmforge.store.store import Store
 from rocmforge.util.hashing import file_blake3, file_digests
+from rocmforge.util.statcache import read_json
 
 INDEX_KINDS = frozenset({"unindexed", "stale-index"})
 
@@ -96,6 +102,8 @@ class _Checker:
                 known.add(name)
                 self._file(entry.path / name, digest)
         self._derivation(entry)
+        if meta.seal_broken:
+            self.add("modified", entry.path / layout.META, "does not match its seal")
         if files is not None:
             try:
                 present = sorted(os.listdir(entry.path))
@@ -191,30 +199,168 @@ def _check(store: Store, targets: Sequence[str]) -> tuple[int, _Checker]:
     for row in store.index.rows():
         if row.hash not in seen:
             c.add("missing", Path(row.path), "indexed entry is gone from entries/")
+    _source_wheels(store, c)
+    _git_mirrors(store, c)
+    trouble = store.index.integrity_problem()
+    if trouble is not None:
+        c.add("corrupt-index", store.index_path, trouble)
     return count, c
 
 
+def _source_wheels(store: Store, c: _Checker) -> None:
+    """Check the requirement wheels under ``sources/wheels/`` against every digest recorded for
+    them: in the requirement cache (``cache/wheels.json``) and in the entries' derivations."""
+    wheel_dir = store.sources_dir / layout.SOURCES_WHEELS
+    recorded: dict[str, set[str]] = {}
+    for item in read_json(store.cache_dir / "wheels.json").values():
+        value = item.get("value") if isinstance(item, dict) else None
+        if (
+            isinstance(value, dict)
+            and isinstance(value.get("wheel"), str)
+            and isinstance(value.get("blake3"), str)
+            and Path(value["wheel"]).parent == wheel_dir
+        ):
+            recorded.setdefault(Path(value["wheel"]).name, set()).add(value["blake3"])
+    for name in store.entry_names():
+        try:
+            doc = DerivationDoc(read_derivation(store.entries_dir / name))
+        except StoreError:
+            continue  # reported with its entry
+        for req in doc.requirements or ():
+            if (
+                isinstance(req, dict)
+                and isinstance(req.get("wheel"), str)
+                and isinstance(req.get("blake3"), str)
+            ):
+                recorded.setdefault(req["wheel"], set()).add(req["blake3"])
+    for name, digests in sorted(recorded.items()):
+        path = wheel_dir / name
+        try:
+            digest = file_blake3(path)
+        except FileNotFoundError:
+            continue  # fetched again when needed
+        except OSError as exc:
+            c.add("damaged", path, f"cannot read: {exc}")
+            continue
+        c.files += 1
+        if digest not in digests:
+            c.add("modified", path, "requirement wheel no longer has its recorded blake3")
+
+
+def _git_mirrors(store: Store, c: _Checker) -> None:
+    """Run ``git fsck`` on every git mirror under ``sources/git/``: git names each object by its
+    digest, and fsck re-hashes every object against its name (a mirror is a source cache whose
+    digests are recorded inside it)."""
+    import subprocess
+
+    mirrors = store.sources_dir / layout.SOURCES_GIT
+    try:
+        names = sorted(n for n in os.listdir(mirrors) if n.endswith(".git"))
+    except OSError:
+        return
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull, LC_ALL="C")
+    for name in names:
+        path = mirrors / name
+        if not path.is_dir() or path.is_symlink():
+            continue
+        try:
+            proc = subprocess.run(
+                ["git", "-c", "safe.directory=*", "--git-dir", os.fspath(path), "fsck",
+                 "--full", "--strict", "--no-dangling", "--no-progress"],
+                env=env,
+                capture_output=True,
+                text=True,
+                check=False,
+            )  # fmt: skip
+        except OSError as exc:
+            c.add("damaged", path, f"cannot run git fsck: {exc}")
+            return
+        c.files += 1
+        if proc.returncode != 0:
+            lines = [ln for ln in (proc.stderr + proc.stdout).splitlines() if ln.strip()]
+            c.add("modified", path, "git fsck: " + (lines[0] if lines else "failed"))
+
+
+def _quarantine_targets(store: Store, problems: Sequence[VerifyProblem]) -> list[Path]:
+    """Return what ``--repair`` moves aside: whole entries with a missing, modified or damaged
+    file, stray files inside an entry, stray things in ``entries/``."""
+    out: dict[Path, str] = {}
+    for p in problems:
+        if p.kind in INDEX_KINDS or p.kind in ("corrupt-index", "quarantined"):
+            continue
+        if p.kind == "missing" and "indexed" in p.detail:
+            continue
+        if p.path.parent in (
+            store.entries_dir,
+            store.sources_dir / layout.SOURCES_WHEELS,
+            store.sources_dir / layout.SOURCES_GIT,
+        ):
+            out.setdefault(p.path, str(p))
+        elif p.path.parent.parent == store.entries_dir:
+            target = p.path if p.kind == "orphaned" else p.path.parent
+            out.setdefault(target, str(p))
+    # An entry that goes takes its stray files with it.
+    return [t for t in out if t.parent not in out]
+
+
+def _healed(store: Store, start: int) -> tuple[VerifyProblem, ...]:
+    return tuple(
+        VerifyProblem(kind=h.kind, path=h.path, detail=h.detail) for h in store.healed[start:]
+    )
+
+
 def verify_store(
-    store: Store, targets: Sequence[str] = (), *, repair_index: bool = False
+    store: Store,
+    targets: Sequence[str] = (),
+    *,
+    repair_index: bool = False,
+    repair: bool = False,
 ) -> VerifyReport:
     """Verify the whole store, or only the entries named by ``targets``.
 
     With ``repair_index`` the index is rebuilt from ``entries/`` when it disagrees with them,
-    and the store is verified again; ``repaired`` lists what the rebuild fixed.
+    and the store is verified again; ``repaired`` lists what the rebuild fixed. ``repair`` also
+    quarantines damaged entries and stray files first. Repairs the store made on its own before
+    or during the check (a corrupt index set aside, an interrupted publish indexed, a damaged
+    entry quarantined) are listed under ``repaired`` too.
     """
+    before = tuple(
+        VerifyProblem(kind=h.kind, path=h.path, detail=h.detail) for h in store.healed
+    )
+    start = len(store.healed)
     count, c = _check(store, targets)
     first = tuple(c.problems)
     index_trouble = any(
-        p.kind in INDEX_KINDS or (p.kind == "missing" and "indexed" in p.detail) for p in first
+        p.kind in INDEX_KINDS
+        or p.kind == "corrupt-index"
+        or (p.kind == "missing" and "indexed" in p.detail)
+        for p in first
     )
-    if not (repair_index and index_trouble):
-        return VerifyReport(entries=count, files=c.files, problems=first)
-    store.rebuild_index()
+    moved = _quarantine_targets(store, first) if repair else []
+    if not (moved or ((repair or repair_index) and index_trouble)):
+        return VerifyReport(
+            entries=count,
+            files=c.files,
+            problems=first,
+            repaired=before + _healed(store, start),
+        )
+    for target in moved:
+        try:
+            store.quarantine(target, "found by verify")
+        except OSError as exc:
+            raise StoreError(f"cannot move {target} to quarantine: {exc}") from exc
+    if any(p.kind == "corrupt-index" for p in first):
+        store.reset_index("failed SQLite's quick_check")
+    else:
+        store.rebuild_index()
+    healed = _healed(store, start)
     count, c = _check(store, targets)
     after = tuple(c.problems)
+    fixed = tuple(p for p in first if p not in after)
     return VerifyReport(
         entries=count,
         files=c.files,
         problems=after,
-        repaired=tuple(p for p in first if p not in after),
+        repaired=before + fixed + tuple(h for h in healed if h.kind != "quarantined"),
     )

@@ -1,7 +1,9 @@
 """A tiny JSON cache whose entries are valid only while a set of files keeps its stat signature.
 
 Used to skip expensive probes (toolchain, requirement wheels) on the cache-hit path: a hit costs a
-few ``os.stat`` calls and no subprocess.
+few ``os.stat`` calls and no subprocess. Each value is stored with a seal (blake3 of its canonical
+JSON): a value edited or damaged in place reads as a miss and is probed and written again, so a
+corrupt cache never reaches the code that trusts its shape.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from rocmforge.util.fsutil import json_bytes, write_atomic
+from rocmforge.util.hashing import blake3_hex, canonical_json
 
 
 def stat_signature(path: str | Path) -> list[int] | None:
@@ -44,6 +47,13 @@ def write_json_atomic(path: Path, data: Mapping[str, Any]) -> None:
     write_atomic(path, json_bytes(data))
 
 
+def _seal(value: Any) -> str | None:
+    try:
+        return blake3_hex(canonical_json(value))[:32]
+    except (TypeError, ValueError):
+        return None
+
+
 class StatCache:
     """A JSON file mapping keys to values, each guarded by the stat signatures of some files."""
 
@@ -67,11 +77,14 @@ class StatCache:
         for p, sig in guards.items():
             if stat_signature(p) != sig:
                 return None
-        return item.get("value")
+        value = item.get("value")
+        if item.get("seal") != _seal(value):
+            return None
+        return value
 
     def put(self, key: str, value: Any, guards: Iterable[str | Path]) -> None:
         """Store ``value`` under ``key``, valid while ``guards`` keep their stat signatures."""
         data = dict(read_json(self.path))  # re-read: another process may have added keys
-        data[key] = {"guards": signatures(guards), "value": value}
+        data[key] = {"guards": signatures(guards), "value": value, "seal": _seal(value)}
         write_json_atomic(self.path, data)
         self._data = data
