@@ -74,6 +74,8 @@ def _render_error(exc: RocmforgeError, args: argparse.Namespace | None = None) -
             exc.note = f"in recipe {recipe}"
         for problem in exc.problems:
             print(f"error: {_short(str(problem))}", file=sys.stderr)
+        for problem in getattr(exc, "warnings", ()):  # a lint error's warnings, shown at once
+            print(f"warning: {_short(str(problem))}", file=sys.stderr)
         if exc.note:
             print(f"note: {exc.note}", file=sys.stderr)
         return

@@ -24,6 +24,10 @@ from rocmforge.util.fsutil import json_bytes, write_atomic
 #: At most this many diagnoses are reported for one failure.
 MAX_DIAGNOSES = 3
 
+#: Lines rocmforge itself writes into a build log (``rocmforge: step 1/2: <command>``): never
+#: evidence, or a step whose command quotes an error string would be blamed on its header line.
+OWN_LINE = "rocmforge: "
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Pattern:
@@ -200,8 +204,8 @@ def diagnose_lines(lines: Iterable[str], *, message: str = "") -> tuple[Diagnosi
     """
     found: dict[int, Diagnosis] = {}
     sources = [*(("log", n, s) for n, s in _lines(lines)), ("message", None, message)]
-    for _, number, text in sources:
-        if not text:
+    for origin, number, text in sources:
+        if not text or (origin == "log" and text.startswith(OWN_LINE)):
             continue
         for m in _COMBINED.finditer(text):
             group = m.lastgroup

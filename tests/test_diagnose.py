@@ -157,3 +157,13 @@ def test_every_pattern_is_documented() -> None:
     doc = (REPO / "docs" / "lints.md").read_text()
     for p in PATTERNS:
         assert f"| {p.id} |" in doc, p.id
+
+
+def test_the_line_is_the_evidence_not_the_step_header() -> None:
+    lines = [
+        "rocmforge: step 1/1: echo 'No GPU arch specified for ROCm build' >&2; exit 1",
+        "-- configuring",
+        "No GPU arch specified for ROCm build",
+    ]
+    (found,) = diagnose_lines(lines)
+    assert found.id == "no-gpu-arch" and found.line == 3
