@@ -137,7 +137,7 @@ RULES: dict[str, Rule] = {
         Rule(id="RF124", name="hcc-target", severity="warning",
              summary="HCC_AMDGPU_TARGET is a leftover of the retired HCC compiler"),
         Rule(id="RF125", name="toolchain-env-override", severity="error",
-             summary="[env] overrides ROCM_PATH, ROCM_HOME or HIP_PATH, which the rocm toolchain sets"),
+             summary="[env] overrides ROCM_PATH, ROCM_HOME or HIP_PATH (the toolchain sets them)"),
         Rule(id="RF131", name="runtime-env", severity="error",
              summary="a runtime-only variable in the hashed [env]"),
         Rule(id="RF141", name="rccl-needs-nccl", severity="error",
