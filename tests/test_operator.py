@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from conftest import rf
+import pytest
+from conftest import TINY_RECIPE, rf
 
 
 def test_plan_text_is_the_summary_then_the_derivation_indented(
@@ -21,3 +22,82 @@ def test_plan_text_is_the_summary_then_the_derivation_indented(
     assert not any(ln.strip() in ("{", "}") for ln in lines), "no JSON braces without --json"
     data = json.loads(rf("plan", tiny_recipe, "--store", store, "--json").stdout)
     assert data["hash"] in lines[1]
+
+
+READERS = [["list"], ["query", "--name", "tiny"], ["du"], ["gc", "--dry-run"], ["verify"],
+           ["pins"], ["show", "abcd"], ["unpin", "x"], ["log", "abcd"]]  # fmt: skip
+
+
+def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    return {"XDG_DATA_HOME": str(tmp_path / "xdg"), **extra}
+
+
+def test_readers_never_create_a_store_and_name_where_they_looked(tmp_path: Path) -> None:
+    cwd = tmp_path / "elsewhere"
+    cwd.mkdir()
+    mistyped = tmp_path / "stroe"
+    for argv in READERS:
+        for extra in ([], ["--store", str(mistyped)]):
+            r = rf(*argv, *extra, cwd=cwd, env=_env(tmp_path))
+            assert r.returncode == 3, (argv, extra, r.stderr)
+            where = mistyped if extra else tmp_path / "xdg" / "rocmforge" / "store"
+            assert f"no rocmforge store at {where}" in r.stderr, r.stderr
+    assert list(cwd.iterdir()) == [] and not mistyped.exists()
+    assert not (tmp_path / "xdg").exists()
+
+
+@pytest.mark.slow
+def test_the_store_is_found_like_git_finds_dot_git(tmp_path: Path, tiny_src: Path) -> None:
+    project = tmp_path / "project"
+    (project / "sub").mkdir(parents=True)
+    recipe = project / "tiny.toml"
+    recipe.write_text(TINY_RECIPE.format(src=tiny_src))
+    env = _env(tmp_path)
+    # realize creates the store where it says: nothing found, no $ROCMFORGE_STORE -> per-user
+    user = tmp_path / "xdg" / "rocmforge" / "store"
+    r = rf("realize", recipe, "--json", cwd=project, env=env)
+    assert r.returncode == 0, r.stderr
+    assert f"creating a new store at {user} (per-user default)" in r.stderr
+    assert (user / "ROCMFORGE-STORE").is_file() and not (project / "store").exists()
+    # a project store: found from the recipe's directory, and from the cwd below it
+    r = rf("--store", project / "store", "realize", recipe, "--json", env=env)
+    assert r.returncode == 0, r.stderr
+    wheel = json.loads(r.stdout)[0]["wheels"][0]
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    plan = json.loads(rf("plan", recipe, "--json", cwd=elsewhere, env=env).stdout)
+    assert plan["cached"] and str(project / "store") in plan["path"]
+    listed = rf("list", "--json", cwd=project / "sub", env=env)
+    assert listed.returncode == 0 and len(json.loads(listed.stdout)) == 1
+    # audit from anywhere finds the store that holds the wheel, and says which it used
+    r = rf("audit", wheel, cwd=elsewhere, env=env)
+    assert r.returncode == 0 and "VERIFIED" in r.stdout, r.stdout + r.stderr
+    assert f"store at {project / 'store'} (found above)" in r.stderr
+    assert list(elsewhere.iterdir()) == []
+    # the search beats $ROCMFORGE_STORE, which beats the per-user default
+    other = tmp_path / "other"
+    env_store = dict(env, ROCMFORGE_STORE=str(other))
+    r = rf("doctor", "--json", cwd=project / "sub", env=env_store)
+    assert json.loads(r.stdout)["store"] == {
+        "path": str(project / "store"), "how": "found above", "exists": True
+    }
+    r = rf("doctor", "--json", cwd=elsewhere, env=env_store)
+    assert json.loads(r.stdout)["store"]["how"] == "$ROCMFORGE_STORE"
+    text = rf("doctor", cwd=elsewhere, env=env).stdout
+    assert f"store:     {user} (per-user default; exists)" in text
+    # pin takes the recipe
+    r = rf("pin", "keep", recipe, "--json", env=env)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["entry"] == Path(plan["path"]).name
+
+
+def test_global_options_before_the_command(tiny_recipe: Path, tmp_path: Path) -> None:
+    store = tmp_path / "s"
+    before = rf("--store", store, "--json", "plan", tiny_recipe)
+    after = rf("plan", tiny_recipe, "--store", store, "--json")
+    assert before.returncode == 0, before.stderr
+    assert json.loads(before.stdout)["hash"] == json.loads(after.stdout)["hash"]
+    assert rf("--store", store, "list").returncode == 0
+    assert rf("--store", tmp_path / "nope", "list").returncode == 3
+    r = rf("--json", "log", "abcd", "--store", store)
+    assert r.returncode == 2 and "log has no --json" in r.stderr

@@ -5,25 +5,48 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import threading
 import time
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from rocmforge.errors import StoreError
+
 if TYPE_CHECKING:
+    from rocmforge.store.entry import Entry
     from rocmforge.store.store import Store
 
 
+STORE_HELP = (
+    "store directory (default: the first store found walking up from the recipe's directory, "
+    "then the current one; else $ROCMFORGE_STORE; else $XDG_DATA_HOME/rocmforge/store)"
+)
+
+JSON_HELP = "print a JSON report on stdout"
+
+
 def add_store_option(parser: argparse.ArgumentParser) -> None:
-    """Add ``--store DIR`` to a command's parser."""
-    parser.add_argument(
-        "--store", metavar="DIR", help="store directory (default: $ROCMFORGE_STORE or ./store)"
-    )
+    """Add ``--store DIR`` to a command's parser (also accepted before the command).
+
+    The default is suppressed so that a ``--store`` given before the command (on the main
+    parser) is not overwritten by the command's own unset option.
+    """
+    parser.add_argument("--store", metavar="DIR", default=argparse.SUPPRESS, help=STORE_HELP)
 
 
 def add_json_option(parser: argparse.ArgumentParser) -> None:
-    """Add ``--json`` to a command's parser."""
-    parser.add_argument("--json", action="store_true", help="print a JSON report on stdout")
+    """Add ``--json`` to a command's parser (also accepted before the command)."""
+    parser.add_argument(
+        "--json", action="store_true", default=argparse.SUPPRESS, help=JSON_HELP
+    )
+    parser.set_defaults(json_supported=True)
+
+
+def add_global_options(parser: argparse.ArgumentParser) -> None:
+    """Add the options every command also accepts before its name (``rocmforge --store X ...``)."""
+    parser.add_argument("--store", metavar="DIR", default=None, help=STORE_HELP)
+    parser.add_argument("--json", action="store_true", default=False, help=JSON_HELP)
 
 
 def count(text: str) -> int:
@@ -37,16 +60,83 @@ def count(text: str) -> int:
     return value
 
 
+def _recipes_of(args: argparse.Namespace) -> list[str]:
+    """The files named on the command line where the store search starts: recipes, and wheels
+    or entry paths (a wheel in ``store/entries/...`` finds its own store)."""
+    given = [*(getattr(args, "recipes", None) or []), *(getattr(args, "wheels", None) or []),
+             *(getattr(args, a, None) for a in ("recipe", "target", "a", "b"))]  # fmt: skip
+    return [str(r) for r in given if r and (os.path.isfile(r) or os.path.isdir(r))]
+
+
+def store_choice(args: argparse.Namespace) -> tuple[Path, str]:
+    """Return the store directory the command uses and how it was chosen
+    (:func:`rocmforge.store.locate.find_store`)."""
+    from rocmforge.store.locate import find_store
+
+    root, how = find_store(getattr(args, "store", None), recipes=_recipes_of(args))
+    return Path(root), how
+
+
 def store_root(args: argparse.Namespace) -> Path:
-    """Return the store directory chosen by ``--store``, ``$ROCMFORGE_STORE`` or the default."""
-    return Path(args.store or os.environ.get("ROCMFORGE_STORE") or "store")
+    """Return the store directory the command uses (see :func:`store_choice`)."""
+    return store_choice(args)[0]
 
 
-def open_store(args: argparse.Namespace) -> Store:
-    """Open (creating if needed) the store chosen on the command line."""
+def open_store(args: argparse.Namespace, *, create: bool = False) -> Store:
+    """Open the store chosen on the command line.
+
+    Only commands that build or fetch (``create=True``: realize, plan, lock) make a new store,
+    and say where on stderr; every other command raises :class:`NoStoreError` (exit 3) naming
+    the directory it looked at, and creates nothing.
+    """
+    from rocmforge.store.locate import BY_OPTION, is_store
     from rocmforge.store.store import open_store as _open
 
-    return _open(store_root(args))
+    root, how = store_choice(args)
+    if not is_store(str(root)):
+        if not create:
+            raise NoStoreError(root, how)
+        if how != BY_OPTION:  # a store found by the search: say where it goes
+            print(f"rocmforge: creating a new store at {root} ({how})", file=sys.stderr)
+    return _open(root)
+
+
+def is_recipe_target(target: str) -> bool:
+    """True when a command's TARGET names a recipe file (rather than a hash, entry or path)."""
+    return target.endswith(".toml") and os.path.isfile(target)
+
+
+def entry_of(store: Store, target: str) -> Entry:
+    """Return the entry a TARGET names: a recipe (the entry of its current input hash), an input
+    hash (prefix), an entry name or a path in the store. The one place commands resolve targets.
+    """
+    if not is_recipe_target(target):
+        return store.resolve(target)
+    from rocmforge.errors import RequirementError, UsageError
+    from rocmforge.realize import plan
+    from rocmforge.recipe.load import load_recipe
+
+    try:
+        report = plan(load_recipe(target), store=store, fetcher=None)
+    except RequirementError as exc:
+        raise UsageError(f"{target}: never built here ({exc})") from exc
+    if report.path is None:
+        raise UsageError(
+            f"{target}: its input hash {report.hash} is not built in {store.root} "
+            "(rocmforge realize builds it)"
+        )
+    return store.load(Path(report.path))
+
+
+class NoStoreError(StoreError):
+    """A command that only reads found no store where it looked (and created none)."""
+
+    def __init__(self, root: Path, how: str) -> None:
+        super().__init__(
+            f"no rocmforge store at {root} ({how}); nothing was created. Pass --store DIR of "
+            "an existing store, or build something there first (rocmforge realize creates it)"
+        )
+        self.root = root
 
 
 def emit_json(data: Any) -> None:

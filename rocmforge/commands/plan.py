@@ -26,7 +26,7 @@ def run(args: argparse.Namespace) -> int:
     from rocmforge.recipe.load import load_recipe
     from rocmforge.sources.requirements import PipFetcher
 
-    store = open_store(args)
+    store = open_store(args, create=True)
     recipe = load_recipe(args.recipe)
     report = plan(recipe, store=store, fetcher=PipFetcher())
     for finding in report.lints:

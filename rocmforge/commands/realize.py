@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     links = [_link(args.out_link, i) for i in range(len(recipes))] if args.out_link else []
     for out in links:  # a bad -o LINK stops before any build, not after
         check_link(out)
-    store = open_store(args)
+    store = open_store(args, create=True)
     fetcher = PipFetcher()
 
     def runner_factory() -> Any:

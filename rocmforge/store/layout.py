@@ -21,6 +21,7 @@ Layout under the store root::
     trash/                             entries gc is deleting
     index.sqlite                       SQLite index (WAL), rebuildable from entries/
     gc.lock                            store-wide lock (shared for realize, exclusive for gc)
+    ROCMFORGE-STORE                    marker: this directory is a store (found by walking up)
 """
 
 from __future__ import annotations
@@ -50,6 +51,10 @@ CACHE = "cache"
 ROOTS = "roots"
 USED = "used"
 TRASH = "trash"
+#: The file that marks a directory as a rocmforge store (``rocmforge.store.locate`` looks for it).
+MARKER = "ROCMFORGE-STORE"
+#: The conventional name of a project's store directory (``<project>/store``).
+DEFAULT_NAME = "store"
 #: The subdirectories :func:`rocmforge.store.store.open_store` creates.
 CREATED_DIRS = (ENTRIES, TMP, LOCKS, FAILED, SOURCES, CACHE)
 

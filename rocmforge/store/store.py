@@ -628,6 +628,8 @@ def open_store(root: Path) -> Store:
     try:
         for d in layout.CREATED_DIRS:
             os.makedirs(root / d, exist_ok=True)
+        if not (root / layout.MARKER).exists():  # what rocmforge.store.locate looks for
+            write_atomic(root / layout.MARKER, b"This directory is a rocmforge store.\n")
     except OSError as e:
         raise StoreError(f"cannot create store layout under {root}: {e}") from e
     return store
