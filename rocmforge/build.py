@@ -30,6 +30,7 @@ from rocmforge.errors import (
 from rocmforge.provenance import make_statement, write_statement
 from rocmforge.resolve import Resolved
 from rocmforge.sandbox import Mount, Runner
+from rocmforge.scm import source_env
 from rocmforge.sources.identity import materialize_source
 from rocmforge.sources.refs import used_sources
 from rocmforge.stamp import stamp_wheel
@@ -123,6 +124,7 @@ def build_env(
         if name in host_env:
             env[name] = host_env[name]
     env.update(tc.env)
+    env.update(source_env(resolved))  # no .git in the build copy: version and commit (scm.py)
     env.update(recipe.env)
     env.update(
         {

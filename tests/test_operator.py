@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import TINY_RECIPE, rf
+from conftest import TINY_RECIPE, commit_all, git, rf
 
 
 def test_plan_text_is_the_summary_then_the_derivation_indented(
@@ -101,3 +101,62 @@ def test_global_options_before_the_command(tiny_recipe: Path, tmp_path: Path) ->
     assert rf("--store", tmp_path / "nope", "list").returncode == 3
     r = rf("--json", "log", "abcd", "--store", store)
     assert r.returncode == 2 and "log has no --json" in r.stderr
+
+
+SCM_PYPROJECT = """\
+[build-system]
+requires = ["setuptools", "setuptools-scm"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "scmdemo"
+dynamic = ["version"]
+
+[tool.setuptools]
+packages = ["scmdemo"]
+
+[tool.setuptools_scm]
+"""
+
+SCM_RECIPE = """\
+schema = 1
+
+[package]
+name = "scmdemo"
+version = "1.4.2"
+
+[source]
+git = "{repo}"
+rev = "{commit}"
+
+[requirements]
+build = ["setuptools==75.6.0", "setuptools-scm==8.1.0", "packaging==24.2"]
+
+[check]
+import = "scmdemo"
+"""
+
+
+@pytest.mark.slow
+def test_a_setuptools_scm_project_builds_without_dot_git(tmp_path: Path, wheelhouse: Path) -> None:
+    if not list(wheelhouse.glob("setuptools_scm-8.1.0-*.whl")):
+        pytest.skip("no setuptools-scm 8.1.0 wheel in the wheelhouse; run scripts/test.sh")
+    repo = tmp_path / "scmdemo"
+    (repo / "scmdemo").mkdir(parents=True)
+    (repo / "pyproject.toml").write_text(SCM_PYPROJECT)
+    (repo / "scmdemo" / "__init__.py").write_text("")
+    git(repo, "init", "-q")
+    commit = commit_all(repo, "scm demo")
+    recipe = tmp_path / "scm.toml"
+    recipe.write_text(SCM_RECIPE.format(repo=repo, commit=commit))
+    r = rf("realize", recipe, "--store", tmp_path / "store", "--json")
+    assert r.returncode == 0, r.stderr
+    (built,) = json.loads(r.stdout)
+    assert Path(built["wheels"][0]).name.startswith("scmdemo-1.4.2-")
+    # the commit is exported to the build too (a step can record it)
+    step = "echo commit=$ROCMFORGE_SOURCE_COMMIT scm=$SETUPTOOLS_SCM_PRETEND_VERSION_FOR_SCMDEMO"
+    echo = SCM_RECIPE.replace("[check]", f'[build]\nsteps = ["{step}; exit 1"]\n\n[check]')
+    recipe.write_text(echo.format(repo=repo, commit=commit))
+    r = rf("realize", recipe, "--store", tmp_path / "store")
+    assert r.returncode == 1
+    assert f"commit={commit} scm=1.4.2" in r.stderr
