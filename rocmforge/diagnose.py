@@ -167,6 +167,19 @@ PATTERNS: tuple[Pattern, ...] = (
         fix='set USE_CUDA = "0" in [env] (lint RF111)',
     ),
     Pattern(
+        id="no-network",
+        regex=r"socket\.gaierror|Temporary failure in name resolution|Name or service not known"
+        r"|Could not resolve host|Failed to establish a new connection|Network is unreachable"
+        r"|No matching distribution found for|Could not find a version that satisfies the "
+        r"requirement|FetchContent\S*\.cmake|Failed to clone repository|fatal: unable to access "
+        r"'[a-z]+://",
+        cause="the build tried to use the network (a download, pip install, cmake FetchContent, "
+        "git clone), but the sandbox has no network",
+        fix="declare it as an input: a Python package in [requirements] build, a git dependency "
+        "as a submodule ([source] submodules = true), anything else as [inputs.NAME] (the build "
+        "finds it through that input's env variable)",
+    ),
+    Pattern(
         id="arch-not-supported",
         regex=r"invalid target ID '(gfx\w+)|cannot find ROCm device library for (?:target )?"
         r"'?(gfx\w+)",
