@@ -160,3 +160,32 @@ def test_a_setuptools_scm_project_builds_without_dot_git(tmp_path: Path, wheelho
     r = rf("realize", recipe, "--store", tmp_path / "store")
     assert r.returncode == 1
     assert f"commit={commit} scm=1.4.2" in r.stderr
+
+
+@pytest.mark.slow
+def test_failed_builds_are_shown_by_du_and_collected_by_gc_failed(
+    tmp_path: Path, tiny_src: Path, store: Path
+) -> None:
+    recipe = tmp_path / "bad.toml"
+    step = "head -c 200000 /dev/zero > big; exit 3"
+    recipe.write_text(TINY_RECIPE.format(src=tiny_src).replace(
+        'steps = ["python mkwheel.py $OUT tiny 0.1"]', f'steps = ["{step}"]'))  # fmt: skip
+    r = rf("realize", recipe, "--store", store, "--keep-failed")
+    assert r.returncode == 1 and "build directory kept" in r.stderr, r.stderr
+    du = json.loads(rf("du", "--store", store, "--json").stdout)
+    kinds = sorted(i["kind"] for i in du["failed"])
+    assert kinds == ["failed log", "kept build"], du["failed"]
+    kept = next(i for i in du["failed"] if i["kind"] == "kept build")
+    assert kept["bytes"] >= 200000 and Path(kept["paths"][0]).is_dir()
+    text = rf("du", "--store", store).stdout
+    assert "failed builds" in text and "gc --failed" in text
+    # an age policy: nothing is older than a day yet
+    r = rf("gc", "--failed", "--older-than", "1d", "--store", store, "--json")
+    assert json.loads(r.stdout)["failed"] == []
+    r = rf("gc", "--failed", "--dry-run", "--store", store, "--json")
+    assert len(json.loads(r.stdout)["failed"]) == 2 and Path(kept["paths"][0]).is_dir()
+    r = rf("gc", "--failed", "--store", store)
+    assert r.returncode == 0 and "freed" in r.stdout, r.stderr
+    assert not Path(kept["paths"][0]).exists()
+    assert json.loads(rf("du", "--store", store, "--json").stdout)["failed"] == []
+    assert list((store / "failed").iterdir()) == []
