@@ -35,7 +35,7 @@ from rocmforge.sources.identity import materialize_source
 from rocmforge.sources.refs import used_sources
 from rocmforge.stamp import stamp_wheel
 from rocmforge.store import layout
-from rocmforge.store.entry import Entry, WheelRecord, build_fields
+from rocmforge.store.entry import Entry, StepTiming, WheelRecord, build_fields
 from rocmforge.store.store import Store
 from rocmforge.util.fsutil import (
     disk_full_error,
@@ -145,9 +145,19 @@ def build_env(
     return env
 
 
+def _utc(ts: float) -> str:
+    """``2026-01-31T12:00:05Z``: the timestamp written into the build log before each step."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
+
+
 def _run_steps(
     resolved: Resolved, runner: Runner, *, root: Path, log: BinaryIO, reporter: Reporter
-) -> None:
+) -> list[StepTiming]:
+    """Run the build steps in the sandbox; return each step's start and duration.
+
+    The log gets a ``rocmforge: [<UTC time>] step i/n: <command>`` line before each step and a
+    ``rocmforge: [<UTC time>] step i/n finished in N s`` line after it.
+    """
     mounts = [
         Mount(host=root / "src", inside="/build/src", writable=True),
         Mount(host=root / "venv", inside="/build/venv", writable=False),
@@ -168,9 +178,12 @@ def _run_steps(
         [f"{paths['venv']}/bin/python", "-c", PEP517_FRONTEND, paths["out"]]
     ]
     deadline = time.monotonic() + resolved.recipe.build.timeout
+    timings: list[StepTiming] = []
     for i, argv in enumerate(commands, 1):
         label = f"step {i}/{len(commands)}" if steps else "PEP 517 build"
-        log.write(f"rocmforge: {label}: {argv[-1] if steps else 'build_wheel'}\n".encode())
+        command = argv[-1] if steps else "build_wheel"
+        started, clock = time.time(), time.monotonic()
+        log.write(f"rocmforge: [{_utc(started)}] {label}: {command}\n".encode())
         log.flush()
         result = runner.run(
             argv,
@@ -181,10 +194,16 @@ def _run_steps(
             log=log,
             on_line=reporter.log_line,
         )
+        seconds = round(time.monotonic() - clock, 3)
+        done = f"rocmforge: [{_utc(time.time())}] {label} finished in {seconds:.1f} s\n"
+        log.write(done.encode())
+        log.flush()
+        timings.append(StepTiming(label=label, command=command, started=started, seconds=seconds))
         if result.timed_out:
             raise BuildTimeout(f"{label} timed out after {resolved.recipe.build.timeout:.0f} s")
         if result.returncode != 0:
             raise BuildError(f"{label} exited with status {result.returncode}")
+    return timings
 
 
 def _stage(
@@ -300,7 +319,7 @@ def build(
     started = time.time()
     with store.new_build_dir(drv.hash) as bd:
         root = bd.path
-        log_path = root / "build.log"
+        log_path = root / layout.BUILD_DIR_LOG
         for d in ("out", "home", "tmp"):
             (root / d).mkdir()
         try:
@@ -322,7 +341,7 @@ def build(
                     error=RequirementError,
                 )
                 reporter.phase("build")
-                _run_steps(resolved, runner, root=root, log=log, reporter=reporter)
+                timings = _run_steps(resolved, runner, root=root, log=log, reporter=reporter)
                 records, archs = _stage(
                     resolved, root, runner, reporter, log, check_requirements
                 )
@@ -349,6 +368,7 @@ def build(
                 ),
                 files=_file_digests(root / "entry"),
                 archs=archs,
+                steps=timings,
             )
             publish = store.replace if replace else store.publish
             entry = publish(

@@ -24,7 +24,7 @@ from rocmforge.util.fsutil import json_bytes, write_atomic
 #: At most this many diagnoses are reported for one failure.
 MAX_DIAGNOSES = 3
 
-#: Lines rocmforge itself writes into a build log (``rocmforge: step 1/2: <command>``): never
+#: Lines rocmforge itself writes into a build log (``rocmforge: [time] step 1/2: <cmd>``): never
 #: evidence, or a step whose command quotes an error string would be blamed on its header line.
 OWN_LINE = "rocmforge: "
 

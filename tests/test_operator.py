@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
-from conftest import TINY_RECIPE, commit_all, git, rf
+from conftest import TINY_RECIPE, commit_all, git, pip_args, rf
 
 
 def test_plan_text_is_the_summary_then_the_derivation_indented(
@@ -189,3 +194,67 @@ def test_failed_builds_are_shown_by_du_and_collected_by_gc_failed(
     assert not Path(kept["paths"][0]).exists()
     assert json.loads(rf("du", "--store", store, "--json").stdout)["failed"] == []
     assert list((store / "failed").iterdir()) == []
+
+
+SLOW_STEP = "for i in 1 2 3 4 5 6; do echo line$i; sleep 0.5; done; python mkwheel.py $OUT tiny 0.1"
+
+
+def _slow_recipe(tmp_path: Path, tiny_src: Path) -> Path:
+    recipe = tmp_path / "slow.toml"
+    recipe.write_text(TINY_RECIPE.format(src=tiny_src).replace(
+        'steps = ["python mkwheel.py $OUT tiny 0.1"]', f'steps = ["{SLOW_STEP}"]'))  # fmt: skip
+    return recipe
+
+
+@pytest.mark.slow
+def test_long_builds_talk_off_a_terminal_and_record_step_times(
+    tmp_path: Path, tiny_src: Path, store: Path
+) -> None:
+    recipe = _slow_recipe(tmp_path, tiny_src)
+    r = rf("realize", recipe, "--store", store, "--json", "--heartbeat", "0.7")
+    assert r.returncode == 0, r.stderr
+    beats = [ln for ln in r.stderr.splitlines() if "still running" in ln]
+    assert any("rocmforge: tiny: build still running (+0:00:0" in b for b in beats), r.stderr
+    assert any("; output " in b and "; last: line" in b for b in beats), beats
+    (built,) = json.loads(r.stdout)
+    meta = json.loads((Path(built["path"]) / "meta.json").read_text())
+    [step] = meta["steps"]
+    assert step["label"] == "step 1/1" and step["command"] == SLOW_STEP
+    assert 2.5 < step["seconds"] < 60 and step["started"] > 0
+    shown = rf("show", built["hash"], "--store", store).stdout
+    assert "step 1/1" in shown and SLOW_STEP in shown
+    log = rf("log", built["hash"], "--store", store).stdout.splitlines()
+    assert re.match(r"rocmforge: \[\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ\] step 1/1: for i", log[0]), log
+    assert any(re.match(r"rocmforge: \[.*Z\] step 1/1 finished in \d+\.\d s", ln) for ln in log)
+    (tmp_path / "q").mkdir()
+    other = _slow_recipe(tmp_path / "q", tiny_src)
+    other.write_text(other.read_text().replace("line$i", "other$i"))
+    quiet = rf("realize", other, "--store", store, "--heartbeat", "0")
+    assert quiet.returncode == 0 and "still running" not in quiet.stderr
+
+
+@pytest.mark.slow
+def test_waiting_for_another_build_says_whose_and_shows_its_progress(
+    tmp_path: Path, tiny_src: Path, store: Path
+) -> None:
+    recipe = _slow_recipe(tmp_path, tiny_src)
+    env = dict(os.environ, ROCMFORGE_PIP_ARGS=pip_args())
+    env.pop("ROCMFORGE_STORE", None)
+    first = subprocess.Popen(
+        [sys.executable, "-m", "rocmforge", "realize", str(recipe), "--store", str(store)],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not list((store / "tmp").glob(f"*.{first.pid}.*/build.log")):
+            assert time.monotonic() < deadline and first.poll() is None, "the first build ran?"
+            time.sleep(0.05)
+        second = rf("realize", recipe, "--store", store, "--heartbeat", "0.4")
+    finally:
+        _, err = first.communicate(timeout=120)
+    assert first.returncode == 0, err
+    assert second.returncode == 0, second.stderr
+    assert "waiting for the build of tiny 0.1 (" in second.stderr
+    assert f"by pid {first.pid} (started " in second.stderr, second.stderr
+    assert f"last: [pid {first.pid}, log " in second.stderr, second.stderr
+    assert "cached" in second.stderr

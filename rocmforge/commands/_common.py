@@ -144,13 +144,30 @@ def emit_json(data: Any) -> None:
     print(json.dumps(data, indent=2, sort_keys=True))
 
 
-class ConsoleReporter:
-    """Progress on stderr: one live status line on a TTY, plain phase lines otherwise."""
+#: Seconds between two heartbeat lines off a terminal (``realize --heartbeat``).
+HEARTBEAT_SECONDS = 60.0
 
-    def __init__(self, stream: IO[str], *, label: str, verbose: bool = False) -> None:
+
+class ConsoleReporter:
+    """Progress on stderr: one live status line on a TTY, plain phase lines otherwise.
+
+    Off a terminal (CI logs, nohup, Slurm) a heartbeat line every ``heartbeat`` seconds says the
+    work is alive: phase, elapsed time, the size of the build output so far and its last line.
+    """
+
+    def __init__(
+        self,
+        stream: IO[str],
+        *,
+        label: str,
+        verbose: bool = False,
+        heartbeat: float = HEARTBEAT_SECONDS,
+    ) -> None:
         self.stream = stream
         self.label = label
         self.verbose = verbose
+        self.heartbeat = heartbeat
+        self.log_bytes = 0
         self.tty = stream.isatty()
         self.started = time.monotonic()
         self.current = "resolve"
@@ -161,6 +178,9 @@ class ConsoleReporter:
         self._ticker: threading.Thread | None = None
         if self.tty:
             self._ticker = threading.Thread(target=self._tick, daemon=True)
+            self._ticker.start()
+        elif heartbeat > 0:
+            self._ticker = threading.Thread(target=self._beat, daemon=True)
             self._ticker.start()
 
     def _elapsed(self) -> str:
@@ -183,6 +203,24 @@ class ConsoleReporter:
         while not self._stop.wait(1.0):
             self._draw()
 
+    def _beat(self) -> None:
+        while not self._stop.wait(self.heartbeat):
+            self.beat()
+
+    def beat(self) -> None:
+        """Print one heartbeat line (off a terminal): phase, elapsed, output size, last line."""
+        size = self.log_bytes
+        shown = (f"{size / 1024**2:.1f} MB" if size >= 1024**2
+                 else f"{size / 1024:.1f} kB" if size >= 1024 else f"{size} B")  # fmt: skip
+        last = f"; last: {self.last[:200]}" if self.last else ""
+        with self._lock:
+            print(
+                f"rocmforge: {self.label}: {self.current} still running (+{self._elapsed()}); "
+                f"output {shown}{last}",
+                file=self.stream,
+                flush=True,
+            )
+
     def phase(self, name: str) -> None:
         """Show that a new phase started."""
         self.current = name
@@ -194,6 +232,7 @@ class ConsoleReporter:
     def log_line(self, line: str) -> None:
         """Remember (TTY) or echo (``--verbose``) one line of build output."""
         self.last = line.strip()
+        self.log_bytes += len(line.encode("utf-8", "replace")) + (not line.endswith("\n"))
         if self.tty:
             if time.monotonic() - self._drawn > 0.1:
                 self._draw()
@@ -213,6 +252,6 @@ class ConsoleReporter:
                 self.stream.flush()
 
     def close(self) -> None:
-        """Stop the ticker and erase the status line."""
+        """Stop the ticker (or heartbeat) and erase the status line."""
         self._stop.set()
         self.clear()

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from rocmforge.commands._common import (
+    HEARTBEAT_SECONDS,
     ConsoleReporter,
     add_json_option,
     add_store_option,
@@ -33,6 +34,14 @@ def register(sub: Any) -> None:
         help="sandbox level (default auto: bwrap, or an error; 'none' only when asked for)",
     )
     p.add_argument("-v", "--verbose", action="store_true", help="echo build output (non-TTY)")
+    p.add_argument(
+        "--heartbeat",
+        type=float,
+        default=HEARTBEAT_SECONDS,
+        metavar="SECONDS",
+        help=f"off a terminal, print a progress line every SECONDS (default {HEARTBEAT_SECONDS:.0f}"
+        "; 0: never)",
+    )
     add_json_option(p)
     p.set_defaults(func=run)
 
@@ -65,7 +74,9 @@ def run(args: argparse.Namespace) -> int:
     reports = []
     for i, recipe in enumerate(recipes):
         link = links[i] if links else None
-        reporter = ConsoleReporter(sys.stderr, label=recipe.package.name, verbose=args.verbose)
+        reporter = ConsoleReporter(
+            sys.stderr, label=recipe.package.name, verbose=args.verbose, heartbeat=args.heartbeat
+        )
         try:
             report = realize(
                 recipe,

@@ -56,6 +56,38 @@ def _same_number(value: float, raw: Any) -> float | int:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class StepTiming:
+    """One build step's wall time: its label (``step 1/2``, ``PEP 517 build``), its command,
+    when it started (UTC seconds) and how long it ran."""
+
+    label: str
+    command: str
+    started: float
+    seconds: float
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the ``meta.json`` form."""
+        return {
+            "label": self.label,
+            "command": self.command,
+            "started": self.started,
+            "seconds": self.seconds,
+        }
+
+    @classmethod
+    def from_json(cls, data: Any, *, file: Path | str, key: str) -> StepTiming:
+        """Parse one item of ``steps``; StoreError naming ``file`` and ``key`` when malformed."""
+        if not isinstance(data, dict):
+            raise _fail(file, key, "a table", data)
+        return cls(
+            label=_str(data, "label", file),
+            command=_str(data, "command", file),
+            started=_same_number(_number(data, "started", file), data["started"]),
+            seconds=_same_number(_number(data, "seconds", file), data["seconds"]),
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class WheelRecord:
     """One wheel of an entry: its file name (inside the entry), digests and size."""
 
@@ -92,7 +124,7 @@ class WheelRecord:
 
 _KNOWN = frozenset(
     {"hash", "name", "version", "created", "size", "wheels", "sandbox", "build_seconds",
-     "sources", "files", "archs"}
+     "sources", "files", "archs", "steps"}
 )  # fmt: skip
 
 
@@ -116,6 +148,8 @@ class EntryMeta:
     sources: tuple[str, ...] | None = None
     files: Mapping[str, str] | None = None
     archs: Mapping[str, Any] | None = None
+    #: Each build step's start and duration (absent for entries built before they were kept).
+    steps: tuple[StepTiming, ...] | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     @property
@@ -160,6 +194,13 @@ class EntryMeta:
         archs = data.get("archs")
         if archs is not None and not isinstance(archs, dict):
             raise _fail(file, "archs", "a table", archs)
+        steps = data.get("steps")
+        if steps is not None:
+            if not isinstance(steps, list):
+                raise _fail(file, "steps", "a list", steps)
+            steps = tuple(
+                StepTiming.from_json(t, file=file, key=f"steps[{i}]") for i, t in enumerate(steps)
+            )
         return cls(
             hash=hash_,
             name=name,
@@ -175,6 +216,7 @@ class EntryMeta:
             sources=sources,
             files=files,
             archs=archs,
+            steps=steps,
             extra={k: v for k, v in data.items() if k not in _KNOWN},
         )
 
@@ -204,6 +246,7 @@ class EntryMeta:
             "sources": list(self.sources) if self.sources is not None else None,
             "files": dict(self.files) if self.files is not None else None,
             "archs": self.archs,
+            "steps": [t.to_json() for t in self.steps] if self.steps is not None else None,
         }
         out.update((k, v) for k, v in optional.items() if v is not None)
         return out
@@ -217,6 +260,7 @@ def build_fields(
     sources: Sequence[str],
     files: Mapping[str, str],
     archs: Mapping[str, Any] | None = None,
+    steps: Sequence[StepTiming] | None = None,
 ) -> dict[str, Any]:
     """Return what a build knows of its entry's ``meta.json``, under the file's keys, for
     :meth:`~rocmforge.store.store.Store.publish` (which adds hash, name, version, created and
@@ -230,6 +274,8 @@ def build_fields(
     }
     if archs:
         out["archs"] = dict(archs)
+    if steps is not None:
+        out["steps"] = [t.to_json() for t in steps]
     return out
 
 

@@ -39,6 +39,9 @@ BUILD_LOG = "build.log.zst"
 PROVENANCE = "provenance.json"
 WHEEL_SUFFIX = ".whl"
 
+#: The plain-text log inside a build directory ``tmp/<hash>.<pid>.<rand>/`` while it runs.
+BUILD_DIR_LOG = "build.log"
+
 # -- files and directories at the store root ------------------------------------------------------
 INDEX = "index.sqlite"
 GC_LOCK = "gc.lock"
