@@ -37,6 +37,7 @@ def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
     return {"XDG_DATA_HOME": str(tmp_path / "xdg"), **extra}
 
 
+@pytest.mark.slow
 def test_readers_never_create_a_store_and_name_where_they_looked(tmp_path: Path) -> None:
     cwd = tmp_path / "elsewhere"
     cwd.mkdir()
