@@ -201,8 +201,11 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def audit_wheel(wheel: Path, *, store: Store) -> AuditReport:
-    """Audit the wheel file at ``wheel`` against ``store``; see the module doc for statuses."""
+def audit_wheel(wheel: Path, *, store: Store | None) -> AuditReport:
+    """Audit the wheel file at ``wheel`` against ``store``; see the module doc for statuses.
+
+    ``store`` None: there is no store where the command looked, so nothing can be verified.
+    """
     try:
         st = os.stat(wheel)
     except FileNotFoundError:
@@ -218,7 +221,7 @@ def audit_wheel(wheel: Path, *, store: Store) -> AuditReport:
         raise UsageError(f"{wheel}: no such file") from None
     except OSError as exc:
         raise UsageError(f"{wheel}: cannot read: {exc.strerror or exc}") from exc
-    rows = store.index.by_wheel_digest(b3)
+    rows = store.index.by_wheel_digest(b3) if store is not None else []
     if rows:
         row = rows[0]
         sha = next((w.sha256 for w in row.wheels if w.blake3 == b3), "")
@@ -275,7 +278,7 @@ def _stamp_derivation(wheel: Path) -> dict[str, Any] | None:
     return dict(stamp.derivation) if stamp else None
 
 
-def _audit_unverified(wheel: Path, *, store: Store, b3: str, size: int) -> AuditReport:
+def _audit_unverified(wheel: Path, *, store: Store | None, b3: str, size: int) -> AuditReport:
     sha = _sha256(wheel)
 
     def report(status: str, problems: list[str], **more: Any) -> AuditReport:
@@ -306,7 +309,7 @@ def _audit_unverified(wheel: Path, *, store: Store, b3: str, size: int) -> Audit
         problems.append(
             f"the stamp's derivation does not hash to its input hash {stamp.input_hash}"
         )
-    built = store.index.get(stamp.input_hash)
+    built = store.index.get(stamp.input_hash) if store is not None else None
     status = TAMPERED if problems else CLAIMED
     links = _links_here(wheel)
     notes = (

@@ -8,6 +8,7 @@ builds of one derivation give byte-identical wheels.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import stat
 import time
@@ -30,11 +31,12 @@ from rocmforge.errors import (
 from rocmforge.provenance import make_statement, write_statement
 from rocmforge.resolve import Resolved
 from rocmforge.sandbox import Mount, Runner
+from rocmforge.scm import source_env
 from rocmforge.sources.identity import materialize_source
 from rocmforge.sources.refs import used_sources
 from rocmforge.stamp import stamp_wheel
 from rocmforge.store import layout
-from rocmforge.store.entry import Entry, WheelRecord, build_fields
+from rocmforge.store.entry import Entry, StepTiming, WheelRecord, build_fields
 from rocmforge.store.store import Store
 from rocmforge.util.fsutil import (
     disk_full_error,
@@ -123,6 +125,7 @@ def build_env(
         if name in host_env:
             env[name] = host_env[name]
     env.update(tc.env)
+    env.update(source_env(resolved))  # no .git in the build copy: version and commit (scm.py)
     env.update(recipe.env)
     env.update(
         {
@@ -162,6 +165,60 @@ def _masks(resolved: Resolved, empty: Path) -> list[Mount]:
     return [Mount(host=empty, inside=m) for m in kept]
 
 
+def _utc(ts: float) -> str:
+    """``2026-01-31T12:00:05Z``: the timestamp written into the build log before each step."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
+
+
+#: The repair step ``[build] repair = "auditwheel"`` adds after the build steps (in the sandbox,
+#: with the pinned auditwheel of the build venv); the host then swaps the repaired wheels in.
+REPAIR_DIR = ".repaired"
+REPAIR_SCRIPT = (
+    'rm -rf "$OUT/{dir}" && mkdir "$OUT/{dir}"\n'
+    'for w in "$OUT"/*.whl; do auditwheel repair --plat {policy} -w "$OUT/{dir}" "$w"; done'
+)
+
+
+def _swap_repaired(resolved: Resolved, out: Path) -> dict[str, Any]:
+    """Replace the wheels in ``out`` by the repaired ones in ``out/.repaired``; return the
+    record of the repair for the provenance (tool, policy, wheel names before and after)."""
+    build = resolved.recipe.build
+    before, after = out_wheels(out), out_wheels(out / REPAIR_DIR)
+    if not after:
+        raise BuildError(f"{build.repair} repair wrote no wheel (see the build log)")
+    for w in before:
+        w.unlink()
+    for w in after:
+        os.replace(w, out / w.name)
+    os.rmdir(out / REPAIR_DIR)
+    return {
+        "tool": build.repair,
+        "policy": build.repair_policy,
+        "wheels": [w.name for w in before],
+        "repaired": [w.name for w in after],
+    }
+
+
+def warn_foreign_runpaths(
+    resolved: Resolved, wheels: Sequence[Path], reporter: Reporter, log: BinaryIO
+) -> None:
+    """Warn about libraries whose RUNPATH points outside the wheel and the toolchain root
+    (a pyenv Python's ``-rpath`` into its prefix, say)."""
+    from rocmforge.toolchain.runpath import foreign_runpaths
+
+    tc_env = resolved.toolchain.env
+    roots = [tc_env[k] for k in ("ROCM_PATH", "ROCM_HOME", "HIP_PATH") if tc_env.get(k)]
+    for w in wheels:
+        for lib, bad in foreign_runpaths(w, allowed_roots=roots).items():
+            text = (
+                f"{w.name}: {lib} has RUNPATH {':'.join(bad)}, outside the wheel and the toolchain "
+                "root, so it looks for libraries on the build machine (a pyenv Python adds its "
+                "prefix); link without that -rpath or repair the wheel ([build] repair)"
+            )
+            log.write(f"rocmforge: warning: {text}\n".encode())
+            reporter.warning(text)
+
+
 def _run_steps(
     resolved: Resolved,
     runner: Runner,
@@ -169,8 +226,15 @@ def _run_steps(
     root: Path,
     log: BinaryIO,
     reporter: Reporter,
+    repaired: dict[str, Any] | None = None,
     extra: Sequence[Mount] = (),
-) -> None:
+) -> list[StepTiming]:
+    """Run the build steps (and the ``[build] repair`` step) in the sandbox; return each step's
+    start and duration. The repair's record goes into ``repaired`` (when given).
+
+    The log gets a ``rocmforge: [<UTC time>] step i/n: <command>`` line before each step and a
+    ``rocmforge: [<UTC time>] step i/n finished in N s`` line after it.
+    """
     mounts = [
         Mount(host=root / "src", inside="/build/src", writable=True),
         Mount(host=root / "venv", inside="/build/venv", writable=False),
@@ -192,10 +256,20 @@ def _run_steps(
     commands = [["/bin/sh", "-euc", s] for s in steps] or [
         [f"{paths['venv']}/bin/python", "-c", PEP517_FRONTEND, paths["out"]]
     ]
+    labels = [f"step {i}/{len(commands)}" if steps else "PEP 517 build"
+              for i in range(1, len(commands) + 1)]  # fmt: skip
+    shown = [argv[-1] if steps else "build_wheel" for argv in commands]
+    build = resolved.recipe.build
+    if build.repair:
+        script = REPAIR_SCRIPT.format(dir=REPAIR_DIR, policy=build.repair_policy)
+        commands.append(["/bin/sh", "-euc", script])
+        labels.append(f"repair ({build.repair})")
+        shown.append(script.replace("\n", "; "))
     deadline = time.monotonic() + resolved.recipe.build.timeout
-    for i, argv in enumerate(commands, 1):
-        label = f"step {i}/{len(commands)}" if steps else "PEP 517 build"
-        log.write(f"rocmforge: {label}: {argv[-1] if steps else 'build_wheel'}\n".encode())
+    timings: list[StepTiming] = []
+    for argv, label, command in zip(commands, labels, shown, strict=True):
+        started, clock = time.time(), time.monotonic()
+        log.write(f"rocmforge: [{_utc(started)}] {label}: {command}\n".encode())
         log.flush()
         result = runner.run(
             argv,
@@ -206,10 +280,21 @@ def _run_steps(
             log=log,
             on_line=reporter.log_line,
         )
+        seconds = round(time.monotonic() - clock, 3)
+        done = f"rocmforge: [{_utc(time.time())}] {label} finished in {seconds:.1f} s\n"
+        log.write(done.encode())
+        log.flush()
+        timings.append(StepTiming(label=label, command=command, started=started, seconds=seconds))
         if result.timed_out:
             raise BuildTimeout(f"{label} timed out after {resolved.recipe.build.timeout:.0f} s")
         if result.returncode != 0:
             raise BuildError(f"{label} exited with status {result.returncode}")
+    if build.repair:
+        record = _swap_repaired(resolved, root / "out")
+        log.write(f"rocmforge: repaired {record['wheels']} -> {record['repaired']}\n".encode())
+        if repaired is not None:
+            repaired.update(record)
+    return timings
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -221,6 +306,10 @@ class Staged:
     archs: Mapping[str, Any] | None
     #: Per wheel, the libraries its ELF files link and who provides them (see record_links).
     links: Mapping[str, list[dict[str, str]]] | None
+    #: Each build step's start and duration.
+    steps: tuple[StepTiming, ...] = ()
+    #: What ``[build] repair`` did (tool, policy, wheels before and after), if it ran.
+    repair: Mapping[str, Any] | None = None
 
 
 def _stage(
@@ -236,6 +325,7 @@ def _stage(
     wheels = out_wheels(root / "out")
     if not wheels:
         raise BuildError("the build finished but wrote no wheel into $OUT")
+    warn_foreign_runpaths(resolved, wheels, reporter, log)
     for w in wheels:
         # The stamp goes in before normalizing, so the final bytes (and RECORD) include it.
         stamp_wheel(w, input_hash=resolved.derivation.hash, derivation=resolved.derivation.data)
@@ -425,8 +515,12 @@ def _build_in(
         usr = prepare_view(view["packages"], view["links"], cache_dir=store.cache_dir)
         extra.append(Mount(host=usr, inside="/usr"))
         log.write(f"rocmforge: /usr is the view of {len(view['packages'])} packages\n".encode())
-    _run_steps(resolved, runner, root=root, log=log, reporter=reporter, extra=extra)
-    return _stage(resolved, root, runner, reporter, log, check_requirements)
+    repaired: dict[str, Any] = {}
+    timings = _run_steps(
+        resolved, runner, root=root, log=log, reporter=reporter, repaired=repaired, extra=extra
+    )
+    staged = _stage(resolved, root, runner, reporter, log, check_requirements)
+    return dataclasses.replace(staged, steps=tuple(timings), repair=repaired or None)
 
 
 def rebuild(
@@ -484,7 +578,7 @@ def build(
     started = time.time()
     with store.new_build_dir(drv.hash) as bd:
         root = bd.path
-        log_path = root / "build.log"
+        log_path = root / layout.BUILD_DIR_LOG
         for d in ("out", "home", "tmp"):
             (root / d).mkdir()
         try:
@@ -505,6 +599,9 @@ def build(
                 finished=finished,
                 links=staged.links,
             )
+            if staged.repair:  # what [build] repair did: the wheels before and after, the policy
+                internal = statement["predicate"]["buildDefinition"]["internalParameters"]
+                internal["repair"] = dict(staged.repair)
             write_statement(root / "entry" / layout.PROVENANCE, statement)
             meta = build_fields(
                 wheels=staged.records,
@@ -517,6 +614,7 @@ def build(
                 files=_file_digests(root / "entry"),
                 archs=staged.archs,
                 links=staged.links,
+                steps=staged.steps,
             )
             publish = store.replace if replace else store.publish
             entry = publish(

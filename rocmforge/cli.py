@@ -17,6 +17,7 @@ from pathlib import Path
 
 from rocmforge import __version__
 from rocmforge.commands import COMMANDS
+from rocmforge.commands._common import add_global_options, store_root
 from rocmforge.errors import (
     EXIT_BAD_INPUT,
     EXIT_INTERNAL,
@@ -36,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="rocmforge", description="Reproducible, content-addressed builds of Python wheels."
     )
     parser.add_argument("--version", action="version", version=f"rocmforge {__version__}")
+    add_global_options(parser)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMANDS:
         importlib.import_module(f"rocmforge.commands.{name}").register(sub)
@@ -74,6 +76,8 @@ def _render_error(exc: RocmforgeError, args: argparse.Namespace | None = None) -
             exc.note = f"in recipe {recipe}"
         for problem in exc.problems:
             print(f"error: {_short(str(problem))}", file=sys.stderr)
+        for problem in getattr(exc, "warnings", ()):  # a lint error's warnings, shown at once
+            print(f"warning: {_short(str(problem))}", file=sys.stderr)
         if exc.note:
             print(f"note: {exc.note}", file=sys.stderr)
         return
@@ -98,7 +102,7 @@ def _render_error(exc: RocmforgeError, args: argparse.Namespace | None = None) -
 
 
 def _store_of(args: argparse.Namespace) -> Path:
-    return Path(getattr(args, "store", None) or os.environ.get("ROCMFORGE_STORE") or "store")
+    return store_root(args)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -106,6 +110,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
+        if args.json and not getattr(args, "json_supported", False):
+            parser.error(f"{args.command} has no --json")
         return _run(args)
     except BrokenPipeError:
         return quiet_broken_pipe()

@@ -59,6 +59,9 @@ def make_derivation(
         "env": dict(recipe.env),
         "build": {"steps": list(recipe.build.steps)} if recipe.build.steps else {"pep517": True},
     }
+    if recipe.build.repair:  # absent otherwise, so recipes without it keep their hash
+        build = recipe.build
+        data["build"]["repair"] = {"tool": build.repair, "policy": build.repair_policy}
     if inputs:
         data["inputs"] = dict(inputs)
     if provisional:

@@ -24,6 +24,10 @@ from rocmforge.util.fsutil import json_bytes, write_atomic
 #: At most this many diagnoses are reported for one failure.
 MAX_DIAGNOSES = 3
 
+#: Lines rocmforge itself writes into a build log (``rocmforge: [time] step 1/2: <cmd>``): never
+#: evidence, or a step whose command quotes an error string would be blamed on its header line.
+OWN_LINE = "rocmforge: "
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Pattern:
@@ -175,6 +179,19 @@ PATTERNS: tuple[Pattern, ...] = (
         "`rocmforge doctor` lists what is masked",
     ),
     Pattern(
+        id="no-network",
+        regex=r"socket\.gaierror|Temporary failure in name resolution|Name or service not known"
+        r"|Could not resolve host|Failed to establish a new connection|Network is unreachable"
+        r"|No matching distribution found for|Could not find a version that satisfies the "
+        r"requirement|FetchContent\S*\.cmake|Failed to clone repository|fatal: unable to access "
+        r"'[a-z]+://",
+        cause="the build tried to use the network (a download, pip install, cmake FetchContent, "
+        "git clone), but the sandbox has no network",
+        fix="declare it as an input: a Python package in [requirements] build, a git dependency "
+        "as a submodule ([source] submodules = true), anything else as [inputs.NAME] (the build "
+        "finds it through that input's env variable)",
+    ),
+    Pattern(
         id="arch-not-supported",
         regex=r"invalid target ID '(gfx\w+)|cannot find ROCm device library for (?:target )?"
         r"'?(gfx\w+)",
@@ -212,8 +229,8 @@ def diagnose_lines(lines: Iterable[str], *, message: str = "") -> tuple[Diagnosi
     """
     found: dict[int, Diagnosis] = {}
     sources = [*(("log", n, s) for n, s in _lines(lines)), ("message", None, message)]
-    for _, number, text in sources:
-        if not text:
+    for origin, number, text in sources:
+        if not text or (origin == "log" and text.startswith(OWN_LINE)):
             continue
         for m in _COMBINED.finditer(text):
             group = m.lastgroup

@@ -187,11 +187,20 @@ def _valid(item: object) -> dict[str, object] | None:
 
 
 def _parse(argv: Sequence[str]) -> tuple[list[str], str] | None:
-    if not argv or argv[0] != "realize":
+    args = list(argv)
+    store: str | None = None
+    while args and args[0].startswith("--store"):  # a global option before the command
+        if args[0] == "--store" and len(args) > 1:
+            store = args[1]
+            del args[:2]
+        elif args[0].startswith("--store="):
+            store = args.pop(0).split("=", 1)[1]
+        else:
+            return None
+    if not args or args[0] != "realize":
         return None
     recipes: list[str] = []
-    store = os.environ.get("ROCMFORGE_STORE") or "store"
-    args = list(argv[1:])
+    args = args[1:]
     while args:
         a = args.pop(0)
         if a == "--store" and args:
@@ -202,7 +211,11 @@ def _parse(argv: Sequence[str]) -> tuple[list[str], str] | None:
             return None  # any other option: the full CLI handles it
         else:
             recipes.append(a)
-    return (recipes, store) if recipes else None
+    if not recipes:
+        return None
+    from rocmforge.store.locate import find_store  # os only: the same store the CLI picks
+
+    return recipes, find_store(store, recipes=recipes)[0]
 
 
 def fast_realize(argv: Sequence[str]) -> int | None:

@@ -275,6 +275,41 @@ def _remember(store: Store, r: Resolved, entry: Entry) -> None:
     )
 
 
+def _ago(seconds: float) -> str:
+    s = max(0, int(seconds))
+    return f"{s}s" if s < 60 else f"{s // 60}m{s % 60:02d}s" if s < 3600 else (
+        f"{s // 3600}h{s // 60 % 60:02d}m")  # fmt: skip
+
+
+def waiting_reporter(store: Store, drv: Any, reporter: Reporter) -> Callable[[], None]:
+    """Return the callback a realize runs while another process holds the build lock of
+    ``drv``: it says whose build it waits for (pid, started how long ago) and passes that
+    build's last log line on as progress."""
+    from rocmforge.store.running import running_build
+
+    said: list[object] = [None]
+    last: list[str] = [""]
+
+    def on_busy() -> None:
+        other = running_build(store, drv.hash)
+        who = (other.pid, other.started) if other is not None else None
+        if who != said[0]:
+            said[0] = who
+            what = f"the build of {drv.name} {drv.version} ({drv.hash[:12]})"
+            if other is None:
+                reporter.phase(f"waiting for {what} by another process")
+            else:
+                reporter.phase(
+                    f"waiting for {what} by pid {other.pid} "
+                    f"(started {_ago(time.time() - other.started)} ago)"
+                )
+        if other is not None and other.last_line and other.last_line != last[0]:
+            last[0] = other.last_line
+            reporter.log_line(f"[pid {other.pid}, log {other.log_bytes} bytes] {other.last_line}")
+
+    return on_busy
+
+
 def _finish(
     store: Store,
     r: Resolved,
@@ -371,7 +406,7 @@ def realize(
             roots.add(drv.hash)  # what we are about to build and publish
         wanted = sandbox
         built: str | None = None
-        with store.build_lock(drv.hash):
+        with store.build_lock(drv.hash, on_busy=waiting_reporter(store, drv, reporter)):
             entry = store.lookup(drv.hash, drv.name, drv.version)
             weaker = entry is not None and not satisfies(entry.meta.sandbox, wanted)
             if entry is None or weaker:

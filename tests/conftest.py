@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -42,6 +43,8 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     missing caches, every one of those runs would compile the package again.
     """
     compileall.compile_dir(REPO / "rocmforge", quiet=1)
+    # The per-user default store must never be the real one of whoever runs the tests.
+    os.environ["XDG_DATA_HOME"] = tempfile.mkdtemp(prefix="rocmforge-test-xdg-")
 
 
 def pip_args(*extra_dirs: Path) -> str:

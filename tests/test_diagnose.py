@@ -157,3 +157,26 @@ def test_every_pattern_is_documented() -> None:
     doc = (REPO / "docs" / "lints.md").read_text()
     for p in PATTERNS:
         assert f"| {p.id} |" in doc, p.id
+
+
+def test_the_line_is_the_evidence_not_the_step_header() -> None:
+    lines = [
+        "rocmforge: step 1/1: echo 'No GPU arch specified for ROCm build' >&2; exit 1",
+        "-- configuring",
+        "No GPU arch specified for ROCm build",
+    ]
+    (found,) = diagnose_lines(lines)
+    assert found.id == "no-gpu-arch" and found.line == 3
+
+
+@pytest.mark.slow
+def test_a_build_that_tries_the_network_is_told_to_declare_an_input(
+    tmp_path: Path, tiny_src: Path
+) -> None:
+    recipe = tmp_path / "net.toml"
+    step = "python -c 'import socket; socket.getaddrinfo(\\\"pypi.org\\\", 443)'"
+    recipe.write_text(TINY_RECIPE.format(src=tiny_src).replace(
+        'steps = ["python mkwheel.py $OUT tiny 0.1"]', f'steps = ["{step}"]'))  # fmt: skip
+    proc = rf("realize", recipe, "--store", tmp_path / "store")
+    assert proc.returncode == 1, proc.stderr
+    assert "the sandbox has no network" in proc.stderr and "declare it as an input" in proc.stderr

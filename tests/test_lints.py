@@ -107,6 +107,7 @@ def chain(*edits: Callable[[str], str]) -> Callable[[str], str]:
 ARCHS = 'archs = ["gfx942"]'
 BUILD_STEP = '"python setup.py bdist_wheel -d $OUT"'
 HIPIFY = '"python tools/amd_build/build_amd.py", '
+DEVELOP = '"python setup.py develop", "python setup.py bdist_wheel -d $OUT"'
 
 # (lint id, expected severity, edit, facts, a word the message must contain)
 CASES: dict[str, tuple[str, str, Callable[[str], str], LintFacts, str]] = {
@@ -205,17 +206,19 @@ CASES: dict[str, tuple[str, str, Callable[[str], str], LintFacts, str]] = {
     "setuptools80": (
         "RF153",
         "error",
-        sub("setuptools==75.6.0", "setuptools==80.9.0"),
+        chain(sub("setuptools==75.6.0", "setuptools==80.9.0"), sub(BUILD_STEP, DEVELOP)),
         BIG,
-        "< 80",
+        "pytorch#152276",
     ),
     "setuptools-unpinned": (
         "RF153",
         "warning",
-        sub('"setuptools==75.6.0", ', ""),
+        chain(sub('"setuptools==75.6.0", ', ""), sub(BUILD_STEP, DEVELOP)),
         BIG,
         "not pinned",
     ),
+    "rocm-path": ("RF125", "error", env("ROCM_PATH", "/opt/rocm-6.1.0"), BIG, "ROCM_HOME"),
+    "hip-path-root": ("RF125", "error", env("HIP_PATH", "/opt/rocm-6.1.0"), BIG, "HIP_PATH"),
     "no-aotriton": (
         "RF161",
         "error",
@@ -505,3 +508,78 @@ def test_realize_probes_and_lints_once(
     assert len(probes) == 1 and runs == ["tiny"], (probes, runs)
     warnings = [ln for ln in err.splitlines() if ln.startswith("warning:") and "RF121" in ln]
     assert len(warnings) == 1, err
+
+
+def _torch(version: str) -> Callable[[str], str]:
+    """Make GOOD a recipe of torch ``version`` (with a matching PYTORCH_BUILD_VERSION)."""
+    return chain(
+        sub('version = "2.5.1+rocm6.2"', f'version = "{version}"'),
+        env("PYTORCH_BUILD_VERSION", version),
+    )
+
+
+# (case, edit, lint ids expected): each version gate, once on each side of its boundary.
+GATES: dict[str, tuple[Callable[[str], str], list[str]]] = {
+    "hipify-2.8-needs-step": (chain(_torch("2.8.0"), sub(HIPIFY, "")), ["RF151"]),
+    "hipify-2.9-runs-it-itself": (chain(_torch("2.9.0"), sub(HIPIFY, "")), []),
+    "hipify-2.9-pre-release": (chain(_torch("2.9.0rc1"), sub(HIPIFY, "")), []),
+    "aotriton-2.2-no-attention": (
+        chain(_torch("2.2.2"), drop("[inputs"), drop('path = "aotriton"'), drop('env = "AOT')),
+        [],
+    ),
+    "aotriton-2.3-needs-input": (
+        chain(_torch("2.3.0"), drop("[inputs"), drop('path = "aotriton"'), drop('env = "AOT')),
+        ["RF161"],
+    ),
+    "setuptools80-bdist-wheel-works": (sub("setuptools==75.6.0", "setuptools==80.9.0"), []),
+    "setuptools80-develop-breaks": (
+        chain(sub("setuptools==75.6.0", "setuptools==80.9.0"), sub(BUILD_STEP, DEVELOP)),
+        ["RF153"],
+    ),
+    "setuptools80-install-breaks": (
+        chain(
+            sub("setuptools==75.6.0", "setuptools==80.9.0"),
+            sub(BUILD_STEP, '"python setup.py install", "cp dist/*.whl $OUT"'),
+        ),
+        ["RF153"],
+    ),
+    "setuptools80-not-torch": (
+        chain(
+            sub('name = "torch"', 'name = "msgpack"'),
+            sub("setuptools==75.6.0", "setuptools==80.9.0"),
+            sub(BUILD_STEP, DEVELOP),
+            drop("PYTORCH_BUILD"),
+        ),
+        [],
+    ),
+    "rocm-path-without-rocm-toolchain": (
+        chain(drop("kind = "), drop("rocm = "), drop("root = "), env("ROCM_PATH", "/x")),
+        [],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(GATES))
+def test_version_gated_rules_on_each_side(case: str, tmp_path: Path) -> None:
+    edit, expected = GATES[case]
+    findings = lint_recipe(_load(edit(GOOD), tmp_path), BIG)
+    assert [f.id for f in findings] == expected, findings
+
+
+def test_errors_and_warnings_are_shown_at_once_errors_first(tmp_path: Path) -> None:
+    file = tmp_path / "r.toml"
+    file.write_text(chain(env("PYTORCH_ROCM_ARCH", "gfx90a,gfx942"), drop("archs"),
+                          env("RCCL_HOME", "/opt/rocm/rccl"))(GOOD))  # fmt: skip
+    r = rf("plan", str(file), "--store", str(tmp_path / "store"))
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.splitlines()
+    error = next(i for i, ln in enumerate(lines) if "RF101" in ln)
+    warning = next(i for i, ln in enumerate(lines) if "RF121" in ln)
+    assert lines[error].startswith("error:") and lines[warning].startswith("warning:")
+    assert error < warning
+
+
+def test_rf102_names_the_declared_version_readably(tmp_path: Path) -> None:
+    [f] = lint_recipe(_load(sub('rocm = "6.2.4"', 'rocm = "5.2.0"')(GOOD), tmp_path), BIG)
+    assert f.id == "RF102"
+    assert f.message.endswith("but [toolchain] rocm declares ROCm 5.2.0"), f.message

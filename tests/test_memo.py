@@ -360,6 +360,9 @@ def test_code_change_is_seen(tiny_recipe: Path, tmp_path: Path, store: Path) -> 
 #: Every key path of a derivation (``env`` and ``inputs`` names as ``*``, list items as ``[]``,
 #: down to DEPTH levels) -> the test above showing that changing it makes the memo fall through.
 KEY_CASES = {
+    # [build] repair / repair-policy are recipe keys: a recipe edit is seen.
+    "build.repair.tool": "test_recipe_edit_is_seen",
+    "build.repair.policy": "test_recipe_edit_is_seen",
     "builder": "test_code_change_is_seen",
     # The machine: a store shared between machines sees other toolchain executables (other
     # stat signatures), so the toolchain guards stand for it.

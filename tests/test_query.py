@@ -85,3 +85,18 @@ def test_show_by_prefix_path_and_wheel(three: dict[str, dict], store: Path, tmp_
     assert 'env.ARCHS = "gfx90a;gfx942"' in text and a["path"] in text
     missing = rf("show", "ffffff", "--store", store)
     assert missing.returncode == 2
+
+
+@pytest.mark.slow
+def test_query_shows_the_env_values_it_matched_on(three: dict[str, dict], store: Path) -> None:
+    proc = rf("query", "--store", store, "--json", "--env", "ARCHS~gfx90a", "--env", "TINY_FLAG=on")
+    assert proc.returncode == 0, proc.stderr
+    found = {e["hash"]: e["env"] for e in json.loads(proc.stdout)}
+    assert found == {
+        three["a"]["hash"]: {"ARCHS": "gfx90a;gfx942", "TINY_FLAG": "on"},
+        three["c"]["hash"]: {"ARCHS": "gfx90a", "TINY_FLAG": "on"},
+    }
+    text = rf("query", "--store", store, "--env", "ARCHS~gfx90a").stdout.splitlines()
+    assert text[0].split()[-1] == "ARCHS"
+    row = next(ln for ln in text if ln.startswith(three["a"]["hash"][:12]))
+    assert row.split()[-1] == "gfx90a;gfx942"

@@ -11,20 +11,42 @@ import time
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from rocmforge.errors import StoreError
+
 if TYPE_CHECKING:
+    from rocmforge.store.entry import Entry
     from rocmforge.store.store import Store
 
 
+STORE_HELP = (
+    "store directory (default: the first store found walking up from the recipe's directory, "
+    "then the current one; else $ROCMFORGE_STORE; else $XDG_DATA_HOME/rocmforge/store)"
+)
+
+JSON_HELP = "print a JSON report on stdout"
+
+
 def add_store_option(parser: argparse.ArgumentParser) -> None:
-    """Add ``--store DIR`` to a command's parser."""
-    parser.add_argument(
-        "--store", metavar="DIR", help="store directory (default: $ROCMFORGE_STORE or ./store)"
-    )
+    """Add ``--store DIR`` to a command's parser (also accepted before the command).
+
+    The default is suppressed so that a ``--store`` given before the command (on the main
+    parser) is not overwritten by the command's own unset option.
+    """
+    parser.add_argument("--store", metavar="DIR", default=argparse.SUPPRESS, help=STORE_HELP)
 
 
 def add_json_option(parser: argparse.ArgumentParser) -> None:
-    """Add ``--json`` to a command's parser."""
-    parser.add_argument("--json", action="store_true", help="print a JSON report on stdout")
+    """Add ``--json`` to a command's parser (also accepted before the command)."""
+    parser.add_argument(
+        "--json", action="store_true", default=argparse.SUPPRESS, help=JSON_HELP
+    )
+    parser.set_defaults(json_supported=True)
+
+
+def add_global_options(parser: argparse.ArgumentParser) -> None:
+    """Add the options every command also accepts before its name (``rocmforge --store X ...``)."""
+    parser.add_argument("--store", metavar="DIR", default=None, help=STORE_HELP)
+    parser.add_argument("--json", action="store_true", default=False, help=JSON_HELP)
 
 
 def count(text: str) -> int:
@@ -38,26 +60,91 @@ def count(text: str) -> int:
     return value
 
 
+def _recipes_of(args: argparse.Namespace) -> list[str]:
+    """The files named on the command line where the store search starts: recipes, and wheels
+    or entry paths (a wheel in ``store/entries/...`` finds its own store)."""
+    given = [*(getattr(args, "recipes", None) or []), *(getattr(args, "wheels", None) or []),
+             *(getattr(args, a, None) for a in ("recipe", "target", "a", "b"))]  # fmt: skip
+    return [str(r) for r in given if r and (os.path.isfile(r) or os.path.isdir(r))]
+
+
+def store_choice(args: argparse.Namespace) -> tuple[Path, str]:
+    """Return the store directory the command uses and how it was chosen
+    (:func:`rocmforge.store.locate.find_store`)."""
+    from rocmforge.store.locate import find_store
+
+    root, how = find_store(getattr(args, "store", None), recipes=_recipes_of(args))
+    return Path(root), how
+
+
 def store_root(args: argparse.Namespace) -> Path:
-    """Return the store directory chosen by ``--store``, ``$ROCMFORGE_STORE`` or the default."""
-    return Path(args.store or os.environ.get("ROCMFORGE_STORE") or "store")
+    """Return the store directory the command uses (see :func:`store_choice`)."""
+    return store_choice(args)[0]
 
 
 def _warn(message: str) -> None:
     print(f"warning: {message}", file=sys.stderr)
 
 
-def open_store(args: argparse.Namespace) -> Store:
-    """Open (creating if needed) the store chosen on the command line.
+def open_store(args: argparse.Namespace, *, create: bool = False) -> Store:
+    """Open the store chosen on the command line.
 
-    Repairs the store makes on its own are printed as warnings; entries whose publish died
-    before indexing them are indexed now (cheap when there are none).
+    Only commands that build or fetch (``create=True``: realize, plan, lock) make a new store,
+    and say where on stderr; every other command raises :class:`NoStoreError` (exit 3) naming
+    the directory it looked at, and creates nothing. Repairs the store makes on its own are
+    printed as warnings; entries whose publish died before indexing them are indexed now (cheap
+    when there are none).
     """
+    from rocmforge.store.locate import BY_OPTION, is_store
     from rocmforge.store.store import open_store as _open
 
-    store = _open(store_root(args), on_warning=_warn)
+    root, how = store_choice(args)
+    if not is_store(str(root)):
+        if not create:
+            raise NoStoreError(root, how)
+        if how != BY_OPTION:  # a store found by the search: say where it goes
+            print(f"rocmforge: creating a new store at {root} ({how})", file=sys.stderr)
+    store = _open(root, on_warning=_warn)
     store.heal_pending()
     return store
+
+
+def is_recipe_target(target: str) -> bool:
+    """True when a command's TARGET names a recipe file (rather than a hash, entry or path)."""
+    return target.endswith(".toml") and os.path.isfile(target)
+
+
+def entry_of(store: Store, target: str) -> Entry:
+    """Return the entry a TARGET names: a recipe (the entry of its current input hash), an input
+    hash (prefix), an entry name or a path in the store. The one place commands resolve targets.
+    """
+    if not is_recipe_target(target):
+        return store.resolve(target)
+    from rocmforge.errors import RequirementError, UsageError
+    from rocmforge.realize import plan
+    from rocmforge.recipe.load import load_recipe
+
+    try:
+        report = plan(load_recipe(target), store=store, fetcher=None)
+    except RequirementError as exc:
+        raise UsageError(f"{target}: never built here ({exc})") from exc
+    if report.path is None:
+        raise UsageError(
+            f"{target}: its input hash {report.hash} is not built in {store.root} "
+            "(rocmforge realize builds it)"
+        )
+    return store.load(Path(report.path))
+
+
+class NoStoreError(StoreError):
+    """A command that only reads found no store where it looked (and created none)."""
+
+    def __init__(self, root: Path, how: str) -> None:
+        super().__init__(
+            f"no rocmforge store at {root} ({how}); nothing was created. Pass --store DIR of "
+            "an existing store, or build something there first (rocmforge realize creates it)"
+        )
+        self.root = root
 
 
 def emit_json(data: Any) -> None:
@@ -65,13 +152,30 @@ def emit_json(data: Any) -> None:
     print(json.dumps(data, indent=2, sort_keys=True))
 
 
-class ConsoleReporter:
-    """Progress on stderr: one live status line on a TTY, plain phase lines otherwise."""
+#: Seconds between two heartbeat lines off a terminal (``realize --heartbeat``).
+HEARTBEAT_SECONDS = 60.0
 
-    def __init__(self, stream: IO[str], *, label: str, verbose: bool = False) -> None:
+
+class ConsoleReporter:
+    """Progress on stderr: one live status line on a TTY, plain phase lines otherwise.
+
+    Off a terminal (CI logs, nohup, Slurm) a heartbeat line every ``heartbeat`` seconds says the
+    work is alive: phase, elapsed time, the size of the build output so far and its last line.
+    """
+
+    def __init__(
+        self,
+        stream: IO[str],
+        *,
+        label: str,
+        verbose: bool = False,
+        heartbeat: float = HEARTBEAT_SECONDS,
+    ) -> None:
         self.stream = stream
         self.label = label
         self.verbose = verbose
+        self.heartbeat = heartbeat
+        self.log_bytes = 0
         self.tty = stream.isatty()
         self.started = time.monotonic()
         self.current = "resolve"
@@ -82,6 +186,9 @@ class ConsoleReporter:
         self._ticker: threading.Thread | None = None
         if self.tty:
             self._ticker = threading.Thread(target=self._tick, daemon=True)
+            self._ticker.start()
+        elif heartbeat > 0:
+            self._ticker = threading.Thread(target=self._beat, daemon=True)
             self._ticker.start()
 
     def _elapsed(self) -> str:
@@ -104,6 +211,24 @@ class ConsoleReporter:
         while not self._stop.wait(1.0):
             self._draw()
 
+    def _beat(self) -> None:
+        while not self._stop.wait(self.heartbeat):
+            self.beat()
+
+    def beat(self) -> None:
+        """Print one heartbeat line (off a terminal): phase, elapsed, output size, last line."""
+        size = self.log_bytes
+        shown = (f"{size / 1024**2:.1f} MB" if size >= 1024**2
+                 else f"{size / 1024:.1f} kB" if size >= 1024 else f"{size} B")  # fmt: skip
+        last = f"; last: {self.last[:200]}" if self.last else ""
+        with self._lock:
+            print(
+                f"rocmforge: {self.label}: {self.current} still running (+{self._elapsed()}); "
+                f"output {shown}{last}",
+                file=self.stream,
+                flush=True,
+            )
+
     def phase(self, name: str) -> None:
         """Show that a new phase started."""
         self.current = name
@@ -115,6 +240,7 @@ class ConsoleReporter:
     def log_line(self, line: str) -> None:
         """Remember (TTY) or echo (``--verbose``) one line of build output."""
         self.last = line.strip()
+        self.log_bytes += len(line.encode("utf-8", "replace")) + (not line.endswith("\n"))
         if self.tty:
             if time.monotonic() - self._drawn > 0.1:
                 self._draw()
@@ -134,6 +260,6 @@ class ConsoleReporter:
                 self.stream.flush()
 
     def close(self) -> None:
-        """Stop the ticker and erase the status line."""
+        """Stop the ticker (or heartbeat) and erase the status line."""
         self._stop.set()
         self.clear()

@@ -8,11 +8,18 @@ input hash into other bytes), 2 bad input (no such file).
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from rocmforge.commands._common import add_json_option, add_store_option, emit_json, open_store
+from rocmforge.commands._common import (
+    add_json_option,
+    add_store_option,
+    emit_json,
+    open_store,
+    store_choice,
+)
 
 EPILOG = """\
 statuses:
@@ -54,8 +61,15 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """``rocmforge audit WHEEL...``: print one screen per wheel; exit by the worst status."""
     from rocmforge.audit import audit_wheel, worst_exit_code
+    from rocmforge.store.locate import is_store
 
-    store = open_store(args)
+    root, how = store_choice(args)
+    store = open_store(args) if is_store(str(root)) else None  # a reader never creates one
+    print(
+        f"rocmforge: auditing against the store at {root} ({how})"
+        + ("" if store else ": there is no store there, so nothing can be verified"),
+        file=sys.stderr,
+    )
     reports = [audit_wheel(Path(w), store=store) for w in args.wheels]
     if args.json:
         emit_json([r.to_json() for r in reports])

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from rocmforge.commands._common import add_json_option, emit_json
+from rocmforge.commands._common import add_json_option, add_store_option, emit_json, store_choice
 
 
 def register(sub: Any) -> None:
@@ -22,6 +22,7 @@ def register(sub: Any) -> None:
         default="/",
         help="look for /opt/rocm* and /usr under DIR (a container image, a chroot)",
     )
+    add_store_option(p)
     add_json_option(p)
     p.set_defaults(func=run)
 
@@ -33,13 +34,25 @@ def run(args: argparse.Namespace) -> int:
 
     recipe = load_recipe(args.recipe) if args.recipe else None
     report = doctor(recipe, env=os.environ, sysroot=Path(args.sysroot))
+    store = store_info(args)
     if args.json:
-        emit_json(report.to_json())
+        emit_json({**report.to_json(), "store": store})
     else:
-        for line in render(report, recipe):
+        lines = render(report, recipe)
+        state = "exists" if store["exists"] else "not created yet: realize creates it"
+        lines.insert(1, f"  store:     {store['path']} ({store['how']}; {state})")
+        for line in lines:
             print(line)
     # 1 when realize of the recipe would stop (a lint error, a missing or mismatched toolchain)
     return 1 if recipe is not None and report.blocking else 0
+
+
+def store_info(args: argparse.Namespace) -> dict[str, Any]:
+    """The store the other commands would use here: path, how it was found, whether it exists."""
+    from rocmforge.store.locate import is_store
+
+    root, how = store_choice(args)
+    return {"path": str(root), "how": how, "exists": is_store(str(root))}
 
 
 def render(report: Any, recipe: Any) -> list[str]:

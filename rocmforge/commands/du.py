@@ -26,12 +26,15 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """``rocmforge du``: print sizes by area, by package and the biggest entries."""
+    from rocmforge.store.failed import gather_failed
     from rocmforge.store.gc import format_age, format_size
     from rocmforge.store.usage import disk_usage
 
-    usage = disk_usage(open_store(args))
+    store = open_store(args)
+    usage = disk_usage(store)
+    failed = gather_failed(store)
     if args.json:
-        emit_json(usage.to_json())
+        emit_json({**usage.to_json(), "failed": [i.to_json() for i in failed]})
         return 0
     print(f"total {format_size(usage.total)}")
     for area, size in usage.areas:
@@ -49,4 +52,11 @@ def run(args: argparse.Namespace) -> int:
                 f"  {format_size(e.size):>10}  {e.dirname}  used {format_age(now - e.last_used)}"
                 f" ago{rooted}"
             )
+    if failed:
+        total = sum(i.size for i in failed)
+        print(f"failed builds ({format_size(total)}; rocmforge gc --failed deletes them):")
+        now = time.time()
+        for i in failed[: max(args.top, 1)]:
+            age = format_age(now - i.mtime)
+            print(f"  {format_size(i.size):>10}  {i.kind}: {i.name}  {age} old")
     return 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from typing import Any
 
 from rocmforge.commands._common import add_json_option, add_store_option, emit_json, open_store
@@ -28,7 +29,9 @@ def run(args: argparse.Namespace) -> int:
     from rocmforge.explain import diff_derivations, load_side
     from rocmforge.sources.requirements import PipFetcher
 
-    store = open_store(args)
+    # Comparing recipes plans them (fetching requirements into the store's caches).
+    recipes = [t for t in (args.a, args.b) if str(t).endswith(".toml") and os.path.isfile(t)]
+    store = open_store(args, create=bool(recipes))
     fetcher = PipFetcher()
     a = load_side(args.a, store=store, fetcher=fetcher)
     b = load_side(args.b, store=store, fetcher=fetcher)

@@ -45,6 +45,12 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--keep-sources", action="store_true", help="keep git mirrors, wheels and tree caches"
     )
+    p.add_argument(
+        "--failed",
+        action="store_true",
+        help="instead: delete what failed builds left (--keep-failed build dirs, failed/ logs); "
+        "with --older-than only those not touched for that long",
+    )
     add_json_option(p)
     p.set_defaults(func=run)
 
@@ -66,8 +72,10 @@ def run(args: argparse.Namespace) -> int:
         size = parse_size(args.max_size) if args.max_size is not None else None
     except ValueError as exc:
         raise UsageError(f"--max-size: {exc}") from exc
-    policies = Policies(keep_last=args.keep_last, older_than=older, max_size=size)
     store = open_store(args)
+    if args.failed:
+        return _run_failed(args, store, older)
+    policies = Policies(keep_last=args.keep_last, older_than=older, max_size=size)
     report = collect_garbage(
         store,
         policies,
@@ -100,4 +108,23 @@ def run(args: argparse.Namespace) -> int:
         f"{len(report.plan.delete)} entries, {len(report.sources)} source caches; "
         f"{kept} entries kept ({format_size(report.plan.size_after)})"
     )
+    return 0
+
+
+def _run_failed(args: argparse.Namespace, store: Any, older: float | None) -> int:
+    """``gc --failed``: delete kept build directories and failed logs (by age if asked)."""
+    from rocmforge.store.failed import collect_failed
+    from rocmforge.store.gc import format_size
+
+    if args.keep_last is not None or args.max_size is not None:
+        raise UsageError("--failed takes only --older-than (entries are not touched)")
+    gone = collect_failed(store, older_than=older, dry_run=args.dry_run)
+    freed = sum(i.size for i in gone)
+    if args.json:
+        emit_json({"dry_run": args.dry_run, "freed": freed, "failed": [i.to_json() for i in gone]})
+        return 0
+    verb = "would delete" if args.dry_run else "deleted"
+    for i in gone:
+        print(f"{verb} {i.kind} {i.name}  {format_size(i.size)}")
+    print(f"{'would free' if args.dry_run else 'freed'} {format_size(freed)}: {len(gone)} items")
     return 0

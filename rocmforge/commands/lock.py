@@ -30,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
     from rocmforge.lock import lock_recipe
     from rocmforge.sources.requirements import PipFetcher
 
-    store = open_store(args)
+    store = open_store(args, create=True)
     reports = [
         lock_recipe(Path(r), store=store, fetcher=PipFetcher(), write=not args.check)
         for r in args.recipes

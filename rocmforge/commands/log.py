@@ -27,8 +27,11 @@ def run(args: argparse.Namespace) -> int:
     """``rocmforge log TARGET``: print the build log of an entry or of the last failed build."""
     import zstandard
 
+    target = args.target
+    if os.path.exists(target) and not (os.path.isfile(target) or os.path.isdir(target)):
+        raise UsageError(f"{target}: not a regular file, a recipe or a store entry")
     store = open_store(args)
-    path = _find_log(store, args.target)
+    path = _find_log(store, target)
     out = sys.stdout.buffer
     with open(path, "rb") as f:
         zstandard.ZstdDecompressor().copy_stream(f, out)

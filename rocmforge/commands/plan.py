@@ -26,7 +26,7 @@ def run(args: argparse.Namespace) -> int:
     from rocmforge.recipe.load import load_recipe
     from rocmforge.sources.requirements import PipFetcher
 
-    store = open_store(args)
+    store = open_store(args, create=True)
     recipe = load_recipe(args.recipe)
     report = plan(recipe, store=store, fetcher=PipFetcher())
     for finding in report.lints:
@@ -35,7 +35,6 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(report.to_json())
         return 0
-    print(json.dumps(report.derivation, indent=2, sort_keys=True))
     print(f"name:    {report.name} {report.version}")
     if report.provisional:
         print(f"hash:    {report.hash} (provisional: not everything could be resolved here)")
@@ -49,4 +48,29 @@ def run(args: argparse.Namespace) -> int:
         print(f"nearest cached build {report.nearest.hash[:12]} differs in:")
         for d in report.nearest.differences:
             print(f"  {d}")
+    print("derivation:")
+    for line in derivation_lines(report.derivation, indent=1):
+        print(line)
     return 0
+
+
+def derivation_lines(value: Any, *, indent: int = 0) -> list[str]:
+    """Return a derivation as indented ``key: value`` lines (sorted keys, lists as ``- item``).
+
+    Scalars are shown as JSON (strings quoted), so the text reads like the JSON of ``--json``
+    without its braces; an empty table or list shows as ``{}`` / ``[]``.
+    """
+    pad = "  " * indent
+    out: list[str] = []
+    items: list[tuple[str, Any]] = (
+        [(f"{k}:", v) for k, v in sorted(value.items())]
+        if isinstance(value, dict)
+        else [("-", v) for v in value]
+    )
+    for label, v in items:
+        if isinstance(v, dict | list) and v:
+            out.append(f"{pad}{label}")
+            out.extend(derivation_lines(v, indent=indent + 1))
+        else:
+            out.append(f"{pad}{label} {json.dumps(v, sort_keys=True)}")
+    return out

@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         emit_json([e.to_json() for e in found])
     else:
-        print_table(found)
+        print_table(found, env_keys=list(dict.fromkeys(f.key for f in filters)))
     return 0
 
 
@@ -59,9 +59,12 @@ def human_time(ts: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M", time.gmtime(ts))
 
 
-def print_table(entries: Sequence[Any]) -> None:
-    """Print entries as a table: hash prefix, name, version, size, created, last used, roots."""
-    header = ("HASH", "NAME", "VERSION", "SIZE", "CREATED (UTC)", "LAST USED (UTC)", "ROOTS")
+def print_table(entries: Sequence[Any], env_keys: Sequence[str] = ()) -> None:
+    """Print entries as a table: hash prefix, name, version, size, created, last used, roots,
+    then one column per ``env_keys`` (the values ``query --env`` matched on)."""
+    header = (
+        "HASH", "NAME", "VERSION", "SIZE", "CREATED (UTC)", "LAST USED (UTC)", "ROOTS", *env_keys
+    )  # fmt: skip
     rows = [
         (
             e.row.hash[:12],
@@ -71,6 +74,7 @@ def print_table(entries: Sequence[Any]) -> None:
             human_time(e.row.created),
             human_time(e.last_used),
             str(len(e.roots)) if e.roots else "-",
+            *(e.env.get(k, "-") for k in env_keys),
         )
         for e in entries
     ]

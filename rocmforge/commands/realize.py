@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from rocmforge.commands._common import (
+    HEARTBEAT_SECONDS,
     ConsoleReporter,
     add_json_option,
     add_store_option,
@@ -44,6 +45,14 @@ def register(sub: Any) -> None:
         help="rebuild the cached build in a fresh sandbox and compare the wheels byte for byte "
         "(exit 1 if they differ, listing the files inside the wheel that differ)",
     )
+    p.add_argument(
+        "--heartbeat",
+        type=float,
+        default=HEARTBEAT_SECONDS,
+        metavar="SECONDS",
+        help=f"off a terminal, print a progress line every SECONDS (default {HEARTBEAT_SECONDS:.0f}"
+        "; 0: never)",
+    )
     add_json_option(p)
     p.set_defaults(func=run)
 
@@ -61,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     links = [_link(args.out_link, i) for i in range(len(recipes))] if args.out_link else []
     for out in links:  # a bad -o LINK stops before any build, not after
         check_link(out)
-    store = open_store(args)
+    store = open_store(args, create=True)
     fetcher = PipFetcher()
 
     def runner_factory() -> Any:
@@ -79,7 +88,9 @@ def run(args: argparse.Namespace) -> int:
     reports = []
     for i, recipe in enumerate(recipes):
         link = links[i] if links else None
-        reporter = ConsoleReporter(sys.stderr, label=recipe.package.name, verbose=args.verbose)
+        reporter = ConsoleReporter(
+            sys.stderr, label=recipe.package.name, verbose=args.verbose, heartbeat=args.heartbeat
+        )
         try:
             report = realize(
                 recipe,

@@ -45,6 +45,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"  sandbox      {meta.sandbox if meta.sandbox is not None else '-'}")
     if run.get("started"):
         print(f"  built        {run['started']} .. {run['finished']} on {run['host']}")
+    for t in meta.steps or ():
+        print(f"  {t.label:<13}{_duration(t.seconds):>9}  {t.command}")
     for w in meta.wheels:
         print(f"  wheel        {w.file} ({human_size(w.size or 0)})")
         print(f"    sha256     {w.sha256}")
@@ -65,6 +67,14 @@ def run(args: argparse.Namespace) -> int:
         for key, value in sorted(flatten(drv).items()):
             print(f"    {key} = {show_value(key, value) if key.startswith('env.') else value}")
     return 0
+
+
+def _duration(seconds: float) -> str:
+    """``4.2 s``, ``12m05s`` or ``3h02m``: a step's duration as ``show`` prints it."""
+    s = int(seconds)
+    if s < 60:
+        return f"{seconds:.1f} s"
+    return f"{s // 60}m{s % 60:02d}s" if s < 3600 else f"{s // 3600}h{s // 60 % 60:02d}m"
 
 
 def _show(args: argparse.Namespace) -> EntryDetails:

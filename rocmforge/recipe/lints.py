@@ -90,7 +90,11 @@ class LintError(RecipeError):
     """A recipe has error lints it does not acknowledge; raised before anything is fetched."""
 
     def __init__(
-        self, recipe_file: Path, findings: tuple[Finding, ...], problems: list[Problem]
+        self,
+        recipe_file: Path,
+        findings: tuple[Finding, ...],
+        problems: list[Problem],
+        warnings: tuple[Problem, ...] = (),
     ) -> None:
         super().__init__(
             problems,
@@ -99,6 +103,8 @@ class LintError(RecipeError):
         )
         self.recipe_file = recipe_file
         self.findings = findings
+        #: The recipe's unacknowledged warnings, shown after the errors (all findings at once).
+        self.warnings = warnings
 
 
 RULES: dict[str, Rule] = {
@@ -130,18 +136,20 @@ RULES: dict[str, Rule] = {
              summary="HIP_PATH ending in /hip"),
         Rule(id="RF124", name="hcc-target", severity="warning",
              summary="HCC_AMDGPU_TARGET is a leftover of the retired HCC compiler"),
+        Rule(id="RF125", name="toolchain-env-override", severity="error",
+             summary="[env] overrides ROCM_PATH, ROCM_HOME or HIP_PATH (the toolchain sets them)"),
         Rule(id="RF131", name="runtime-env", severity="error",
              summary="a runtime-only variable in the hashed [env]"),
         Rule(id="RF141", name="rccl-needs-nccl", severity="error",
              summary="USE_RCCL needs USE_NCCL and USE_DISTRIBUTED"),
         Rule(id="RF151", name="hipify-step", severity="error",
-             summary="a PyTorch ROCm build must run tools/amd_build/build_amd.py once, first"),
+             summary="PyTorch < 2.9 on ROCm must run tools/amd_build/build_amd.py once, first"),
         Rule(id="RF152", name="cmake-4", severity="error",
              summary="PyTorch <= 2.6 does not configure with CMake >= 4"),
         Rule(id="RF153", name="setuptools-80", severity="error",
-             summary="setup.py builds need setuptools < 80"),
+             summary="torch's setup.py develop/install need setuptools < 80"),
         Rule(id="RF161", name="aotriton-input", severity="error",
-             summary="flash / memory-efficient attention need AOTriton as an input"),
+             summary="torch >= 2.3: flash / memory-efficient attention need AOTriton as an input"),
         Rule(id="RF162", name="aotriton-arch", severity="warning",
              summary="AOTriton supports only some archs (gfx90a, gfx942)"),
         Rule(id="RF171", name="build-version", severity="error",
@@ -209,6 +217,8 @@ RUNTIME_ENV = frozenset(
     {"HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL",
      "HSA_OVERRIDE_GFX_VERSION", "AMD_LOG_LEVEL", "RCCL_NET_PLUGIN"}
 )  # fmt: skip
+#: What the rocm toolchain sets from its root (toolchain/rocm.py); [env] must not override it.
+TOOLCHAIN_ENV = ("ROCM_PATH", "ROCM_HOME", "HIP_PATH")
 NCCL_BUILD_ENV = frozenset({"NCCL_ROOT", "NCCL_ROOT_DIR", "NCCL_INCLUDE_DIR", "NCCL_LIB_DIR"})
 
 _FALSE = frozenset({"0", "OFF", "NO", "FALSE", "N"})
@@ -216,6 +226,17 @@ _TRUE = frozenset({"1", "ON", "YES", "TRUE", "Y"})
 _PIN = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*(\S+)\s*$")
 _HIPIFY = re.compile(r"tools/amd_build/build_amd\.py")
 _BUILD_CMD = re.compile(r"setup\.py|pip\s+wheel|pip\s+install|-m\s+build\b")
+#: The setup.py commands setuptools 80 broke for torch (pytorch#152276); bdist_wheel still works.
+_SETUP_DEVELOP = re.compile(r"setup\.py\b[^;&|]*\b(develop|install)\b")
+
+# --- version gates (docs/lints.md lists each range; tests cover both sides) ---------------------
+
+#: RF151: torch releases before this need the hipify step in the recipe; from it on, torch's
+#: own build (setup.py / its PEP 517 backend) runs hipify itself.
+HIPIFY_BY_TORCH_SINCE = "2.9"
+#: RF161: ROCm flash / memory-efficient attention (built on AOTriton) arrived in torch 2.3
+#: (pytorch#115981); older torch builds them off on ROCm and downloads nothing.
+AOTRITON_SINCE = "2.3"
 
 # --- helpers ------------------------------------------------------------------------------------
 
@@ -262,6 +283,23 @@ def is_rocm(recipe: Recipe) -> bool:
 def is_torch(recipe: Recipe) -> bool:
     """A PyTorch build (``[package] name = "torch"``)."""
     return bool(recipe.package.name.lower() == "torch")
+
+
+def torch_in_range(recipe: Recipe, *, since: str | None = None, before: str | None = None) -> bool:
+    """True for a torch recipe whose ``[package] version`` is in ``[since, before)``.
+
+    Only the release numbers count (``2.5.1+rocm6.2`` is 2.5.1; a pre-release of 2.9 is 2.9). A
+    version that does not parse is in every range: a gated rule then errs on the side of firing.
+    """
+    if not is_torch(recipe):
+        return False
+    have = _version(recipe.package.version)
+    if have is None:
+        return True
+    low, high = _version(since) if since else None, _version(before) if before else None
+    if low is not None and have.release < low.release:
+        return False
+    return not (high is not None and have.release >= high.release)
 
 
 def split_archs(value: str) -> list[str]:
@@ -383,7 +421,7 @@ def _too_old(rule_id: str, key: str, arch: str, version: str, origin: str) -> Fi
     return _emit(
         rule_id,
         key,
-        f"{arch}{note} needs ROCm >= {row.since}{unverified}, but {origin} is ROCm {version}",
+        f"{arch}{note} needs ROCm >= {row.since}{unverified}, but {origin} ROCm {version}",
         f"use a ROCm >= {row.since} toolchain or drop {arch}",
         severity=None if row.verified else "warning",
     )
@@ -399,7 +437,7 @@ def _lint_arch_versions(recipe: Recipe, facts: LintFacts) -> Iterator[Finding]:
     declared = declared_rocm(recipe)
     if declared:
         for key, arch in archs:
-            if f := _too_old("RF102", key, arch, declared, "the recipe declares (toolchain.rocm)"):
+            if f := _too_old("RF102", key, arch, declared, "[toolchain] rocm declares"):
                 yield f
     probed = facts.rocm_version
     if facts.targets is not None:
@@ -414,7 +452,7 @@ def _lint_arch_versions(recipe: Recipe, facts: LintFacts) -> Iterator[Finding]:
                 )
     elif probed and not _same_release(probed, declared):
         root = recipe.toolchain.root
-        origin = f"the toolchain found at {root}" if root else "the toolchain found"
+        origin = f"the toolchain found at {root} is" if root else "the toolchain found is"
         for key, arch in archs:
             if f := _too_old("RF103", key, arch, probed, origin):
                 yield f
@@ -515,6 +553,18 @@ def _lint_folklore(recipe: Recipe, facts: LintFacts) -> Iterator[Finding]:
             "belongs to the retired HCC compiler; PyTorch takes its archs from PYTORCH_ROCM_ARCH",
             "remove it and set PYTORCH_ROCM_ARCH",
         )
+    if recipe.toolchain.kind == "rocm":
+        for name in TOOLCHAIN_ENV:
+            if name not in env or (name == "HIP_PATH" and hip_path.rstrip("/").endswith("/hip")):
+                continue  # a HIP_PATH ending in /hip is RF123's
+            yield _emit(
+                "RF125",
+                f"env.{name}",
+                f"{name} = {env[name]!r} silently replaces the value the rocm toolchain sets from "
+                "its root, so the build can see two ROCm installations (e.g. ROCM_PATH and "
+                "ROCM_HOME disagree)",
+                f"remove {name} from [env] and set [toolchain] root to the ROCm you mean",
+            )
 
 
 def _lint_runtime_env(recipe: Recipe, facts: LintFacts) -> Iterator[Finding]:
@@ -552,7 +602,7 @@ def _lint_rccl(recipe: Recipe, facts: LintFacts) -> Iterator[Finding]:
 
 def _lint_steps(recipe: Recipe, facts: LintFacts) -> Iterator[Finding]:
     steps = recipe.build.steps
-    if is_torch(recipe) and is_rocm(recipe):
+    if is_rocm(recipe) and torch_in_range(recipe, before=HIPIFY_BY_TORCH_SINCE):
         hipify = [i for i, s in enumerate(steps) if _HIPIFY.search(s)]
         builds = [i for i, s in enumerate(steps) if _BUILD_CMD.search(s)]
         fix = 'make the first step "python tools/amd_build/build_amd.py"'
@@ -578,14 +628,14 @@ def _lint_steps(recipe: Recipe, facts: LintFacts) -> Iterator[Finding]:
                 "hipify runs after the build step; it must come before it",
                 fix,
             )
-    if any("setup.py" in s for s in steps):
+    if is_torch(recipe) and any(_SETUP_DEVELOP.search(s) for s in steps):
         pins = _pins(recipe)
         if "setuptools" not in pins:
             yield _emit(
                 "RF153",
                 "requirements.build",
-                "a step runs setup.py but setuptools is not pinned (the build venv holds only "
-                "pinned requirements)",
+                "a step runs torch's setup.py develop/install but setuptools is not pinned (the "
+                "build venv holds only pinned requirements)",
                 'pin it below 80, e.g. "setuptools==75.6.0"',
                 severity="warning",
             )
@@ -596,9 +646,9 @@ def _lint_steps(recipe: Recipe, facts: LintFacts) -> Iterator[Finding]:
                 yield _emit(
                     "RF153",
                     key,
-                    f"setuptools {pinned} with a setup.py build: setup.py builds such as PyTorch's "
-                    "need setuptools < 80",
-                    'pin "setuptools==75.6.0" (or build with python -m build)',
+                    f"setuptools {pinned} with torch's setup.py develop/install: setuptools 80 "
+                    "broke these commands (pytorch#152276); bdist_wheel is not affected",
+                    'build the wheel with "setup.py bdist_wheel" or pin "setuptools==75.6.0"',
                 )
 
 
@@ -634,7 +684,7 @@ def _lint_cmake(recipe: Recipe, facts: LintFacts) -> Iterator[Finding]:
 
 
 def _lint_attention(recipe: Recipe, facts: LintFacts) -> Iterator[Finding]:
-    if not (is_torch(recipe) and is_rocm(recipe)):
+    if not (is_rocm(recipe) and torch_in_range(recipe, since=AOTRITON_SINCE)):
         return
     enabled = [n for n in ("USE_FLASH_ATTENTION", "USE_MEM_EFF_ATTENTION")
                if _flag(recipe.env, n) is not False]  # fmt: skip
@@ -792,11 +842,18 @@ def to_problem(recipe: Recipe, finding: Finding) -> Problem:
 
 
 def enforce(recipe: Recipe, findings: tuple[Finding, ...]) -> tuple[Finding, ...]:
-    """Raise :class:`LintError` for unacknowledged errors; return the warnings to report."""
+    """Raise :class:`LintError` for unacknowledged errors (carrying the warnings too, so every
+    finding is shown at once, errors first); return the warnings to report."""
     errors = tuple(f for f in findings if f.blocking)
+    warnings = tuple(f for f in findings if f.severity == "warning" and f.allowed is None)
     if errors:
-        raise LintError(Path(recipe.file), errors, [to_problem(recipe, f) for f in errors])
-    return tuple(f for f in findings if f.severity == "warning" and f.allowed is None)
+        raise LintError(
+            Path(recipe.file),
+            errors,
+            [to_problem(recipe, f) for f in errors],
+            tuple(to_problem(recipe, f) for f in warnings),
+        )
+    return warnings
 
 
 def describe(recipe: Recipe, finding: Finding) -> str:

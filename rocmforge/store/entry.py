@@ -56,6 +56,38 @@ def _same_number(value: float, raw: Any) -> float | int:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class StepTiming:
+    """One build step's wall time: its label (``step 1/2``, ``PEP 517 build``), its command,
+    when it started (UTC seconds) and how long it ran."""
+
+    label: str
+    command: str
+    started: float
+    seconds: float
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the ``meta.json`` form."""
+        return {
+            "label": self.label,
+            "command": self.command,
+            "started": self.started,
+            "seconds": self.seconds,
+        }
+
+    @classmethod
+    def from_json(cls, data: Any, *, file: Path | str, key: str) -> StepTiming:
+        """Parse one item of ``steps``; StoreError naming ``file`` and ``key`` when malformed."""
+        if not isinstance(data, dict):
+            raise _fail(file, key, "a table", data)
+        return cls(
+            label=_str(data, "label", file),
+            command=_str(data, "command", file),
+            started=_same_number(_number(data, "started", file), data["started"]),
+            seconds=_same_number(_number(data, "seconds", file), data["seconds"]),
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class WheelRecord:
     """One wheel of an entry: its file name (inside the entry), digests, size and the mtime it
     had when it was published (the cache hit's cheap tamper check compares size and mtime)."""
@@ -100,7 +132,7 @@ class WheelRecord:
 
 _KNOWN = frozenset(
     {"hash", "name", "version", "created", "size", "wheels", "sandbox", "build_seconds",
-     "sources", "files", "archs", "links", "seal"}
+     "sources", "files", "archs", "links", "seal", "steps"}
 )  # fmt: skip
 
 
@@ -129,6 +161,8 @@ class EntryMeta:
     links: Mapping[str, list[dict[str, str]]] | None = None
     #: blake3 of the canonical JSON of every other field (checked by lookup and verify).
     seal: str | None = None
+    #: Each build step's start and duration (absent for entries built before they were kept).
+    steps: tuple[StepTiming, ...] | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     @property
@@ -185,6 +219,13 @@ class EntryMeta:
         seal = data.get("seal")
         if seal is not None and not isinstance(seal, str):
             raise _fail(file, "seal", "a string", seal)
+        steps = data.get("steps")
+        if steps is not None:
+            if not isinstance(steps, list):
+                raise _fail(file, "steps", "a list", steps)
+            steps = tuple(
+                StepTiming.from_json(t, file=file, key=f"steps[{i}]") for i, t in enumerate(steps)
+            )
         return cls(
             hash=hash_,
             name=name,
@@ -202,6 +243,7 @@ class EntryMeta:
             archs=archs,
             links=links,
             seal=seal,
+            steps=steps,
             extra={k: v for k, v in data.items() if k not in _KNOWN},
         )
 
@@ -233,6 +275,7 @@ class EntryMeta:
             "archs": self.archs,
             "links": self.links,
             "seal": self.seal,
+            "steps": [t.to_json() for t in self.steps] if self.steps is not None else None,
         }
         out.update((k, v) for k, v in optional.items() if v is not None)
         return out
@@ -263,6 +306,7 @@ def build_fields(
     files: Mapping[str, str],
     archs: Mapping[str, Any] | None = None,
     links: Mapping[str, Any] | None = None,
+    steps: Sequence[StepTiming] | None = None,
 ) -> dict[str, Any]:
     """Return what a build knows of its entry's ``meta.json``, under the file's keys, for
     :meth:`~rocmforge.store.store.Store.publish` (which adds hash, name, version, created and
@@ -278,6 +322,8 @@ def build_fields(
         out["archs"] = dict(archs)
     if links:
         out["links"] = dict(links)
+    if steps is not None:
+        out["steps"] = [t.to_json() for t in steps]
     return out
 
 

@@ -390,6 +390,26 @@ class Index:
             "hash IN (SELECT hash FROM env WHERE key = ? AND value = ?)", (key, value)
         )
 
+    def env_values(self, hashes: Sequence[str], keys: Sequence[str]) -> dict[str, dict[str, str]]:
+        """Return ``{hash: {key: value}}`` of the hashed env ``keys`` of the entries ``hashes``."""
+        if not hashes or not keys:
+            return {}
+        out: dict[str, dict[str, str]] = {}
+        wanted = list(dict.fromkeys(keys))
+        try:
+            for start in range(0, len(hashes), 500):  # stay below SQLite's parameter limit
+                part = list(hashes[start : start + 500])
+                rows = self._db.execute(
+                    f"SELECT hash, key, value FROM env WHERE hash IN ({','.join('?' * len(part))})"
+                    f" AND key IN ({','.join('?' * len(wanted))})",
+                    [*part, *wanted],
+                ).fetchall()
+                for h, key, value in rows:
+                    out.setdefault(h, {})[key] = value
+        except sqlite3.Error as e:
+            raise self._fail("query", e) from e
+        return out
+
     def query(
         self,
         *,

@@ -24,6 +24,7 @@ Layout under the store root::
                                        removes them)
     index.sqlite                       SQLite index (WAL), rebuildable from entries/
     gc.lock                            store-wide lock (shared for realize, exclusive for gc)
+    ROCMFORGE-STORE                    marker: this directory is a store (found by walking up)
 """
 
 from __future__ import annotations
@@ -41,6 +42,9 @@ BUILD_LOG = "build.log.zst"
 PROVENANCE = "provenance.json"
 WHEEL_SUFFIX = ".whl"
 
+#: The plain-text log inside a build directory ``tmp/<hash>.<pid>.<rand>/`` while it runs.
+BUILD_DIR_LOG = "build.log"
+
 # -- files and directories at the store root ------------------------------------------------------
 INDEX = "index.sqlite"
 GC_LOCK = "gc.lock"
@@ -55,6 +59,10 @@ USED = "used"
 TRASH = "trash"
 PENDING = "pending"
 QUARANTINE = "quarantine"
+#: The file that marks a directory as a rocmforge store (``rocmforge.store.locate`` looks for it).
+MARKER = "ROCMFORGE-STORE"
+#: The conventional name of a project's store directory (``<project>/store``).
+DEFAULT_NAME = "store"
 #: The subdirectories :func:`rocmforge.store.store.open_store` creates.
 CREATED_DIRS = (ENTRIES, TMP, LOCKS, FAILED, SOURCES, CACHE)
 

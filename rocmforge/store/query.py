@@ -8,6 +8,7 @@ else.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import time
@@ -71,11 +72,14 @@ class Listed:
     row: IndexRow
     last_used: float
     roots: tuple[str, ...] = field(default=())
+    #: The hashed env values a ``query --env`` matched on (key -> value), empty for ``list``.
+    env: Mapping[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """Return the entry as JSON-ready data."""
         r = self.row
         return {
+            "env": dict(self.env),
             "hash": r.hash,
             "name": r.name,
             "version": r.version,
@@ -128,7 +132,11 @@ def query_entries(
         env_contains=[(f.key, f.value) for f in env if f.substring],
         since=since,
     )
-    return _listed(store, rows)
+    found = _listed(store, rows)
+    if not env:
+        return found
+    values = store.index.env_values([r.hash for r in rows], [f.key for f in env])
+    return [dataclasses.replace(e, env=values.get(e.row.hash, {})) for e in found]
 
 
 def list_entries(store: Store) -> list[Listed]:

@@ -541,12 +541,26 @@ class Store:
         return self._gc_flock(fcntl.LOCK_EX)
 
     @contextmanager
-    def _build_lock(self, hash: str) -> Iterator[None]:
+    def _build_lock(
+        self, hash: str, on_busy: Callable[[], None] | None, poll: float
+    ) -> Iterator[None]:
         import filelock
 
         lock = filelock.FileLock(str(self.locks_dir / f"{hash}{layout.LOCK_SUFFIX}"))
         try:
-            lock.acquire()
+            if on_busy is None:
+                lock.acquire()
+            else:
+                try:
+                    lock.acquire(timeout=0)
+                except filelock.Timeout:
+                    while True:
+                        on_busy()  # another process builds this hash: let the caller tell
+                        try:
+                            lock.acquire(timeout=poll)
+                            break
+                        except filelock.Timeout:
+                            continue
         except OSError as e:
             raise StoreError(f"cannot take build lock {lock.lock_file}: {e}") from e
         try:
@@ -554,10 +568,16 @@ class Store:
         finally:
             lock.release()
 
-    def build_lock(self, hash: str) -> AbstractContextManager[None]:
-        """Hold the per-hash build lock (``locks/<hash>.lock``); blocks until acquired."""
+    def build_lock(
+        self, hash: str, *, on_busy: Callable[[], None] | None = None, poll: float = 1.0
+    ) -> AbstractContextManager[None]:
+        """Hold the per-hash build lock (``locks/<hash>.lock``); blocks until acquired.
+
+        While another process holds it, ``on_busy`` (if given) is called at once and then every
+        ``poll`` seconds, so the caller can say what it waits for.
+        """
         _check_hash(hash)
-        return self._build_lock(hash)
+        return self._build_lock(hash, on_busy, poll)
 
     # -- building and publishing ------------------------------------------------------------------
 
@@ -946,6 +966,8 @@ def open_store(root: Path, *, on_warning: Callable[[str], None] | None = None) -
     try:
         for d in layout.CREATED_DIRS:
             os.makedirs(root / d, exist_ok=True)
+        if not (root / layout.MARKER).exists():  # what rocmforge.store.locate looks for
+            write_atomic(root / layout.MARKER, b"This directory is a rocmforge store.\n")
     except OSError as e:
         if not os.path.isdir(root / layout.ENTRIES):
             raise StoreError(f"cannot create store layout under {root}: {e}") from e
