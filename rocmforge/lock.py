@@ -107,21 +107,29 @@ def _write_atomic(path: Path, text: str) -> None:
 
 
 def lock_recipe(
-    path: Path, *, store: Store, fetcher: Fetcher | None, write: bool = True
+    path: Path,
+    *,
+    store: Store,
+    fetcher: Fetcher | None,
+    write: bool = True,
+    upgrade: Sequence[str] | None = None,
 ) -> LockReport:
-    """Resolve ``[source] ref`` and the requirement digests of the recipe at ``path``.
+    """Resolve ``[source] ref`` and the build requirements of the recipe at ``path``.
 
     Values are written back only where they changed (nothing is written when nothing changed,
-    or when ``write`` is False). The recipe's own file is edited; values inherited through
-    ``extends`` are pinned in this file (tables merge deeply, so a child's digests add to the
-    base's).
+    or when ``write`` is False). ``[source] rev`` is written into the recipe itself. Build
+    requirements given as specifiers (or ``build-system = true``) are resolved to their closure
+    and written to the recipe's lock file (:mod:`rocmforge.recipe.lockfile`); a recipe of exact
+    pins only, without a lock file, gets ``[requirements] digests`` in the recipe as before.
+    ``upgrade`` (names, or ``["*"]`` for all) re-resolves those packages within the specifiers.
+    The toolchain is never needed: the recipe declares its Python version.
     """
     import tomlkit
     from tomlkit.exceptions import TOMLKitError
 
     from rocmforge.recipe.load import MAX_RECIPE_BYTES, parse_recipe_text
+    from rocmforge.recipe.lockfile import lock_path
     from rocmforge.sources.requirements import resolve_requirements
-    from rocmforge.toolchain.system import resolve_toolchain
 
     path = Path(os.path.abspath(path))
     try:
@@ -158,17 +166,26 @@ def lock_recipe(
     reqs_table = probe.get("requirements")
     if isinstance(reqs_table, dict):
         reqs_table.pop("digests", None)
-    recipe = parse_recipe_text(tomlkit.dumps(probe), file=path)
-    if recipe.requirements.build:
-        toolchain = resolve_toolchain(recipe.toolchain, cache_dir=store.cache_dir)
+    recipe = parse_recipe_text(tomlkit.dumps(probe), file=path, locked=False)
+    if recipe.requirements.needs_lock or lock_path(path).is_file() or upgrade:
+        from rocmforge.lockreq import lock_requirements
+
+        changes.extend(
+            LockChange(key=k, old=o, new=n)
+            for k, o, n in lock_requirements(
+                recipe, store=store, fetcher=fetcher, write=write, upgrade=upgrade or ()
+            )
+        )
+    elif recipe.requirements.build:
         resolved = resolve_requirements(
             recipe.requirements.build,
-            python_version=toolchain.python_version,
+            python_version=recipe.toolchain.python,
             wheel_dir=store.sources_dir / layout.SOURCES_WHEELS,
             cache_dir=store.cache_dir,
             fetcher=fetcher,
         )
-        changes.extend(_lock_digests(doc, resolved))
+        spelling = {normal_pin(p): p for p in recipe.requirements.build}
+        changes.extend(_lock_digests(doc, resolved, spelling))
 
     written = False
     if changes and write:
@@ -180,7 +197,10 @@ def lock_recipe(
     return LockReport(recipe=path, changes=tuple(changes), written=written)
 
 
-def _lock_digests(doc: Any, resolved: Sequence[ResolvedRequirement]) -> list[LockChange]:
+def _lock_digests(
+    doc: Any, resolved: Sequence[ResolvedRequirement], spelling: dict[str | None, str]
+) -> list[LockChange]:
+    """Write ``[requirements] digests`` keyed by each pin as the recipe spells it."""
     import tomlkit
 
     changes: list[LockChange] = []
@@ -205,7 +225,7 @@ def _lock_digests(doc: Any, resolved: Sequence[ResolvedRequirement]) -> list[Loc
             del digests[key]
             changes.append(LockChange(key=f"requirements.digests.{key}", old=stale, new=None))
     for pin, req in wanted.items():
-        key = existing.get(pin, pin)
+        key = existing.get(pin, spelling.get(pin, pin))
         old = str(digests[key]) if key in digests else None
         if old is not None:
             algo, _, value = old.partition(":")
