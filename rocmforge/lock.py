@@ -166,7 +166,16 @@ def lock_recipe(
     reqs_table = probe.get("requirements")
     if isinstance(reqs_table, dict):
         reqs_table.pop("digests", None)
-    recipe = parse_recipe_text(tomlkit.dumps(probe), file=path, locked=False)
+    try:
+        recipe = parse_recipe_text(tomlkit.dumps(probe), file=path, locked=False)
+    except RecipeError as exc:
+        # A base recipe (no [package] or [source] of its own, made to be extended) is locked
+        # on its own: only its requirements and toolchain matter here.
+        if not exc.problems or any(p.key not in ("package", "source") for p in exc.problems):
+            raise
+        for p in exc.problems:
+            probe[p.key] = {"name": "base", "version": "0"} if p.key == "package" else {"path": "."}
+        recipe = parse_recipe_text(tomlkit.dumps(probe), file=path, locked=False)
     if recipe.requirements.needs_lock or lock_path(path).is_file() or upgrade:
         from rocmforge.lockreq import lock_requirements
 

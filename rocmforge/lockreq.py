@@ -18,6 +18,7 @@ import os
 import re
 import tomllib
 from collections.abc import Sequence
+from pathlib import Path
 
 from rocmforge.errors import RecipeError, RequirementError, SourceError, UsageError
 from rocmforge.recipe.lockfile import (
@@ -86,6 +87,33 @@ def source_build_requires(recipe: Recipe, *, store: Store) -> tuple[str, ...]:
     return tuple(r.strip() for r in requires)
 
 
+def lock_owner(recipe: Recipe) -> Path:
+    """Return the recipe file whose lock file ``lock`` writes: the nearest one along the
+    ``extends`` chain (the recipe itself first) that sets ``[requirements] build`` or
+    ``build-system``. A child that only inherits its base's requirements locks the base."""
+    for file in reversed(recipe.extends_chain or (recipe.file,)):
+        if file == recipe.file:
+            return file if _declares(recipe.file) else _next(recipe)
+    return recipe.file
+
+
+def _declares(file: Path) -> bool:
+    try:
+        with open(file, "rb") as f:
+            data = tomllib.load(f)
+    except (OSError, tomllib.TOMLDecodeError):
+        return True
+    table = data.get("requirements")
+    return isinstance(table, dict) and ("build" in table or "build-system" in table)
+
+
+def _next(recipe: Recipe) -> Path:
+    for file in reversed(recipe.extends_chain[:-1]):
+        if _declares(file):
+            return file
+    return recipe.file
+
+
 def _base_lock(recipe: Recipe) -> LockFile | None:
     """The nearest existing lock file along the chain (own first), matching or not."""
     for file in reversed(recipe.extends_chain or (recipe.file,)):
@@ -114,7 +142,8 @@ def lock_requirements(
     With ``write=False`` (``lock --check``) nothing is resolved or written unless ``upgrade`` is
     given: a lock whose recorded inputs differ from the recipe's is reported as one change.
     """
-    own_path = lock_path(recipe.file)
+    owner = lock_owner(recipe)
+    own_path = lock_path(owner)
     wanted = inputs_of(recipe)
     source_requires: tuple[str, ...] = ()
     if wanted.build_system:
@@ -188,7 +217,7 @@ def lock_requirements(
     old_lock = read_lock(own_path) if own_path.is_file() else None
     changes = _diff(old_lock, new)
     if changes:
-        text = render_lock(recipe.file.name, new)
+        text = render_lock(owner.name, new)
         try:
             mode = os.stat(own_path).st_mode & 0o7777 if own_path.exists() else 0o644
             write_atomic(own_path, text.encode("utf-8"), mode=mode)

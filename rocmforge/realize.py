@@ -232,6 +232,7 @@ def _weaker_note(entry: Entry, wanted: str) -> str:
 def _remember(store: Store, r: Resolved, entry: Entry) -> None:
     """Record this result in the realize memo so the next identical realize is instant."""
     from rocmforge import memo
+    from rocmforge.recipe.lockfile import lock_candidates
 
     recipe = r.recipe
     # The code is an input too: an upgrade may hash differently (BUILDER, identities), so every
@@ -247,6 +248,7 @@ def _remember(store: Store, r: Resolved, entry: Entry) -> None:
         files=[
             *code,
             *map(str, recipe.extends_chain),
+            *map(str, lock_candidates(recipe)),  # a lock file appearing or changing counts
             *map(str, recipe.source.patches),
             *r.toolchain.guards,
             *(str(q.wheel) for q in r.requirements),
