@@ -20,7 +20,7 @@ import tomllib
 from collections.abc import Sequence
 from pathlib import Path
 
-from rocmforge.errors import RecipeError, RequirementError, SourceError, UsageError
+from rocmforge.errors import RequirementError, SourceError, UsageError
 from rocmforge.recipe.lockfile import (
     LockedPackage,
     LockFile,
@@ -250,9 +250,7 @@ def _diff(old: LockFile | None, new: LockFile) -> list[Change]:
 def _fetch(
     recipe: Recipe, packages: Sequence[LockedPackage], *, store: Store, fetcher: Fetcher | None
 ) -> None:
-    """Make sure every locked wheel is in the store (a warm store runs no process)."""
-    from rocmforge.resolve import check_digests
-
+    """Make sure every locked wheel is in the store and matches (a warm store runs no process)."""
     resolved = resolve_requirements(
         [p.pin for p in packages],
         python_version=recipe.toolchain.python,
@@ -260,10 +258,11 @@ def _fetch(
         cache_dir=store.cache_dir,
         fetcher=fetcher,
     )
-    from rocmforge.recipe.lockfile import apply_lock
-
-    try:
-        check_digests(apply_lock(recipe), resolved)
-    except RecipeError:
-        pass
-
+    want = {p.pin: p.sha256 for p in packages}
+    for r in resolved:
+        if want.get(f"{r.name}=={r.version}", r.sha256) != r.sha256:
+            raise RequirementError(
+                f"{lock_path(lock_owner(recipe))}: {r.name}=={r.version}: the fetched wheel "
+                f"{r.wheel.name} has sha256:{r.sha256}, not the locked one; if it is the one you "
+                f"want, run `rocmforge lock --upgrade {r.name} {recipe.file}`"
+            )

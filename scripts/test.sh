@@ -8,6 +8,8 @@ bash scripts/setup.sh --with-hip
 # Tests use only local files: the build requirements they need are fetched here, once.
 .venv/bin/python -m pip download -q --disable-pip-version-check --no-deps \
   -d .ci/wheelhouse setuptools==75.6.0
+# lock tests: real PyPI wheels and an sdist, resolved offline from these caches (tests/test_lockfile.py)
+.venv/bin/python -c 'import sys; sys.path[:0] = ["tests"]; import test_lockfile as t; t.prefetch(); t.prefetch_torch()'
 .venv/bin/ruff check rocmforge tests bench
 .venv/bin/mypy
 tier=()

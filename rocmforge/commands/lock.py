@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from rocmforge.commands._common import add_json_option, add_store_option, emit_json, open_store
+from rocmforge.errors import UsageError
 
 
 def register(sub: Any) -> None:
@@ -21,7 +22,7 @@ def register(sub: Any) -> None:
         "Comments and layout of the recipe are kept byte for byte outside the changed values. "
         "The resolver is uv if installed, else pip; ROCMFORGE_PIP_ARGS passes index options.",
     )
-    p.add_argument("recipes", nargs="+", metavar="RECIPE")
+    p.add_argument("recipes", nargs="*", metavar="RECIPE")
     p.add_argument("--check", action="store_true", help="only report; exit 1 if not locked")
     p.add_argument(
         "--upgrade",
@@ -48,6 +49,8 @@ def run(args: argparse.Namespace) -> int:
         if name.endswith(".toml") or os.sep in name:
             recipes.insert(0, name)
             upgrade[i] = "*"
+    if not recipes:
+        raise UsageError("lock: name at least one RECIPE")
     reports = [
         lock_recipe(
             Path(r), store=store, fetcher=PipFetcher(), write=not args.check, upgrade=upgrade

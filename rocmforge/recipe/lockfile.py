@@ -83,7 +83,7 @@ class LockFile:
 
 
 def lock_path(recipe_file: Path) -> Path:
-    """Return the lock file path of the recipe at ``recipe_file`` (``NAME.toml`` -> ``NAME.lock``)."""
+    """Return the lock file of the recipe at ``recipe_file``: ``NAME.toml`` -> ``NAME.lock``."""
     name = recipe_file.name
     stem = name[: -len(".toml")] if name.endswith(".toml") else name
     return recipe_file.with_name(stem + LOCK_SUFFIX)

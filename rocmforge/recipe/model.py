@@ -81,7 +81,7 @@ class RequirementsSpec:
     @property
     def needs_lock(self) -> bool:
         """True if the closure comes from a lock file (specifiers or the source's own list)."""
-        return self.build_system or any(normal_pin(s) is None for s in self.specifiers)
+        return self.build_system or not all(is_exact_pin(s) for s in self.specifiers)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -450,8 +450,7 @@ def _requirements(c: _Checker, data: Mapping[str, Any]) -> RequirementsSpec:
     t = c.table(data, "requirements")
     specifiers = _specifiers(c, t)
     build_system = c.boolean(t, "requirements", "build-system")
-    pins = [p for p in (normal_pin(s) for s in specifiers) if p is not None]
-    if build_system or len(pins) != len(specifiers):
+    if build_system or not all(is_exact_pin(s) for s in specifiers):
         return RequirementsSpec(
             specifiers=tuple(specifiers), build_system=build_system, digests=_digests(c, t, [])
         )
@@ -468,10 +467,6 @@ def _specifiers(c: _Checker, t: Mapping[str, Any]) -> list[str]:
     out: list[str] = []
     seen: dict[tuple[str, str], str] = {}
     for key, item in c.strings(t, "requirements", "build"):
-        m = _PIN.match(item)
-        if m is not None and not _valid_version(m.group(2)):
-            c.add(key, f"{item!r} has an invalid version; write '{m.group(1)}==X.Y.Z'")
-            continue
         try:
             req = Requirement(item)
         except InvalidRequirement as exc:
@@ -535,6 +530,12 @@ class RequirementPin:
                 f"build requirement {text!r} is not an exact 'name==version' pin"
             )
         return cls(name=re.sub(r"[-_.]+", "-", m.group(1)).lower(), version=m.group(2))
+
+
+def is_exact_pin(text: str) -> bool:
+    """True if ``text`` is an exact ``name==version`` pin (no extras, markers or wildcards)."""
+    m = _PIN.match(text)
+    return m is not None and _valid_version(m.group(2))
 
 
 def normal_pin(pin: str) -> str | None:

@@ -118,9 +118,7 @@ def _uv(uv: str, reqs: Path, cons: Path, python_version: str, args: Sequence[str
     return Resolution(pins=tuple(sorted(pins)), resolver=f"uv {name}")
 
 
-def _pip(
-    reqs: Path, cons: Path, tmp: Path, python_version: str, args: Sequence[str]
-) -> Resolution:
+def _pip(reqs: Path, cons: Path, tmp: Path, python_version: str, args: Sequence[str]) -> Resolution:
     report = tmp / "report.json"
     argv = [
         sys.executable, "-m", "pip", "install", "--dry-run", "--quiet", "--ignore-installed",
@@ -137,6 +135,10 @@ def _pip(
         ]
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise RequirementError(f"pip's resolver wrote no usable report: {exc}") from exc
-    import pip
+    from importlib.metadata import PackageNotFoundError, version
 
-    return Resolution(pins=tuple(sorted(pins)), resolver=f"pip {pip.__version__}")
+    try:
+        name = version("pip")
+    except PackageNotFoundError:
+        name = "?"
+    return Resolution(pins=tuple(sorted(pins)), resolver=f"pip {name}")
