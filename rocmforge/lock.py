@@ -124,12 +124,8 @@ def lock_recipe(
     ``upgrade`` (names, or ``["*"]`` for all) re-resolves those packages within the specifiers.
     The toolchain is never needed: the recipe declares its Python version.
     """
-    import tomlkit
-    from tomlkit.exceptions import TOMLKitError
-
     from rocmforge.recipe.load import MAX_RECIPE_BYTES, parse_recipe_text
     from rocmforge.recipe.lockfile import lock_path
-    from rocmforge.sources.requirements import resolve_requirements
 
     path = Path(os.path.abspath(path))
     try:
@@ -143,6 +139,26 @@ def lock_recipe(
         raise RecipeError([Problem(file=path, key="", message=str(exc))]) from exc
     except UnicodeDecodeError as exc:
         raise RecipeError([Problem(file=path, key="", line=1, message="not valid UTF-8")]) from exc
+    # Fast path (a no-op `lock --check` in ~0.1 s): no ref to resolve and a lock file to
+    # keep: the recipe itself is not rewritten, so tomlkit is not needed.
+    try:
+        plain = parse_recipe_text(text, file=path, locked=False)
+    except RecipeError:
+        plain = None
+    if plain is not None and plain.source.ref is None and plain.requirements.needs_lock:
+        from rocmforge.lockreq import lock_requirements
+
+        found = lock_requirements(
+            plain, store=store, fetcher=fetcher, write=write, upgrade=upgrade or ()
+        )
+        fast_changes = [LockChange(key=k, old=o, new=n) for k, o, n in found]
+        written = bool(fast_changes) and write
+        return LockReport(recipe=path, changes=tuple(fast_changes), written=written)
+    import tomlkit
+    from tomlkit.exceptions import TOMLKitError
+
+    from rocmforge.sources.requirements import resolve_requirements
+
     try:
         doc = tomlkit.parse(text)
     except TOMLKitError as exc:

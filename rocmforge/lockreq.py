@@ -19,6 +19,7 @@ import re
 import tomllib
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rocmforge.errors import RequirementError, SourceError, UsageError
 from rocmforge.recipe.lockfile import (
@@ -32,10 +33,12 @@ from rocmforge.recipe.lockfile import (
     render_lock,
 )
 from rocmforge.recipe.model import Recipe
-from rocmforge.sources.requirements import Fetcher, resolve_requirements
 from rocmforge.store import layout
-from rocmforge.store.store import Store
 from rocmforge.util.fsutil import write_atomic
+
+if TYPE_CHECKING:
+    from rocmforge.sources.requirements import Fetcher
+    from rocmforge.store.store import Store
 
 Change = tuple[str, str | None, str | None]
 
@@ -202,6 +205,8 @@ def lock_requirements(
         ]
     if fetcher is None:
         raise RequirementError("lock: the locked wheels must be fetched, but fetching is off")
+    from rocmforge.sources.requirements import resolve_requirements
+
     resolved = resolve_requirements(
         pins,
         python_version=wanted.python,
@@ -251,6 +256,8 @@ def _fetch(
     recipe: Recipe, packages: Sequence[LockedPackage], *, store: Store, fetcher: Fetcher | None
 ) -> None:
     """Make sure every locked wheel is in the store and matches (a warm store runs no process)."""
+    from rocmforge.sources.requirements import resolve_requirements
+
     resolved = resolve_requirements(
         [p.pin for p in packages],
         python_version=recipe.toolchain.python,

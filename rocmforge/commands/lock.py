@@ -37,10 +37,19 @@ def register(sub: Any) -> None:
     p.set_defaults(func=run)
 
 
+class _LazyPipFetcher:
+    """A PipFetcher imported on first use: a no-op ``lock --check`` never needs one."""
+
+    def fetch(self, pin: Any, *, python_version: str, dest: Path) -> Path:
+        """Fetch ``pin`` with :class:`rocmforge.sources.requirements.PipFetcher`."""
+        from rocmforge.sources.requirements import PipFetcher
+
+        return PipFetcher().fetch(pin, python_version=python_version, dest=dest)
+
+
 def run(args: argparse.Namespace) -> int:
     """``rocmforge lock RECIPE...``: write the resolved values back into each recipe."""
     from rocmforge.lock import lock_recipe
-    from rocmforge.sources.requirements import PipFetcher
 
     store = open_store(args)
     upgrade = list(args.upgrade or [])
@@ -53,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("lock: name at least one RECIPE")
     reports = [
         lock_recipe(
-            Path(r), store=store, fetcher=PipFetcher(), write=not args.check, upgrade=upgrade
+            Path(r), store=store, fetcher=_LazyPipFetcher(), write=not args.check, upgrade=upgrade
         )
         for r in recipes
     ]
