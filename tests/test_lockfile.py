@@ -336,3 +336,18 @@ def test_realize_memo_sees_a_re_lock(
     (tmp_path / "tiny.lock").unlink()
     refused = rf("realize", recipe, "--store", store, env=offline(lockwheels))
     assert refused.returncode == 2 and "rocmforge lock" in refused.stderr
+
+
+@pytest.mark.slow
+def test_exact_pins_keep_their_spelling_in_digests(tmp_path: Path, store: Path) -> None:
+    recipe = tmp_path / "r.toml"
+    recipe.write_text(
+        f'schema = 1\n[package]\nname = "rfdemo"\nversion = "1.0.0"\n[source]\npath = "{DEMO}"\n'
+        '[requirements]\nbuild = ["SetupTools==75.6.0"]   # spelled as upstream once did\n'
+    )
+    proc = rf("lock", recipe, "--store", store)
+    assert proc.returncode == 0, proc.stderr
+    text = recipe.read_text()
+    assert '"SetupTools==75.6.0" = "sha256:' in text, text  # not the normalised setuptools
+    assert "# spelled as upstream once did" in text and not (tmp_path / "r.lock").exists()
+    assert rf("lock", "--check", recipe, "--store", store).returncode == 0
