@@ -351,3 +351,36 @@ def test_exact_pins_keep_their_spelling_in_digests(tmp_path: Path, store: Path) 
     assert '"SetupTools==75.6.0" = "sha256:' in text, text  # not the normalised setuptools
     assert "# spelled as upstream once did" in text and not (tmp_path / "r.lock").exists()
     assert rf("lock", "--check", recipe, "--store", store).returncode == 0
+
+
+@pytest.mark.slow
+def test_build_system_requires_of_a_git_source(
+    lockwheels: Path, tmp_path: Path, store: Path
+) -> None:
+    from conftest import git
+
+    repo = tmp_path / "repo"
+    shutil.copytree(DEMO, repo)
+    text = (repo / "pyproject.toml").read_text()
+    (repo / "pyproject.toml").write_text(
+        text.replace('requires = ["setuptools==75.6.0"]', 'requires = ["setuptools>=70,<76"]')
+    )
+    git(repo, "init", "-q")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "demo")
+    commit = git(repo, "rev-parse", "HEAD")
+    recipe = tmp_path / "r.toml"
+    recipe.write_text(
+        'schema = 1\n[package]\nname = "rfdemo"\nversion = "1.0.0"\n'
+        f'[source]\ngit = "{repo}"\nrev = "{commit}"\n[requirements]\nbuild-system = true\n'
+    )
+    env = offline(lockwheels)
+    proc = rf("lock", recipe, "--store", store, env=env)
+    assert proc.returncode == 0, proc.stderr
+    with open(tmp_path / "r.lock", "rb") as f:
+        data = tomllib.load(f)
+    assert data["source-requires"] == ["setuptools>=70,<76"]
+    assert [p["version"] for p in data["package"]] == ["75.6.0"]
+    assert rf("lock", "--check", recipe, "--store", store, env=env).returncode == 0
+    built = rf("realize", recipe, "--store", store, env=env)
+    assert built.returncode == 0, built.stderr
