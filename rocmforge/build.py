@@ -460,10 +460,18 @@ def _record_failure(
     exc: BuildError, resolved: Resolved, log_path: Path, failed: Path
 ) -> tuple[Diagnosis, ...]:
     """Diagnose the failed log, store the diagnosis beside it (``failed/<...>.json``), return it."""
-    from rocmforge.diagnose import diagnose_log, failed_record_path, write_failed_record
+    from rocmforge.diagnose import (
+        diagnose_log,
+        diagnose_missing_module,
+        failed_record_path,
+        write_failed_record,
+    )
 
     drv = resolved.derivation
     diagnosis = diagnose_log(log_path, message=str(exc))
+    diagnosis += diagnose_missing_module(
+        log_path, wheels=[r.wheel for r in resolved.requirements], recipe=resolved.recipe.file
+    )
     if resolved.toolchain.view is not None:
         diagnosis = tuple(_suggest_package(d) for d in diagnosis)
     record = {

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -284,3 +284,78 @@ def read_failed_record(path: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
+
+
+_MISSING_MODULE = re.compile(r"ModuleNotFoundError: No module named '([A-Za-z0-9_.]+)'")
+
+
+def _requires_dist(wheel: Path) -> list[str]:
+    """Return the ``Requires-Dist`` lines of a wheel's METADATA (empty if unreadable)."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(wheel) as z:
+            meta = [
+                n for n in z.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")
+            ]
+            if not meta:
+                return []
+            text = z.read(meta[0]).decode("utf-8", errors="replace")
+    except (OSError, zipfile.BadZipFile):
+        return []
+    return [
+        ln.split(":", 1)[1].strip() for ln in text.splitlines() if ln.startswith("Requires-Dist:")
+    ]
+
+
+def diagnose_missing_module(
+    log: Path, *, wheels: Sequence[Path], recipe: Path
+) -> tuple[Diagnosis, ...]:
+    """Name the build requirement that needed a module the build venv lacks.
+
+    A build (typically its backend, while the build requirements load) failing with
+    ``ModuleNotFoundError: No module named 'X'`` is matched against the ``Requires-Dist`` of
+    every installed requirement wheel: the one that declares X is named, and the fix is to
+    re-lock (a lock carries the whole closure; exact pins are installed without dependencies).
+    """
+    try:
+        with open(log, encoding="utf-8", errors="replace") as f:
+            found = next(
+                ((n, m) for n, line in _lines(f) if (m := _MISSING_MODULE.search(line))), None
+            )
+    except OSError:
+        return ()
+    if found is None:
+        return ()
+    number, match = found
+    module = match.group(1).split(".")[0]
+    wanted = {re.sub(r"[-_.]+", "-", module).lower()}
+    owners = []
+    for wheel in wheels:
+        for req in _requires_dist(wheel):
+            name = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", req)
+            if name and re.sub(r"[-_.]+", "-", name.group(1)).lower() in wanted:
+                owner = wheel.name.split("-")[:2]
+                owners.append(f"{owner[0]}=={owner[1]} (Requires-Dist: {req})")
+                break
+    if owners:
+        cause = (
+            f"the build requirement {', '.join(owners)} needs {module!r}, which is not in the "
+            "build venv: its dependencies were not installed"
+        )
+    else:
+        cause = f"the build imports {module!r}, which no build requirement provides"
+    fix = (
+        f"write [requirements] build as specifiers (or build-system = true) and re-lock with "
+        f"`rocmforge lock {recipe}`: the lock carries the whole closure"
+        + ("" if owners else f"; if {module!r} is needed, add its distribution to it")
+    )
+    return (
+        Diagnosis(
+            id="missing-build-module",
+            cause=cause,
+            fix=fix,
+            evidence=match.group(0),
+            line=number,
+        ),
+    )

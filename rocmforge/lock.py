@@ -107,21 +107,25 @@ def _write_atomic(path: Path, text: str) -> None:
 
 
 def lock_recipe(
-    path: Path, *, store: Store, fetcher: Fetcher | None, write: bool = True
+    path: Path,
+    *,
+    store: Store,
+    fetcher: Fetcher | None,
+    write: bool = True,
+    upgrade: Sequence[str] | None = None,
 ) -> LockReport:
-    """Resolve ``[source] ref`` and the requirement digests of the recipe at ``path``.
+    """Resolve ``[source] ref`` and the build requirements of the recipe at ``path``.
 
     Values are written back only where they changed (nothing is written when nothing changed,
-    or when ``write`` is False). The recipe's own file is edited; values inherited through
-    ``extends`` are pinned in this file (tables merge deeply, so a child's digests add to the
-    base's).
+    or when ``write`` is False). ``[source] rev`` is written into the recipe itself. Build
+    requirements given as specifiers (or ``build-system = true``) are resolved to their closure
+    and written to the recipe's lock file (:mod:`rocmforge.recipe.lockfile`); a recipe of exact
+    pins only, without a lock file, gets ``[requirements] digests`` in the recipe as before.
+    ``upgrade`` (names, or ``["*"]`` for all) re-resolves those packages within the specifiers.
+    The toolchain is never needed: the recipe declares its Python version.
     """
-    import tomlkit
-    from tomlkit.exceptions import TOMLKitError
-
     from rocmforge.recipe.load import MAX_RECIPE_BYTES, parse_recipe_text
-    from rocmforge.sources.requirements import resolve_requirements
-    from rocmforge.toolchain.system import resolve_toolchain
+    from rocmforge.recipe.lockfile import lock_path
 
     path = Path(os.path.abspath(path))
     try:
@@ -135,6 +139,26 @@ def lock_recipe(
         raise RecipeError([Problem(file=path, key="", message=str(exc))]) from exc
     except UnicodeDecodeError as exc:
         raise RecipeError([Problem(file=path, key="", line=1, message="not valid UTF-8")]) from exc
+    # Fast path (a no-op `lock --check` in ~0.1 s): no ref to resolve and a lock file to
+    # keep: the recipe itself is not rewritten, so tomlkit is not needed.
+    try:
+        plain = parse_recipe_text(text, file=path, locked=False)
+    except RecipeError:
+        plain = None
+    if plain is not None and plain.source.ref is None and plain.requirements.needs_lock:
+        from rocmforge.lockreq import lock_requirements
+
+        found = lock_requirements(
+            plain, store=store, fetcher=fetcher, write=write, upgrade=upgrade or ()
+        )
+        fast_changes = [LockChange(key=k, old=o, new=n) for k, o, n in found]
+        written = bool(fast_changes) and write
+        return LockReport(recipe=path, changes=tuple(fast_changes), written=written)
+    import tomlkit
+    from tomlkit.exceptions import TOMLKitError
+
+    from rocmforge.sources.requirements import resolve_requirements
+
     try:
         doc = tomlkit.parse(text)
     except TOMLKitError as exc:
@@ -158,17 +182,35 @@ def lock_recipe(
     reqs_table = probe.get("requirements")
     if isinstance(reqs_table, dict):
         reqs_table.pop("digests", None)
-    recipe = parse_recipe_text(tomlkit.dumps(probe), file=path)
-    if recipe.requirements.build:
-        toolchain = resolve_toolchain(recipe.toolchain, cache_dir=store.cache_dir)
+    try:
+        recipe = parse_recipe_text(tomlkit.dumps(probe), file=path, locked=False)
+    except RecipeError as exc:
+        # A base recipe (no [package] or [source] of its own, made to be extended) is locked
+        # on its own: only its requirements and toolchain matter here.
+        if not exc.problems or any(p.key not in ("package", "source") for p in exc.problems):
+            raise
+        for p in exc.problems:
+            probe[p.key] = {"name": "base", "version": "0"} if p.key == "package" else {"path": "."}
+        recipe = parse_recipe_text(tomlkit.dumps(probe), file=path, locked=False)
+    if recipe.requirements.needs_lock or lock_path(path).is_file() or upgrade:
+        from rocmforge.lockreq import lock_requirements
+
+        changes.extend(
+            LockChange(key=k, old=o, new=n)
+            for k, o, n in lock_requirements(
+                recipe, store=store, fetcher=fetcher, write=write, upgrade=upgrade or ()
+            )
+        )
+    elif recipe.requirements.build:
         resolved = resolve_requirements(
             recipe.requirements.build,
-            python_version=toolchain.python_version,
+            python_version=recipe.toolchain.python,
             wheel_dir=store.sources_dir / layout.SOURCES_WHEELS,
             cache_dir=store.cache_dir,
             fetcher=fetcher,
         )
-        changes.extend(_lock_digests(doc, resolved))
+        spelling = {normal_pin(p): p for p in recipe.requirements.build}
+        changes.extend(_lock_digests(doc, resolved, spelling))
 
     written = False
     if changes and write:
@@ -180,7 +222,10 @@ def lock_recipe(
     return LockReport(recipe=path, changes=tuple(changes), written=written)
 
 
-def _lock_digests(doc: Any, resolved: Sequence[ResolvedRequirement]) -> list[LockChange]:
+def _lock_digests(
+    doc: Any, resolved: Sequence[ResolvedRequirement], spelling: dict[str | None, str]
+) -> list[LockChange]:
+    """Write ``[requirements] digests`` keyed by each pin as the recipe spells it."""
     import tomlkit
 
     changes: list[LockChange] = []
@@ -205,7 +250,7 @@ def _lock_digests(doc: Any, resolved: Sequence[ResolvedRequirement]) -> list[Loc
             del digests[key]
             changes.append(LockChange(key=f"requirements.digests.{key}", old=stale, new=None))
     for pin, req in wanted.items():
-        key = existing.get(pin, pin)
+        key = existing.get(pin, spelling.get(pin, pin))
         old = str(digests[key]) if key in digests else None
         if old is not None:
             algo, _, value = old.partition(":")

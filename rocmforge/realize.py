@@ -236,6 +236,7 @@ def _remember(store: Store, r: Resolved, entry: Entry) -> None:
     entries published before mtimes were recorded are not memoized.
     """
     from rocmforge import memo
+    from rocmforge.recipe.lockfile import lock_candidates
 
     sigs = [[w.size, w.mtime_ns] for w in entry.meta.wheels]
     if any(None in sig for sig in sigs):
@@ -254,6 +255,7 @@ def _remember(store: Store, r: Resolved, entry: Entry) -> None:
         files=[
             *code,
             *map(str, recipe.extends_chain),
+            *map(str, lock_candidates(recipe)),  # a lock file appearing or changing counts
             *map(str, recipe.source.patches),
             *r.toolchain.guards,
             *(str(q.wheel) for q in r.requirements),

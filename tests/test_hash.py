@@ -192,10 +192,11 @@ def test_requirement_version_changes_the_hash(tiny_src: Path, tmp_path: Path, st
     assert again["hash"] == d10["hash"]
 
 
-def test_unpinned_requirement_is_bad_input(tiny_src: Path, tmp_path: Path, store: Path) -> None:
+def test_unlocked_requirement_is_bad_input(tiny_src: Path, tmp_path: Path, store: Path) -> None:
     text = TINY_RECIPE.format(src=tiny_src) + '\n[requirements]\nbuild = ["rfpin>=1.0"]\n'
     proc = rf("plan", write(tmp_path / "a.toml", text), "--store", store)
-    assert proc.returncode == 2 and "requirements.build[0]" in proc.stderr
+    assert proc.returncode == 2 and "requirements.build" in proc.stderr
+    assert "not locked" in proc.stderr and "rocmforge lock" in proc.stderr
 
 
 def _fake_cc(directory: Path, version: str) -> Path:

@@ -344,16 +344,21 @@ def test_git_without_rev(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("pin", "fragment"),
-    [
-        ("numpy", "'numpy' is not pinned; write 'numpy==X.Y.Z'"),
-        ("numpy>=2", "is not pinned; write 'numpy==X.Y.Z'"),
-        ("numpy==2.*", "is not pinned"),
-        ("numpy[x]==2.0", "has extras"),
-        ("numpy==2.0; python_version>'3'", "has markers"),
-    ],
+    "pin",
+    ["numpy", "numpy>=2", "numpy==2.*", "numpy[x]==2.0", "numpy==2.0; python_version>'3'"],
 )
-def test_unpinned_requirement_names_the_index(tmp_path: Path, pin: str, fragment: str) -> None:
+def test_unlocked_specifier_asks_for_lock(tmp_path: Path, pin: str) -> None:
+    text = f'[requirements]\nbuild = [\n  "cmake==3.31.1",\n  "{pin}",\n]\n'
+    p = only(write(tmp_path / "t.toml", MINIMAL + text))
+    assert p.key == "requirements.build"
+    assert "not locked" in p.message and "rocmforge lock" in p.message
+
+
+@pytest.mark.parametrize(
+    ("pin", "fragment"),
+    [("numpy>>2", "not a PEP 508 requirement"), ("numpy==two!", "not a PEP 508 requirement")],
+)
+def test_bad_requirement_names_the_index(tmp_path: Path, pin: str, fragment: str) -> None:
     text = f'[requirements]\nbuild = [\n  "cmake==3.31.1",\n  "{pin}",\n]\n'
     p = only(write(tmp_path / "t.toml", MINIMAL + text))
     assert (p.key, p.line) == ("requirements.build[1]", 10)
@@ -395,7 +400,7 @@ def test_every_problem_is_reported_at_once(tmp_path: Path) -> None:
         rev = "main"
         submodules = "yes"
         [requirements]
-        build = ["numpy"]
+        build = ["numpy>>1"]
         [env]
         HOME = "/root"
         [build]

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import Any
 
 from rocmforge.commands._common import add_json_option, add_store_option, emit_json, open_store
+from rocmforge.errors import UsageError
 
 
 def register(sub: Any) -> None:
@@ -14,26 +16,55 @@ def register(sub: Any) -> None:
     p = sub.add_parser(
         "lock",
         help="pin a git ref to a full commit and build requirements to wheel digests",
-        description="Resolve [source] ref to a full commit (written to rev) and each build "
-        "requirement to its wheel's sha256 (written to [requirements] digests). Comments and "
-        "layout of the recipe are kept byte for byte outside the changed values.",
+        description="Resolve [source] ref to a full commit (written to rev) and the build "
+        "requirements to their exact closure of wheels (written to the recipe's lock file, "
+        "NAME.lock beside NAME.toml; a recipe of exact pins only gets [requirements] digests). "
+        "Comments and layout of the recipe are kept byte for byte outside the changed values. "
+        "The resolver is uv if installed, else pip; ROCMFORGE_PIP_ARGS passes index options.",
     )
-    p.add_argument("recipes", nargs="+", metavar="RECIPE")
+    p.add_argument("recipes", nargs="*", metavar="RECIPE")
     p.add_argument("--check", action="store_true", help="only report; exit 1 if not locked")
+    p.add_argument(
+        "--upgrade",
+        nargs="?",
+        const="*",
+        action="append",
+        metavar="NAME",
+        help="re-resolve the build requirements (only NAME if given) within the specifiers",
+    )
     add_store_option(p)
     add_json_option(p)
     p.set_defaults(func=run)
 
 
+class _LazyPipFetcher:
+    """A PipFetcher imported on first use: a no-op ``lock --check`` never needs one."""
+
+    def fetch(self, pin: Any, *, python_version: str, dest: Path) -> Path:
+        """Fetch ``pin`` with :class:`rocmforge.sources.requirements.PipFetcher`."""
+        from rocmforge.sources.requirements import PipFetcher
+
+        return PipFetcher().fetch(pin, python_version=python_version, dest=dest)
+
+
 def run(args: argparse.Namespace) -> int:
     """``rocmforge lock RECIPE...``: write the resolved values back into each recipe."""
     from rocmforge.lock import lock_recipe
-    from rocmforge.sources.requirements import PipFetcher
 
     store = open_store(args, create=True)
+    upgrade = list(args.upgrade or [])
+    recipes = list(args.recipes)
+    for i, name in enumerate(upgrade):  # `lock --upgrade RECIPE`: the recipe is not a NAME
+        if name.endswith(".toml") or os.sep in name:
+            recipes.insert(0, name)
+            upgrade[i] = "*"
+    if not recipes:
+        raise UsageError("lock: name at least one RECIPE")
     reports = [
-        lock_recipe(Path(r), store=store, fetcher=PipFetcher(), write=not args.check)
-        for r in args.recipes
+        lock_recipe(
+            Path(r), store=store, fetcher=_LazyPipFetcher(), write=not args.check, upgrade=upgrade
+        )
+        for r in recipes
     ]
     if args.json:
         emit_json([r.to_json() for r in reports])

@@ -56,16 +56,17 @@ def load_recipe(path: Path | str) -> Recipe:
     return _load(file, _read(file, None))
 
 
-def parse_recipe_text(text: str, *, file: Path) -> Recipe:
+def parse_recipe_text(text: str, *, file: Path, locked: bool = True) -> Recipe:
     """Validate recipe ``text`` as if it were stored at ``file``.
 
     Relative paths, including ``extends``, are taken relative to ``file.parent``; a base recipe
-    named by ``extends`` is read from disk.
+    named by ``extends`` is read from disk. With ``locked=False`` the lock file is not applied
+    (``rocmforge lock`` reads the requirements as written).
     """
-    return _load(Path(os.path.abspath(file)), text)
+    return _load(Path(os.path.abspath(file)), text, locked=locked)
 
 
-def _load(file: Path, text: str) -> Recipe:
+def _load(file: Path, text: str, *, locked: bool = True) -> Recipe:
     files: list[Path] = []
     try:
         layers = _chain(file, text, files)
@@ -78,7 +79,12 @@ def _load(file: Path, text: str) -> Recipe:
             raise RecipeError(_relocate(e.problems, layers)) from None
     except RecipeError as e:
         raise _name_the_recipe(e, files) from None
-    return dataclasses.replace(recipe, extends_chain=tuple(layer.file for layer in layers))
+    recipe = dataclasses.replace(recipe, extends_chain=tuple(layer.file for layer in layers))
+    if not locked:
+        return recipe
+    from rocmforge.recipe.lockfile import apply_lock
+
+    return apply_lock(recipe)
 
 
 def _name_the_recipe(error: RecipeError, files: list[Path]) -> RecipeError:

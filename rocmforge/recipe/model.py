@@ -62,7 +62,14 @@ class ToolchainSpec:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RequirementsSpec:
-    """``[requirements]``: exact ``name==version`` pins installed into the build venv.
+    """``[requirements]``: what the build venv holds.
+
+    ``specifiers`` are the PEP 508 requirements as written (``build``), ``build_system`` says the
+    source's own ``[build-system] requires`` count too. ``build`` is what is installed: the exact
+    ``name==version`` pins, either as written (a recipe of exact pins only: installed without
+    their dependencies, as always) or the closure from the recipe's lock file (``lock``, applied
+    by :func:`rocmforge.recipe.lockfile.apply_lock`); empty while an unlocked recipe's closure is
+    unknown (``needs_lock``).
 
     ``digests`` maps a pin (``name==version``, name in PEP 503 form) to ``"sha256:<hex>"`` or
     ``"blake3:<hex>"``; the fetched wheel must match (written by ``rocmforge lock``).
@@ -70,6 +77,14 @@ class RequirementsSpec:
 
     build: tuple[str, ...] = ()
     digests: Mapping[str, str] = field(default_factory=dict)
+    specifiers: tuple[str, ...] = ()
+    build_system: bool = False
+    lock: Path | None = None
+
+    @property
+    def needs_lock(self) -> bool:
+        """True if the closure comes from a lock file (specifiers or the source's own list)."""
+        return self.build_system or not all(is_exact_pin(s) for s in self.specifiers)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -167,7 +182,7 @@ _KEYS: dict[str, tuple[str, ...]] = {
     "package": ("name", "version"),
     "source": ("path", "git", "rev", "ref", "submodules", "allow-local-submodules", "patches"),
     "toolchain": ("kind", "python", "cc", "cxx", "rocm", "root", "packages"),
-    "requirements": ("build", "digests"),
+    "requirements": ("build", "digests", "build-system"),
     "build": ("steps", "passthrough", "timeout", "repair", "repair-policy"),
     "check": ("import", "archs", "requirements"),
     "input": ("path", "url", "sha256", "env", "subdir"),
@@ -445,8 +460,55 @@ def _toolchain(c: _Checker, data: Mapping[str, Any], base: Path) -> ToolchainSpe
 
 def _requirements(c: _Checker, data: Mapping[str, Any]) -> RequirementsSpec:
     t = c.table(data, "requirements")
-    pins = _pins(c, t, "requirements", "build")
-    return RequirementsSpec(build=tuple(pins), digests=_digests(c, t, pins))
+    specifiers = _specifiers(c, t)
+    build_system = c.boolean(t, "requirements", "build-system")
+    if build_system or not all(is_exact_pin(s) for s in specifiers):
+        return RequirementsSpec(
+            specifiers=tuple(specifiers), build_system=build_system, digests=_digests(c, t, [])
+        )
+    exact = [re.sub(r"\s+", "", s) for s in specifiers]
+    return RequirementsSpec(
+        build=tuple(exact), specifiers=tuple(specifiers), digests=_digests(c, t, exact)
+    )
+
+
+_SIMPLE_SPEC = re.compile(
+    r"^\s*([A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)\s*"
+    r"((?:(?:~=|==|!=|<=|>=|<|>)\s*[A-Za-z0-9.]+\s*,\s*)*(?:~=|==|!=|<=|>=|<|>)\s*[A-Za-z0-9.]+)?\s*$"
+)
+_SPEC_VERSION = re.compile(r"(?:~=|==|!=|<=|>=|<|>)\s*([A-Za-z0-9.]+)")
+
+
+def _specifiers(c: _Checker, t: Mapping[str, Any]) -> list[str]:
+    """Read ``[requirements] build``: PEP 508 requirements (exact pins, ranges, extras, markers).
+
+    Plain ``name`` and ``name>=1,<2`` forms are checked here; anything else (extras, markers,
+    wildcards) by :mod:`packaging.requirements`, imported only then (it costs ~15 ms).
+    """
+    out: list[str] = []
+    seen: dict[tuple[str, str], str] = {}
+    for key, item in c.strings(t, "requirements", "build"):
+        simple = _SIMPLE_SPEC.match(item)
+        if simple and all(_valid_version(v) for v in _SPEC_VERSION.findall(simple.group(2) or "")):
+            name, marker = simple.group(1), ""
+        else:
+            from packaging.requirements import InvalidRequirement, Requirement
+
+            try:
+                req = Requirement(item)
+            except InvalidRequirement as exc:
+                c.add(key, f"{item!r} is not a PEP 508 requirement: {exc}")
+                continue
+            if req.url:
+                c.add(key, f"{item!r} names a URL; write a name and version specifiers")
+                continue
+            name, marker = req.name, str(req.marker or "")
+        canonical = (re.sub(r"[-_.]+", "-", name).lower(), marker)
+        if canonical in seen:
+            c.add(key, f"duplicate requirement {name!r} (also at {seen[canonical]})")
+        seen[canonical] = key
+        out.append(item.strip())
+    return out
 
 
 def _pins(c: _Checker, t: Mapping[str, Any], table: str, name: str) -> list[str]:
@@ -496,6 +558,12 @@ class RequirementPin:
                 f"build requirement {text!r} is not an exact 'name==version' pin"
             )
         return cls(name=re.sub(r"[-_.]+", "-", m.group(1)).lower(), version=m.group(2))
+
+
+def is_exact_pin(text: str) -> bool:
+    """True if ``text`` is an exact ``name==version`` pin (no extras, markers or wildcards)."""
+    m = _PIN.match(text)
+    return m is not None and _valid_version(m.group(2))
 
 
 def normal_pin(pin: str) -> str | None:

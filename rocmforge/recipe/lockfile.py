@@ -1,0 +1,276 @@
+"""Recipe lock files: the resolved closure of ``[requirements] build``, beside the recipe.
+
+``recipes/demo.toml`` is locked by ``recipes/demo.lock`` (TOML; the ``.lock`` suffix keeps it out
+of ``*.toml`` recipe globs). The file records what it was resolved from — the specifiers exactly as
+the recipe writes them, ``build-system`` and the Python version — and one ``[[package]]`` per
+locked wheel: the normalised (PEP 503) name, the exact version, the wheel file name and its sha256.
+``rocmforge lock`` writes it (:mod:`rocmforge.lock`); loading a recipe applies it
+(:func:`apply_lock`), so a build installs exactly the locked closure and nothing is resolved at
+build time.
+
+With ``extends``, the nearest lock file along the chain (the recipe's own first, then its bases')
+whose recorded inputs equal the recipe's effective ones is used: a child that does not change its
+base's requirements needs no lock file of its own; a child that does gets its own, and the base's
+stays as it is.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import tomllib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rocmforge.errors import Problem, RecipeError
+
+if TYPE_CHECKING:
+    from rocmforge.recipe.model import Recipe
+
+LOCK_VERSION = 1
+"""The lock file format version (``lock-version``)."""
+LOCK_SUFFIX = ".lock"
+"""A recipe ``NAME.toml`` is locked by ``NAME.lock`` in the same directory."""
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_MAX_LOCK_BYTES = 4 << 20
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LockedPackage:
+    """One locked wheel: normalised name, exact version, wheel file name and sha256 (hex)."""
+
+    name: str
+    version: str
+    wheel: str
+    sha256: str
+
+    @property
+    def pin(self) -> str:
+        """``name==version``."""
+        return f"{self.name}=={self.version}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LockInputs:
+    """What a lock was resolved from; a lock applies to a recipe only if these are equal.
+
+    ``source_requires`` are the source's own ``[build-system] requires`` at lock time (empty
+    unless ``build_system``); the recipe's specifiers and that flag are compared at load time,
+    ``lock --check`` compares the source's list as well.
+    """
+
+    python: str
+    requires: tuple[str, ...]
+    build_system: bool = False
+    source_requires: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LockFile:
+    """A parsed lock file."""
+
+    path: Path
+    inputs: LockInputs
+    packages: tuple[LockedPackage, ...]
+    resolver: str = ""
+
+    def by_name(self) -> dict[str, LockedPackage]:
+        """Return the packages keyed by normalised name."""
+        return {p.name: p for p in self.packages}
+
+
+def lock_path(recipe_file: Path) -> Path:
+    """Return the lock file of the recipe at ``recipe_file``: ``NAME.toml`` -> ``NAME.lock``."""
+    name = recipe_file.name
+    stem = name[: -len(".toml")] if name.endswith(".toml") else name
+    return recipe_file.with_name(stem + LOCK_SUFFIX)
+
+
+def inputs_of(recipe: Recipe) -> LockInputs:
+    """Return the lock inputs a recipe's effective ``[requirements]`` call for."""
+    return LockInputs(
+        python=recipe.toolchain.python,
+        requires=recipe.requirements.specifiers,
+        build_system=recipe.requirements.build_system,
+    )
+
+
+def _same(a: LockInputs, b: LockInputs) -> bool:
+    """True if the recipe-side inputs agree (the source's own list is checked by ``lock``)."""
+    return (a.python, a.requires, a.build_system) == (b.python, b.requires, b.build_system)
+
+
+def _bad(path: Path, key: str, message: str) -> RecipeError:
+    return RecipeError([Problem(file=path, key=key, message=message)])
+
+
+def read_lock(path: Path) -> LockFile:
+    """Parse the lock file at ``path``; raise :class:`RecipeError` naming the key if malformed."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(_MAX_LOCK_BYTES + 1)
+    except OSError as exc:
+        raise _bad(path, "", f"cannot read lock file: {exc.strerror or exc}") from exc
+    if len(raw) > _MAX_LOCK_BYTES:
+        raise _bad(path, "", f"lock file larger than {_MAX_LOCK_BYTES} bytes")
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise _bad(path, "", f"invalid lock file: {exc}; run `rocmforge lock` again") from exc
+    if data.get("lock-version") != LOCK_VERSION:
+        raise _bad(path, "lock-version", f"must be {LOCK_VERSION}; run `rocmforge lock` again")
+
+    def strings(key: str) -> tuple[str, ...]:
+        value = data.get(key, [])
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise _bad(path, key, "must be a list of strings")
+        return tuple(value)
+
+    python, build_system = data.get("python"), data.get("build-system", False)
+    if not isinstance(python, str):
+        raise _bad(path, "python", "must be a string such as '3.11'")
+    if not isinstance(build_system, bool):
+        raise _bad(path, "build-system", "must be true or false")
+    packages: list[LockedPackage] = []
+    items = data.get("package", [])
+    if not isinstance(items, list):
+        raise _bad(path, "package", "must be an array of tables ([[package]])")
+    for i, item in enumerate(items):
+        key = f"package[{i}]"
+        if not isinstance(item, dict):
+            raise _bad(path, key, "must be a table")
+        fields = {k: item.get(k) for k in ("name", "version", "wheel", "sha256")}
+        missing = [k for k, v in fields.items() if not isinstance(v, str) or not v]
+        if missing:
+            raise _bad(path, f"{key}.{missing[0]}", "missing or not a string")
+        if not _SHA256.match(str(fields["sha256"])):
+            raise _bad(path, f"{key}.sha256", "must be 64 lowercase hex digits")
+        packages.append(LockedPackage(**{k: str(v) for k, v in fields.items()}))
+    resolver = data.get("resolver", "")
+    return LockFile(
+        path=path,
+        inputs=LockInputs(
+            python=python,
+            requires=strings("requires"),
+            build_system=build_system,
+            source_requires=strings("source-requires"),
+        ),
+        packages=tuple(packages),
+        resolver=resolver if isinstance(resolver, str) else "",
+    )
+
+
+def _q(text: str) -> str:
+    """A TOML basic string (JSON string escapes are valid TOML)."""
+    return json.dumps(text, ensure_ascii=False)
+
+
+def _array(items: Sequence[str]) -> str:
+    if not items:
+        return "[]"
+    return "[\n" + "".join(f"    {_q(i)},\n" for i in items) + "]"
+
+
+def render_lock(recipe_name: str, lock: LockFile) -> str:
+    """Return the text of a lock file: one key per line, packages sorted by name."""
+    i = lock.inputs
+    lines = [
+        f"# Written by `rocmforge lock {recipe_name}`: the resolved closure of its "
+        "[requirements] build.",
+        "# Do not edit by hand; change the recipe and run `rocmforge lock` again.",
+        f"lock-version = {LOCK_VERSION}",
+        f"resolver = {_q(lock.resolver)}",
+        f"python = {_q(i.python)}",
+        f"build-system = {'true' if i.build_system else 'false'}",
+        f"requires = {_array(i.requires)}",
+    ]
+    if i.build_system:
+        lines.append(f"source-requires = {_array(i.source_requires)}")
+    for p in sorted(lock.packages, key=lambda p: p.name):
+        lines += [
+            "",
+            "[[package]]",
+            f"name = {_q(p.name)}",
+            f"version = {_q(p.version)}",
+            f"wheel = {_q(p.wheel)}",
+            f"sha256 = {_q(p.sha256)}",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def find_lock(recipe: Recipe) -> LockFile | None:
+    """Return the nearest lock file along the ``extends`` chain that matches ``recipe``.
+
+    The recipe's own lock file comes first, then each base's. A lock file whose inputs differ
+    is skipped (it locks something else); None if none matches.
+    """
+    wanted = inputs_of(recipe)
+    chain = recipe.extends_chain or (recipe.file,)
+    for file in reversed(chain):
+        path = lock_path(file)
+        try:
+            if not path.is_file():
+                continue
+        except OSError:
+            continue
+        lock = read_lock(path)
+        if _same(lock.inputs, wanted):
+            return lock
+    return None
+
+
+def apply_lock(recipe: Recipe) -> Recipe:
+    """Return ``recipe`` with its locked closure as ``requirements.build`` and ``digests``.
+
+    A recipe of exact pins without a lock file is returned unchanged (pins installed as written).
+    A recipe that needs a lock (specifiers, or ``build-system = true``) and has no matching one
+    raises :class:`RecipeError` with the command to run.
+    """
+    reqs = recipe.requirements
+    if not reqs.specifiers and not reqs.build_system:
+        return recipe
+    lock = find_lock(recipe)
+    if lock is None:
+        if not reqs.needs_lock:
+            return recipe
+        own = lock_path(recipe.file)
+        why = (
+            f"{own.name} was locked for other requirements"
+            if own.is_file()
+            else "no lock file matches them"
+        )
+        raise RecipeError(
+            [
+                Problem(
+                    file=recipe.file,
+                    key="requirements.build",
+                    message=f"requirements are not locked ({why}); "
+                    f"run `rocmforge lock {recipe.file}`",
+                )
+            ]
+        )
+    locked = dataclasses.replace(
+        reqs,
+        build=tuple(p.pin for p in lock.packages),
+        digests={p.pin: f"sha256:{p.sha256}" for p in lock.packages},
+        lock=lock.path,
+    )
+    return dataclasses.replace(recipe, requirements=locked)
+
+
+def lock_candidates(recipe: Recipe) -> tuple[Path, ...]:
+    """Every lock file path that could apply to ``recipe`` (guarded by the realize memo)."""
+    return tuple(lock_path(f) for f in (recipe.extends_chain or (recipe.file,)))
+
+
+def lock_to_json(lock: LockFile) -> dict[str, Any]:
+    """Return a lock as JSON-ready data."""
+    return {
+        "path": str(lock.path),
+        "python": lock.inputs.python,
+        "requires": list(lock.inputs.requires),
+        "packages": [dataclasses.asdict(p) for p in lock.packages],
+    }
