@@ -87,12 +87,17 @@ class AuditReport:
             if self.statement
             else {}
         )
+        # Provenance keeps local paths relative to the recipe's repository; show them absolute.
+        local = (internal.get("localPaths") or {}).get("paths") or {}
+        extends = params.get("extends")
+        if isinstance(extends, list):
+            extends = [local.get(f"extends[{i}]", e) for i, e in enumerate(extends)]
         return {
             "package": drv.package,
             "recipe": {
                 "name": (params.get("recipe") or {}).get("package", {}).get("name"),
-                "file": params.get("recipeFile"),
-                "extends": params.get("extends"),
+                "file": local.get("recipeFile", params.get("recipeFile")),
+                "extends": extends,
             },
             "source": source,
             "toolchain": drv.toolchain,

@@ -335,6 +335,8 @@ def build(
                 sandbox=runner.level,
                 started=started,
                 finished=finished,
+                cache=store.sources_dir,
+                byproducts=[root / "entry" / layout.BUILD_LOG],
             )
             write_statement(root / "entry" / layout.PROVENANCE, statement)
             meta = build_fields(

@@ -7,7 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -96,6 +96,17 @@ def tiny_recipe(tmp_path: Path, tiny_src: Path) -> Path:
     path = tmp_path / "tiny.toml"
     path.write_text(TINY_RECIPE.format(src=tiny_src))
     return path
+
+
+@pytest.fixture(autouse=True)
+def _provenance_is_valid(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After each test, validate every provenance statement it left in its ``tmp_path``."""
+    tmp = request.getfixturevalue("tmp_path") if "tmp_path" in request.fixturenames else None
+    yield
+    if tmp is not None:
+        from provenance_check import validate_statements_under
+
+        validate_statements_under(tmp)
 
 
 @pytest.fixture
