@@ -28,6 +28,7 @@ from typing import Any
 
 from rocmforge.errors import UsageError
 from rocmforge.provenance import read_statement, run_facts
+from rocmforge.signing import SignatureCheck, check_entry
 from rocmforge.stamp import Stamp, StampError, read_stamp
 from rocmforge.store import layout
 from rocmforge.store.entry import DerivationDoc, read_derivation, read_meta
@@ -62,6 +63,8 @@ class AuditReport:
     statement: Mapping[str, Any] | None = field(default=None)
     stamped_by: str | None = None
     archs: Mapping[str, Any] | None = None
+    #: The entry's DSSE signature, checked against the trusted keys (verified wheels only).
+    signature: SignatureCheck | None = None
 
     @property
     def exit_code(self) -> int:
@@ -124,6 +127,7 @@ class AuditReport:
             "stamped_by": self.stamped_by,
             "facts": self.facts(),
             "archs": dict(self.archs) if self.archs is not None else None,
+            "signature": self.signature.to_json() if self.signature else None,
             "derivation": dict(self.derivation) if self.derivation else None,
         }
 
@@ -235,9 +239,16 @@ def audit_wheel(wheel: Path, *, store: Store) -> AuditReport:
         else:
             notes.append(f"the store entry {row.path} no longer exists; facts from the stamp")
             derivation = _stamp_derivation(wheel)
+        signature = check_entry(row.path) if os.path.isdir(row.path) else None
+        problems: list[str] = []
+        if signature is not None and signature.status == "invalid":
+            # A trusted key's signature that fails means the entry's provenance was altered.
+            problems.append(f"provenance signature by {signature.keyid}: {signature.detail}")
         return AuditReport(
             wheel=wheel,
-            status=VERIFIED,
+            status=TAMPERED if problems else VERIFIED,
+            problems=tuple(problems),
+            signature=signature,
             blake3=b3,
             sha256=sha or _sha256(wheel),
             size=size,

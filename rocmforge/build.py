@@ -30,6 +30,7 @@ from rocmforge.errors import (
 from rocmforge.provenance import make_statement, write_statement
 from rocmforge.resolve import Resolved
 from rocmforge.sandbox import Mount, Runner
+from rocmforge.signing import sign_entry
 from rocmforge.sources.identity import materialize_source
 from rocmforge.sources.refs import used_sources
 from rocmforge.stamp import stamp_wheel
@@ -339,6 +340,7 @@ def build(
                 byproducts=[root / "entry" / layout.BUILD_LOG],
             )
             write_statement(root / "entry" / layout.PROVENANCE, statement)
+            sign_entry(root / "entry", store_root=store.root)  # when a signing key exists
             meta = build_fields(
                 wheels=records,
                 sandbox=runner.level,

@@ -129,6 +129,10 @@ def _print(report: Any) -> None:
             if common != union:
                 line += f"; in every bundle: {', '.join(common) or 'none'}"
             add("gpu archs", line + ")")
+    sig = report.signature
+    if sig is not None:
+        add("signature", f"{sig.status}" + (f" (key {sig.keyid})" if sig.keyid else "")
+            + (f": {sig.detail}" if sig.detail else ""))
     add("store path", report.entry_path)
     for label, value in rows:
         print(f"  {label:<13}{value}")

@@ -36,6 +36,8 @@ META = "meta.json"
 DERIVATION = "derivation.json"
 BUILD_LOG = "build.log.zst"
 PROVENANCE = "provenance.json"
+#: DSSE envelope over provenance.json, signed with the store's ed25519 key (absent when unsigned).
+PROVENANCE_DSSE = "provenance.dsse.json"
 WHEEL_SUFFIX = ".whl"
 
 # -- files and directories at the store root ------------------------------------------------------
