@@ -313,6 +313,40 @@ def test_rocm_version_file_change_is_seen(tiny_recipe: Path, tmp_path: Path, sto
 
 
 @pytest.mark.slow
+def test_hip_clang_device_libs_change_is_seen(
+    tiny_recipe: Path, tmp_path: Path, store: Path
+) -> None:
+    """A plain clang as HIP compiler: a changed device-library file is a new input."""
+    from test_hip_clang import debian_root, fake_device_libs, fake_hip_clang
+
+    clang = fake_hip_clang(tmp_path)
+    libs = fake_device_libs(tmp_path)
+    tiny_recipe.write_text(
+        tiny_recipe.read_text()
+        + f'\n[toolchain]\nkind = "rocm"\nrocm = "5.2"\nroot = "{debian_root(tmp_path)}"\n'
+        + f'hip-clang = "{clang}"\ndevice-libs = "{libs}"\n'
+    )
+    ocml = libs / "ocml.bc"
+    assert_change_is_seen(tiny_recipe, store, lambda: ocml.write_bytes(b"BC\xc0\xde v2") and None)
+
+
+@pytest.mark.slow
+def test_hip_clang_binary_change_is_seen(tiny_recipe: Path, tmp_path: Path, store: Path) -> None:
+    """A plain clang as HIP compiler: a changed LLVM library behind the driver is a new input."""
+    from test_hip_clang import debian_root, fake_device_libs, fake_hip_clang
+
+    clang = fake_hip_clang(tmp_path)
+    libs = fake_device_libs(tmp_path)
+    tiny_recipe.write_text(
+        tiny_recipe.read_text()
+        + f'\n[toolchain]\nkind = "rocm"\nrocm = "5.2"\nroot = "{debian_root(tmp_path)}"\n'
+        + f'hip-clang = "{clang}"\ndevice-libs = "{libs}"\n'
+    )
+    lib = clang.resolve().parent.parent / "lib" / "libLLVM.so.19.1"
+    assert_change_is_seen(tiny_recipe, store, lambda: lib.write_bytes(b"\x7fELF v2") and None)
+
+
+@pytest.mark.slow
 def test_code_change_is_seen(tiny_recipe: Path, tmp_path: Path, store: Path) -> None:
     """A rocmforge upgrade that changes how hashes are made (here BUILDER) is an input too."""
     copy = tmp_path / "pkg" / "rocmforge"
@@ -387,6 +421,8 @@ KEY_CASES = {
     "toolchain.rocm.hip_version": "test_rocm_version_file_change_is_seen",
     "toolchain.rocm.hipcc": "test_rocm_version_file_change_is_seen",
     "toolchain.rocm.clang": "test_rocm_version_file_change_is_seen",
+    "toolchain.rocm.hip_clang": "test_hip_clang_binary_change_is_seen",
+    "toolchain.rocm.device_libs": "test_hip_clang_device_libs_change_is_seen",
 }
 DEPTH = 3
 USER_NAMED = {"env", "inputs"}
@@ -447,6 +483,20 @@ def test_every_derivation_key_has_a_memo_case(tiny_src: Path, tmp_path: Path, st
     assert plan["provisional"] == []
     keys = key_paths(plan["derivation"])
     assert {"source.patches[]", "inputs.*.digest", "toolchain.rocm.version"} <= keys
+    # A plain clang as HIP compiler adds its own keys under toolchain.rocm.
+    from test_hip_clang import fake_device_libs, fake_hip_clang
+
+    hip = recipe.read_text().replace(
+        "[toolchain]\n",
+        f'[toolchain]\nhip-clang = "{fake_hip_clang(tmp_path / "hip")}"\n'
+        f'device-libs = "{fake_device_libs(tmp_path / "hip")}"\n',
+    )
+    recipe.write_text(hip)
+    proc = rf("plan", recipe, "--store", store, "--json", env=env)
+    assert proc.returncode == 0, proc.stderr
+    hip_keys = key_paths(json.loads(proc.stdout)["derivation"])
+    assert {"toolchain.rocm.hip_clang", "toolchain.rocm.device_libs"} <= hip_keys
+    keys |= hip_keys
     missing = sorted(keys - set(KEY_CASES))
     assert not missing, f"derivation keys without a memo case (add one to KEY_CASES): {missing}"
     unknown = sorted({t for t in KEY_CASES.values() if not callable(globals().get(t))})
