@@ -128,6 +128,8 @@ def _print(report: Any) -> None:
             line = f"{lib}: {', '.join(union) or '-'} ({found.get('bundles', 0)} bundle(s)"
             if common != union:
                 line += f"; in every bundle: {', '.join(common) or 'none'}"
+            if found.get("mismatched"):
+                line += f"; ELF machine contradicts id: {', '.join(found['mismatched'])}"
             add("gpu archs", line + ")")
     sig = report.signature
     if sig is not None:
