@@ -150,8 +150,27 @@ def assert_change_is_seen(
     second = realize_env(recipe, store, env)
     assert entry_hash(second) != entry_hash(first), "the memo answered with the old build"
     assert entry_hash(second) == plan_hash(recipe, store, env)  # what the full pipeline says
-    assert answered_by_memo(recipe, store, env)  # and the new state is remembered
+    # and the new state is remembered
+    assert answered_by_memo(recipe, store, env), f"memo guards moved: {moved_guards(store)}"
     return first, second
+
+
+def moved_guards(store: Path) -> list[str]:
+    """The memo guards whose stat signature differs from the file now (why the memo missed)."""
+    import marshal
+
+    out = []
+    for path in (store / "cache").glob("realize-memo-*.marshal"):
+        for item in marshal.loads(path.read_bytes()).values():
+            for guard, sig, follow in item["guards"]:
+                try:
+                    st = os.stat(guard) if follow else os.lstat(guard)
+                    now = (st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+                except OSError:
+                    now = None
+                if now != sig:
+                    out.append(guard)
+    return out
 
 
 def plan_hash(recipe: Path, store: Path, env: dict[str, str] | None = None) -> str:

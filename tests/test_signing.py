@@ -42,6 +42,7 @@ def test_key_generate_prints_the_public_key_and_never_overwrites(keyenv: dict, t
     assert rf("key", "public", env=keyenv).stdout.strip() == public
 
 
+@pytest.mark.slow
 def test_key_file_inside_a_store_is_refused(tiny_recipe: Path, store: Path, keyenv: dict):
     assert rf("realize", tiny_recipe, "--store", store, env=keyenv).returncode == 0
     proc = rf("key", "generate", "--out", store / "keys" / "k", env=keyenv)
