@@ -31,6 +31,7 @@ from typing import Any
 
 from rocmforge.errors import UsageError
 from rocmforge.provenance import read_statement, run_facts
+from rocmforge.signing import SignatureCheck, check_entry
 from rocmforge.stamp import Stamp, StampError, read_stamp
 from rocmforge.store import layout
 from rocmforge.store.entry import DerivationDoc, read_derivation, read_meta
@@ -67,6 +68,8 @@ class AuditReport:
     stamped_by: str | None = None
     archs: Mapping[str, Any] | None = None
     links: tuple[Mapping[str, str], ...] = ()
+    #: The entry's DSSE signature, checked against the trusted keys (verified wheels only).
+    signature: SignatureCheck | None = None
 
     @property
     def exit_code(self) -> int:
@@ -93,12 +96,17 @@ class AuditReport:
             if self.statement
             else {}
         )
+        # Provenance keeps local paths relative to the recipe's repository; show them absolute.
+        local = (internal.get("localPaths") or {}).get("paths") or {}
+        extends = params.get("extends")
+        if isinstance(extends, list):
+            extends = [local.get(f"extends[{i}]", e) for i, e in enumerate(extends)]
         return {
             "package": drv.package,
             "recipe": {
                 "name": (params.get("recipe") or {}).get("package", {}).get("name"),
-                "file": params.get("recipeFile"),
-                "extends": params.get("extends"),
+                "file": local.get("recipeFile", params.get("recipeFile")),
+                "extends": extends,
             },
             "source": source,
             "toolchain": drv.toolchain,
@@ -126,6 +134,7 @@ class AuditReport:
             "facts": self.facts(),
             "archs": dict(self.archs) if self.archs is not None else None,
             "links": [dict(link) for link in self.links],
+            "signature": self.signature.to_json() if self.signature else None,
             "derivation": dict(self.derivation) if self.derivation else None,
         }
 
@@ -242,9 +251,16 @@ def audit_wheel(wheel: Path, *, store: Store | None) -> AuditReport:
         else:
             notes.append(f"the store entry {row.path} no longer exists; facts from the stamp")
             derivation = _stamp_derivation(wheel)
+        signature = check_entry(row.path) if os.path.isdir(row.path) else None
+        problems: list[str] = []
+        if signature is not None and signature.status == "invalid":
+            # A trusted key's signature that fails means the entry's provenance was altered.
+            problems.append(f"provenance signature by {signature.keyid}: {signature.detail}")
         return AuditReport(
             wheel=wheel,
-            status=VERIFIED,
+            status=TAMPERED if problems else VERIFIED,
+            problems=tuple(problems),
+            signature=signature,
             blake3=b3,
             sha256=sha or _sha256(wheel),
             size=size,

@@ -32,6 +32,7 @@ from rocmforge.provenance import make_statement, write_statement
 from rocmforge.resolve import Resolved
 from rocmforge.sandbox import Mount, Runner
 from rocmforge.scm import source_env
+from rocmforge.signing import sign_entry
 from rocmforge.sources.identity import materialize_source
 from rocmforge.sources.refs import used_sources
 from rocmforge.stamp import stamp_wheel
@@ -606,11 +607,14 @@ def build(
                 started=started,
                 finished=finished,
                 links=staged.links,
+                cache=store.sources_dir,
+                byproducts=[root / "entry" / layout.BUILD_LOG],
             )
             if staged.repair:  # what [build] repair did: the wheels before and after, the policy
                 internal = statement["predicate"]["buildDefinition"]["internalParameters"]
                 internal["repair"] = dict(staged.repair)
             write_statement(root / "entry" / layout.PROVENANCE, statement)
+            sign_entry(root / "entry", store_root=store.root)  # when a signing key exists
             meta = build_fields(
                 wheels=staged.records,
                 sandbox=runner.level,

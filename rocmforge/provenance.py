@@ -3,6 +3,12 @@
 The statement is written as ``provenance.json`` into the staged entry before it is published, so
 it is fsynced, sealed read-only and renamed into ``entries/`` together with the wheels. Its subjects
 are the (stamped, normalized) wheels with their sha256 and blake3 digests.
+
+It is meant to pass a standard verifier: every resource descriptor has a digest or a URI, every
+digest set holds sha256 (blake3, the store's own hash, sits beside it), byproducts carry their
+digests, and ``externalParameters`` holds no absolute local path: paths inside the recipe's
+repository (the nearest directory above the recipe holding ``.git``, else the recipe's directory)
+are made relative to it, and the absolute forms are kept in ``internalParameters.localPaths``.
 """
 
 from __future__ import annotations
@@ -16,12 +22,12 @@ from typing import TYPE_CHECKING, Any
 
 from rocmforge import __version__
 from rocmforge.errors import StoreError
-from rocmforge.store import layout
 from rocmforge.store.entry import DerivationDoc, WheelRecord
 from rocmforge.util.fsutil import json_bytes, read_json_object, write_atomic
 from rocmforge.util.hashing import blake3_hex, canonical_json
 
 if TYPE_CHECKING:
+    from rocmforge.recipe.model import Recipe
     from rocmforge.resolve import Resolved
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
@@ -42,7 +48,65 @@ def _url(git: str) -> str:
     return Path(git).as_uri() if os.path.isabs(git) else git
 
 
-def _source_dependencies(resolved: Resolved) -> list[dict[str, Any]]:
+def sha256_hex(data: bytes) -> str:
+    """Return the hex sha256 of ``data`` (hashlib imported lazily: builds only)."""
+    import hashlib
+
+    return hashlib.sha256(data).hexdigest()
+
+
+def recipe_repository(recipe_file: Path) -> Path:
+    """Return the recipe's repository: the nearest directory above it holding ``.git``.
+
+    A recipe outside any git work tree has its own directory as its repository.
+    """
+    start = Path(os.path.abspath(recipe_file)).parent
+    for d in (start, *start.parents):
+        if os.path.lexists(d / ".git"):
+            return d
+    return start
+
+
+def _relative(value: Any, repo: Path, key: str, absolute: dict[str, str]) -> Any:
+    """Return ``value`` with absolute paths under ``repo`` made relative, noted in ``absolute``."""
+    if isinstance(value, dict):
+        return {k: _relative(v, repo, f"{key}.{k}", absolute) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_relative(v, repo, f"{key}[{i}]", absolute) for i, v in enumerate(value)]
+    if isinstance(value, str) and os.path.isabs(value):
+        try:
+            rel = Path(value).relative_to(repo)
+        except ValueError:
+            return value
+        absolute[key] = value
+        return rel.as_posix() or "."
+    return value
+
+
+def external_parameters(recipe: Recipe) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Return ``(externalParameters, localPaths)`` for ``recipe``.
+
+    Paths under the recipe's repository become relative to it; ``localPaths`` holds the
+    repository's absolute path and the absolute form of every path that was rewritten.
+    """
+    repo = recipe_repository(recipe.file)
+    absolute: dict[str, str] = {}
+    params = {
+        "recipe": _relative(dict(recipe.resolved), repo, "recipe", absolute),
+        "recipeFile": _relative(str(recipe.file), repo, "recipeFile", absolute),
+        "extends": _relative([str(p) for p in recipe.extends_chain], repo, "extends", absolute),
+    }
+    return params, {"repository": str(repo), "paths": absolute}
+
+
+def _file_digest(path: Path) -> dict[str, str]:
+    from rocmforge.util.hashing import file_digests
+
+    b3, sha = file_digests(path)
+    return {"sha256": sha, "blake3": b3}
+
+
+def _source_dependencies(resolved: Resolved, cache: Path | None) -> list[dict[str, Any]]:
     spec, ident = resolved.recipe.source, resolved.source
     deps: list[dict[str, Any]] = []
     if ident.kind == "git":
@@ -63,9 +127,18 @@ def _source_dependencies(resolved: Resolved) -> list[dict[str, Any]]:
         dep: dict[str, Any] = {"name": "source", "digest": {"blake3": tree}}
         if spec.path is not None:
             dep["uri"] = Path(spec.path).as_uri()
+            if cache is not None:
+                from rocmforge.sources.treesha import tree_sha256
+
+                dep["digest"] = {"sha256": tree_sha256(spec.path, cache=cache), "blake3": tree}
         deps.append(dep)
+    patch_files = {p.name: p for p in spec.patches}
     for name, digest in ident.patches:
-        deps.append({"name": f"source.patches/{name}", "digest": {"blake3": digest}})
+        dep = {"name": f"source.patches/{name}", "digest": {"blake3": digest}}
+        patch = patch_files.get(name)
+        if patch is not None and patch.is_file():
+            dep["digest"] = {"sha256": sha256_hex(patch.read_bytes()), "blake3": digest}
+        deps.append(dep)
     return deps
 
 
@@ -78,21 +151,26 @@ def make_statement(
     finished: float,
     host: str | None = None,
     links: Mapping[str, Sequence[Mapping[str, str]]] | None = None,
+    cache: Path | None = None,
+    byproducts: Sequence[Path] = (),
 ) -> dict[str, Any]:
     """Return the in-toto statement for a build of ``resolved`` that produced ``wheels``.
 
-    ``wheels`` are the meta records (``file``, ``sha256``, ``blake3``) of the staged wheels;
-    ``links`` (wheel file -> the libraries its ELF files link and who provides them) becomes
-    one ``links/<wheel>`` byproduct per wheel.
+    ``wheels`` are the records (file, sha256, blake3) of the staged wheels; ``cache`` (the
+    store's source cache) lets a path source get its sha256 tree digest; ``byproducts`` are
+    files of the entry (the build log) listed with their digests; ``links`` (wheel file -> the
+    libraries its ELF files link and who provides them) becomes one ``links/<wheel>`` byproduct
+    per wheel.
     """
     recipe, drv = resolved.recipe, resolved.derivation
     host = host or socket.gethostname()
     fingerprint = dict(resolved.toolchain.fingerprint)
-    deps = _source_dependencies(resolved)
+    deps = _source_dependencies(resolved, cache)
+    fp_bytes = canonical_json(fingerprint)
     deps.append(
         {
             "name": "toolchain",
-            "digest": {"blake3": blake3_hex(canonical_json(fingerprint))},
+            "digest": {"sha256": sha256_hex(fp_bytes), "blake3": blake3_hex(fp_bytes)},
             "annotations": fingerprint,
         }
     )
@@ -105,6 +183,7 @@ def make_statement(
                 "annotations": {"wheel": req.wheel.name},
             }
         )
+    external, local_paths = external_parameters(recipe)
     return {
         "_type": STATEMENT_TYPE,
         "subject": [
@@ -115,12 +194,9 @@ def make_statement(
         "predicate": {
             "buildDefinition": {
                 "buildType": BUILD_TYPE,
-                "externalParameters": {
-                    "recipe": dict(recipe.resolved),
-                    "recipeFile": str(recipe.file),
-                    "extends": [str(p) for p in recipe.extends_chain],
-                },
+                "externalParameters": external,
                 "internalParameters": {
+                    "localPaths": local_paths,
                     "inputHash": drv.hash,
                     "builder": DerivationDoc(drv.data).builder,
                     "sandbox": sandbox,
@@ -138,9 +214,17 @@ def make_statement(
                     "finishedOn": rfc3339(finished),
                 },
                 "byproducts": [
-                    {"name": layout.BUILD_LOG},
+                    *({"name": p.name, "digest": _file_digest(p)} for p in byproducts),
                     *(
-                        {"name": f"links/{wheel}", "annotations": {"links": list(found)}}
+                        {
+                            "name": f"links/{wheel}",
+                            # A descriptor needs a digest: that of the record it annotates.
+                            "digest": {
+                                "sha256": sha256_hex(canonical_json(list(found))),
+                                "blake3": blake3_hex(canonical_json(list(found))),
+                            },
+                            "annotations": {"links": list(found)},
+                        }
                         for wheel, found in sorted((links or {}).items())
                     ),
                 ],

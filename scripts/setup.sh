@@ -21,11 +21,30 @@ python3.11 -c 'import sysconfig, os, sys; sys.exit(not os.path.exists(os.path.jo
 if [ $with_hip = 1 ] && ! command -v hipcc >/dev/null && command -v apt-get >/dev/null; then
   need+=(hipcc)
 fi
+# A plain clang-19 as the HIP compiler (gfx942, which Debian's hipcc cannot target): the compiler,
+# its device linker, bundler and llvm-objcopy, the HIP headers/runtime and the device libraries,
+# whose package name depends on the Debian release (12: rocm-device-libs, 13: rocm-device-libs-17).
+if [ $with_hip = 1 ] && command -v apt-get >/dev/null; then
+  debian=$(. /etc/os-release 2>/dev/null && echo "${VERSION_ID:-}")
+  case "$debian" in
+    13*) devlibs=rocm-device-libs-17 ;;
+    *) devlibs=rocm-device-libs ;;
+  esac
+  for pkg in clang-19 lld-19 clang-tools-19 llvm-19 libamdhip64-dev "$devlibs"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || need+=("$pkg")
+  done
+fi
 if [ ${#need[@]} -gt 0 ]; then
   echo "setup: installing system packages: ${need[*]}" >&2
   sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
   $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq
   $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+# The merged device-library directory recipes/hip-gfx942.toml names (adds the gfx942 ISA file).
+if [ $with_hip = 1 ] && command -v clang-19 >/dev/null; then
+  sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo mkdir -p /usr/local/lib/rocmforge
+  $sudo bash scripts/make-device-libs.sh /usr/local/lib/rocmforge/device-libs clang-19
 fi
 
 if [ ! -x .venv/bin/python ]; then

@@ -102,6 +102,17 @@ def tiny_recipe(tmp_path: Path, tiny_src: Path) -> Path:
     return path
 
 
+@pytest.fixture(autouse=True)
+def _provenance_is_valid(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After each test, validate every provenance statement it left in its ``tmp_path``."""
+    tmp = request.getfixturevalue("tmp_path") if "tmp_path" in request.fixturenames else None
+    yield
+    if tmp is not None:
+        from provenance_check import validate_statements_under
+
+        validate_statements_under(tmp)
+
+
 @pytest.fixture
 def store(tmp_path: Path) -> Path:
     """An empty store directory."""

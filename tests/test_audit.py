@@ -53,7 +53,11 @@ def test_provenance_is_an_in_toto_statement_about_the_wheel(built: dict) -> None
     assert set(pred) == {"buildDefinition", "runDetails"}
     assert isinstance(bd["buildType"], str) and bd["buildType"].startswith("https://")
     assert bd["externalParameters"]["recipe"]["env"] == {"TINY_FLAG": "on"}
-    assert bd["externalParameters"]["recipeFile"] == str(built["recipe_file"])
+    # Paths are relative to the recipe's repository (here: its directory), absolute ones internal.
+    assert bd["externalParameters"]["recipeFile"] == built["recipe_file"].name
+    local = bd["internalParameters"]["localPaths"]
+    assert local["repository"] == str(built["recipe_file"].parent)
+    assert local["paths"]["recipeFile"] == str(built["recipe_file"])
     names = [d["name"] for d in bd["resolvedDependencies"]]
     assert names[0] == "source" and "toolchain" in names
     for dep in bd["resolvedDependencies"]:

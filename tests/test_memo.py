@@ -150,8 +150,27 @@ def assert_change_is_seen(
     second = realize_env(recipe, store, env)
     assert entry_hash(second) != entry_hash(first), "the memo answered with the old build"
     assert entry_hash(second) == plan_hash(recipe, store, env)  # what the full pipeline says
-    assert answered_by_memo(recipe, store, env)  # and the new state is remembered
+    # and the new state is remembered
+    assert answered_by_memo(recipe, store, env), f"memo guards moved: {moved_guards(store)}"
     return first, second
+
+
+def moved_guards(store: Path) -> list[str]:
+    """The memo guards whose stat signature differs from the file now (why the memo missed)."""
+    import marshal
+
+    out = []
+    for path in (store / "cache").glob("realize-memo-*.marshal"):
+        for item in marshal.loads(path.read_bytes()).values():
+            for guard, sig, follow in item["guards"]:
+                try:
+                    st = os.stat(guard) if follow else os.lstat(guard)
+                    now = (st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+                except OSError:
+                    now = None
+                if now != sig:
+                    out.append(guard)
+    return out
 
 
 def plan_hash(recipe: Path, store: Path, env: dict[str, str] | None = None) -> str:
@@ -336,6 +355,40 @@ def test_toolchain_python_prefix_change_is_seen(
 
 
 @pytest.mark.slow
+def test_hip_clang_device_libs_change_is_seen(
+    tiny_recipe: Path, tmp_path: Path, store: Path
+) -> None:
+    """A plain clang as HIP compiler: a changed device-library file is a new input."""
+    from test_hip_clang import debian_root, fake_device_libs, fake_hip_clang
+
+    clang = fake_hip_clang(tmp_path)
+    libs = fake_device_libs(tmp_path)
+    tiny_recipe.write_text(
+        tiny_recipe.read_text()
+        + f'\n[toolchain]\nkind = "rocm"\nrocm = "5.2"\nroot = "{debian_root(tmp_path)}"\n'
+        + f'hip-clang = "{clang}"\ndevice-libs = "{libs}"\n'
+    )
+    ocml = libs / "ocml.bc"
+    assert_change_is_seen(tiny_recipe, store, lambda: ocml.write_bytes(b"BC\xc0\xde v2") and None)
+
+
+@pytest.mark.slow
+def test_hip_clang_binary_change_is_seen(tiny_recipe: Path, tmp_path: Path, store: Path) -> None:
+    """A plain clang as HIP compiler: a changed LLVM library behind the driver is a new input."""
+    from test_hip_clang import debian_root, fake_device_libs, fake_hip_clang
+
+    clang = fake_hip_clang(tmp_path)
+    libs = fake_device_libs(tmp_path)
+    tiny_recipe.write_text(
+        tiny_recipe.read_text()
+        + f'\n[toolchain]\nkind = "rocm"\nrocm = "5.2"\nroot = "{debian_root(tmp_path)}"\n'
+        + f'hip-clang = "{clang}"\ndevice-libs = "{libs}"\n'
+    )
+    lib = clang.resolve().parent.parent / "lib" / "libLLVM.so.19.1"
+    assert_change_is_seen(tiny_recipe, store, lambda: lib.write_bytes(b"\x7fELF v2") and None)
+
+
+@pytest.mark.slow
 def test_code_change_is_seen(tiny_recipe: Path, tmp_path: Path, store: Path) -> None:
     """A rocmforge upgrade that changes how hashes are made (here BUILDER) is an input too."""
     copy = tmp_path / "pkg" / "rocmforge"
@@ -422,6 +475,8 @@ KEY_CASES = {
     "toolchain.unowned.blake3": "test_system_package_change_is_seen",
     "toolchain.unowned.count": "test_system_package_change_is_seen",
     "toolchain.python.prefix_files": "test_toolchain_python_prefix_change_is_seen",
+    "toolchain.rocm.hip_clang": "test_hip_clang_binary_change_is_seen",
+    "toolchain.rocm.device_libs": "test_hip_clang_device_libs_change_is_seen",
 }
 DEPTH = 3
 USER_NAMED = {"env", "inputs", "toolchain.packages"}
@@ -482,6 +537,20 @@ def test_every_derivation_key_has_a_memo_case(tiny_src: Path, tmp_path: Path, st
     assert plan["provisional"] == []
     keys = key_paths(plan["derivation"])
     assert {"source.patches[]", "inputs.*.digest", "toolchain.rocm.version"} <= keys
+    # A plain clang as HIP compiler adds its own keys under toolchain.rocm.
+    from test_hip_clang import fake_device_libs, fake_hip_clang
+
+    hip = recipe.read_text().replace(
+        "[toolchain]\n",
+        f'[toolchain]\nhip-clang = "{fake_hip_clang(tmp_path / "hip")}"\n'
+        f'device-libs = "{fake_device_libs(tmp_path / "hip")}"\n',
+    )
+    recipe.write_text(hip)
+    proc = rf("plan", recipe, "--store", store, "--json", env=env)
+    assert proc.returncode == 0, proc.stderr
+    hip_keys = key_paths(json.loads(proc.stdout)["derivation"])
+    assert {"toolchain.rocm.hip_clang", "toolchain.rocm.device_libs"} <= hip_keys
+    keys |= hip_keys
     missing = sorted(keys - set(KEY_CASES))
     assert not missing, f"derivation keys without a memo case (add one to KEY_CASES): {missing}"
     unknown = sorted({t for t in KEY_CASES.values() if not callable(globals().get(t))})

@@ -281,3 +281,32 @@ def test_check_archs_empty_listing_fails(tiny_src: Path, tmp_path: Path) -> None
     proc = rf("realize", arch_recipe(tmp_path, tiny_src, ["gfx90a"]), "--store", tmp_path / "s")
     assert proc.returncode == 1
     assert "no HIP offload bundle" in proc.stderr
+
+
+def amdgpu_elf(mach: int) -> bytes:
+    """The first 64 bytes of an AMDGPU code object: e_machine 224, e_flags with ``mach``."""
+    ident = b"\x7fELF" + bytes([2, 1, 1, 64, 3]) + bytes(7)
+    return struct.pack("<16sHHIQQQIHHHHHH", ident, 3, 224, 1, 0, 0, 0, 0x500 | mach, 64, 0, 0,
+                       64, 0, 0)  # fmt: skip
+
+
+@pytest.mark.parametrize("compressed", [False, True])
+def test_elf_machine_must_match_the_entry_id(tmp_path: Path, compressed: bool) -> None:
+    """An entry labelled gfx942 whose code object is gfx90a code does not count as gfx942."""
+    raw = bundle(["gfx90a", "gfx942"], code=amdgpu_elf(0x3F))  # both entries hold gfx90a code
+    section = ccob(raw, version=2, method=1) if compressed else raw
+    path = tmp_path / "libx.so"
+    path.write_bytes(make_elf({".hip_fatbin": section}))
+    lib = read_file_archs(path)
+    assert lib is not None
+    assert lib.union == {"gfx90a"}
+    assert lib.mismatched == ("hipv4-amdgcn-amd-amdhsa--gfx942",)
+    assert lib.to_json()["mismatched"] == ["hipv4-amdgcn-amd-amdhsa--gfx942"]
+    problems = arch_problems({"libx.so": lib}, ["gfx90a", "gfx942"])
+    assert any("lacks gfx942" in p for p in problems)
+    assert any("ELF machine contradicts its id" in p for p in problems)
+    # The right machine for each id: both count, nothing is listed as mismatched.
+    good = bundle(["gfx942"], code=amdgpu_elf(0x4C))
+    path.write_bytes(make_elf({".hip_fatbin": good}))
+    lib = read_file_archs(path)
+    assert lib is not None and lib.union == {"gfx942"} and "mismatched" not in lib.to_json()

@@ -159,9 +159,15 @@ def _print(report: Any) -> None:
             line = f"{lib}: {', '.join(union) or '-'} ({found.get('bundles', 0)} bundle(s)"
             if common != union:
                 line += f"; in every bundle: {', '.join(common) or 'none'}"
+            if found.get("mismatched"):
+                line += f"; ELF machine contradicts id: {', '.join(found['mismatched'])}"
             add("gpu archs", line + ")")
     for link in report.links:
         add("links", describe_link(link))
+    sig = report.signature
+    if sig is not None:
+        add("signature", f"{sig.status}" + (f" (key {sig.keyid})" if sig.keyid else "")
+            + (f": {sig.detail}" if sig.detail else ""))
     add("store path", report.entry_path)
     for label, value in rows:
         print(f"  {label:<13}{value}")

@@ -435,7 +435,7 @@ def _lint_arch_versions(recipe: Recipe, facts: LintFacts) -> Iterator[Finding]:
             seen.add(_base(token))
             archs.append((key, token))
     declared = declared_rocm(recipe)
-    if declared:
+    if declared and recipe.toolchain.hip_clang is None:  # a plain clang: its device libs decide
         for key, arch in archs:
             if f := _too_old("RF102", key, arch, declared, "[toolchain] rocm declares"):
                 yield f
@@ -450,7 +450,7 @@ def _lint_arch_versions(recipe: Recipe, facts: LintFacts) -> Iterator[Finding]:
                     f"{', '.join(sorted(facts.targets)) or 'nothing'})",
                     f"use a toolchain that supports {arch} or drop it",
                 )
-    elif probed and not _same_release(probed, declared):
+    elif probed and recipe.toolchain.hip_clang is None and not _same_release(probed, declared):
         root = recipe.toolchain.root
         origin = f"the toolchain found at {root} is" if root else "the toolchain found is"
         for key, arch in archs:

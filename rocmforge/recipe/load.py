@@ -202,6 +202,8 @@ def _parse(file: Path, text: str) -> dict[str, Any]:
     toolchain = data.get("toolchain")
     if isinstance(toolchain, dict) and isinstance(toolchain.get("root"), str):
         toolchain["root"] = _absolute(base, toolchain["root"])
+    if isinstance(toolchain, dict) and isinstance(toolchain.get("device-libs"), str):
+        toolchain["device-libs"] = _absolute(base, toolchain["device-libs"])
     inputs = data.get("inputs")
     if isinstance(inputs, dict):
         for spec in inputs.values():

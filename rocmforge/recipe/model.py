@@ -47,6 +47,9 @@ class ToolchainSpec:
 
     With ``kind = "rocm"``, ``root`` (absolute once loaded) is the ROCm install and ``rocm`` the
     declared version the probe must find there; python/cc/cxx remain the host side.
+    ``hip_clang`` (``hip-clang``) names a plain upstream clang++ as the HIP compiler instead of
+    the root's hipcc, with ``device_libs`` (``device-libs``, absolute once loaded) its AMDGPU
+    device-library directory; both are probed and hashed (docs/recipes.md).
     """
 
     kind: Literal["system", "rocm"] = "system"
@@ -58,6 +61,8 @@ class ToolchainSpec:
     #: Declared system packages: the sandbox's /usr then shows only these, a build-essential
     #: base and their dependency closure (None: the whole /usr, every visible package hashed).
     packages: tuple[str, ...] | None = None
+    hip_clang: str | None = None
+    device_libs: Path | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -181,7 +186,8 @@ _KEYS: dict[str, tuple[str, ...]] = {
          "check", "lint", "inputs"),
     "package": ("name", "version"),
     "source": ("path", "git", "rev", "ref", "submodules", "allow-local-submodules", "patches"),
-    "toolchain": ("kind", "python", "cc", "cxx", "rocm", "root", "packages"),
+    "toolchain": ("kind", "python", "cc", "cxx", "rocm", "root", "packages", "hip-clang",
+                  "device-libs"),
     "requirements": ("build", "digests", "build-system"),
     "build": ("steps", "passthrough", "timeout", "repair", "repair-policy"),
     "check": ("import", "archs", "requirements"),
@@ -434,10 +440,14 @@ def _toolchain(c: _Checker, data: Mapping[str, Any], base: Path) -> ToolchainSpe
         c.add("toolchain.kind", f"unknown kind {kind!r}; expected 'system' or 'rocm'")
     rocm = c.string(t, "toolchain", "rocm", required=kind == "rocm")
     root = c.string(t, "toolchain", "root", required=kind == "rocm")
+    hip_clang = c.string(t, "toolchain", "hip-clang")
+    device_libs = c.string(t, "toolchain", "device-libs", required=hip_clang is not None)
     if kind != "rocm":
-        for name in ("rocm", "root"):
+        for name in ("rocm", "root", "hip-clang", "device-libs"):
             if name in t:
                 c.add(join_key("toolchain", name), "only applies to kind = \"rocm\"")
+    if device_libs is not None and hip_clang is None:
+        c.add("toolchain.device-libs", "only applies with hip-clang (hipcc finds its own)")
     if rocm is not None and not _ROCM_VERSION.match(rocm):
         c.add("toolchain.rocm", f"{rocm!r} is not a ROCm version like '6.2' or '6.2.4'")
     python = c.string(t, "toolchain", "python") or "3.11"
@@ -455,6 +465,8 @@ def _toolchain(c: _Checker, data: Mapping[str, Any], base: Path) -> ToolchainSpe
             if "packages" in t
             else None
         ),
+        hip_clang=hip_clang if kind == "rocm" else None,
+        device_libs=base / device_libs if device_libs and kind == "rocm" else None,
     )
 
 

@@ -40,6 +40,8 @@ META = "meta.json"
 DERIVATION = "derivation.json"
 BUILD_LOG = "build.log.zst"
 PROVENANCE = "provenance.json"
+#: DSSE envelope over provenance.json, signed with the store's ed25519 key (absent when unsigned).
+PROVENANCE_DSSE = "provenance.dsse.json"
 WHEEL_SUFFIX = ".whl"
 
 #: The plain-text log inside a build directory ``tmp/<hash>.<pid>.<rand>/`` while it runs.

@@ -178,6 +178,12 @@ def lint_facts(recipe: Recipe, env: Mapping[str, str] | None = None) -> LintFact
     root = recipe.toolchain.root
     if recipe.toolchain.kind == "rocm" and root is not None and root.is_dir():
         version, _, _ = rocm_version(Path(root))
+    targets = None
+    if recipe.toolchain.hip_clang and recipe.toolchain.device_libs is not None:
+        from rocmforge.toolchain.hipclang import device_lib_archs
+
+        targets = device_lib_archs(recipe.toolchain.device_libs)
     return LintFacts(
-        rocm_version=version, ram_bytes=ram_bytes(), cpu_count=cpu_count(), host_env=dict(env)
+        rocm_version=version, targets=targets, ram_bytes=ram_bytes(), cpu_count=cpu_count(),
+        host_env=dict(env),
     )

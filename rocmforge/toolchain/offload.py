@@ -10,6 +10,11 @@ uncompressed bundle. ELF64 section headers are parsed here with :mod:`struct`.
 
 For each library the report gives the union of archs over its bundles and the archs present in
 every bundle: a kernel whose bundle lacks an arch fails on that GPU even if other bundles have it.
+
+An entry's id is only a label: each amdgcn code object that is an AMDGPU ELF (e_machine 224) is
+also checked by its ``e_flags`` machine (the low byte: 0x3f gfx90a, 0x4c gfx942, ...). An entry
+whose ELF says another machine than its id is not counted for that arch, and is listed under
+``mismatched`` (:data:`ELF_MACH` covers the datacenter archs; others are taken by their id).
 """
 
 from __future__ import annotations
@@ -41,6 +46,19 @@ _SHARED_LIB = re.compile(r"\.so(\.[0-9]+)*$")
 _COPY_CHUNK = 1 << 20
 
 
+#: AMDGPU ELF ``e_flags & 0xff`` (EF_AMDGPU_MACH) of the archs whose code objects are checked.
+ELF_MACH: dict[str, int] = {
+    "gfx906": 0x2F,
+    "gfx908": 0x30,
+    "gfx90a": 0x3F,
+    "gfx940": 0x40,
+    "gfx941": 0x4B,
+    "gfx942": 0x4C,
+    "gfx950": 0x4F,
+}
+_EM_AMDGPU = 224
+
+
 class OffloadError(RocmforgeError):
     """A file claims to hold an offload bundle that cannot be read (truncated, bad method)."""
 
@@ -52,6 +70,8 @@ class Bundle:
     offset: int
     compressed: bool
     ids: tuple[str, ...]
+    #: Entries whose code object is an AMDGPU ELF for another machine than the id says.
+    mismatched: tuple[str, ...] = ()
 
     @property
     def archs(self) -> frozenset[str]:
@@ -59,7 +79,7 @@ class Bundle:
         out = set()
         for ident in self.ids:
             m = _TARGET.search(ident)
-            if "amdgcn" in ident and m:
+            if "amdgcn" in ident and m and ident not in self.mismatched:
                 out.add(m.group(1))
         return frozenset(out)
 
@@ -83,13 +103,24 @@ class LibraryArchs:
             return frozenset()
         return frozenset.intersection(*(b.archs for b in self.bundles))
 
+    @property
+    def mismatched(self) -> tuple[str, ...]:
+        """Entry ids (over all bundles) whose ELF machine contradicts the id."""
+        return tuple(sorted({i for b in self.bundles for i in b.mismatched}))
+
     def to_json(self) -> dict[str, Any]:
-        """Return ``{"bundles": N, "union": [...], "common": [...]}`` (sorted)."""
-        return {
+        """Return ``{"bundles": N, "union": [...], "common": [...]}`` (sorted).
+
+        ``mismatched`` is added only when some entry's ELF contradicts its id.
+        """
+        out: dict[str, Any] = {
             "bundles": len(self.bundles),
             "union": sorted(self.union),
             "common": sorted(self.common),
         }
+        if self.mismatched:
+            out["mismatched"] = list(self.mismatched)
+        return out
 
 
 def _u64(buf: Any, pos: int, what: str) -> int:
@@ -117,6 +148,34 @@ def parse_bundle(buf: Any, start: int = 0) -> tuple[tuple[str, ...], int]:
         pos += id_len
         end = max(end, pos, start + offset + size)
     return tuple(ids), end
+
+
+def mismatched_entries(buf: Any, start: int = 0) -> tuple[str, ...]:
+    """Return the ids of the bundle at ``buf[start:]`` whose AMDGPU ELF names another machine.
+
+    Only ids whose arch is in :data:`ELF_MACH` and whose code object is an AMDGPU ELF are
+    judged; an empty or non-ELF entry is left to its id.
+    """
+    pos = start + len(BUNDLE_MAGIC)
+    count = _u64(buf, pos, "entry count")
+    pos += 8
+    out = []
+    for _ in range(count):
+        offset, size, id_len = (_u64(buf, pos + 8 * i, "entry header") for i in range(3))
+        pos += 24
+        ident = bytes(buf[pos : pos + id_len]).decode("utf-8", "replace")
+        pos += id_len
+        m = _TARGET.search(ident)
+        want = ELF_MACH.get(m.group(1).split(":", 1)[0]) if m and "amdgcn" in ident else None
+        co = start + offset
+        if want is None or size < 52 or co + 52 > len(buf):
+            continue
+        head = bytes(buf[co : co + 52])
+        if head[:4] != _ELF_MAGIC or struct.unpack_from("<H", head, 18)[0] != _EM_AMDGPU:
+            continue
+        if struct.unpack_from("<I", head, 48)[0] & 0xFF != want:
+            out.append(ident)
+    return tuple(out)
 
 
 def decompress_ccob(buf: Any, start: int = 0) -> tuple[bytes, int]:
@@ -178,13 +237,21 @@ def scan_bundles(buf: Any, start: int = 0, end: int | None = None) -> tuple[Bund
         at = min(hits)
         if at == a:
             ids, after = parse_bundle(buf, at)
-            out.append(Bundle(offset=at - start, compressed=False, ids=ids))
+            out.append(
+                Bundle(
+                    offset=at - start, compressed=False, ids=ids,
+                    mismatched=mismatched_entries(buf, at),
+                )
+            )
         else:
             data, after = decompress_ccob(buf, at)
             inner = scan_bundles(data)
             if not inner:
                 raise OffloadError(f"compressed bundle at byte {at} holds no offload bundle")
-            out += [Bundle(offset=at - start, compressed=True, ids=b.ids) for b in inner]
+            out += [
+                Bundle(offset=at - start, compressed=True, ids=b.ids, mismatched=b.mismatched)
+                for b in inner
+            ]
         pos = max(after, at + 4)
     return tuple(out)
 
@@ -301,4 +368,8 @@ def arch_problems(libs: Mapping[str, LibraryArchs], want: Sequence[str]) -> list
             )
         if extra:
             problems.append(f"{name} holds unexpected {', '.join(extra)}")
+        if lib.mismatched:
+            problems.append(
+                f"{name}: code object ELF machine contradicts its id: {', '.join(lib.mismatched)}"
+            )
     return problems

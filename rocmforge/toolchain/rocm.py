@@ -142,8 +142,14 @@ def _file_info(path: Path) -> dict[str, Any]:
     return {"path": str(real), "link": str(path), "blake3": file_blake3(real)}
 
 
-def probe_rocm(root: Path) -> dict[str, Any]:
-    """Probe the ROCm install at ``root``: version, HIP clang and digests (raw, with paths)."""
+def probe_rocm(
+    root: Path, *, hip_clang: str | None = None, device_libs: Path | None = None
+) -> dict[str, Any]:
+    """Probe the ROCm install at ``root``: version, HIP clang and digests (raw, with paths).
+
+    With ``hip_clang`` (a plain upstream clang++) the root's hipcc is not looked at: that clang
+    and its ``device_libs`` directory are probed instead (:mod:`rocmforge.toolchain.hipclang`).
+    """
     found = read_rocm_version(root)
     if found is None:
         raise ToolchainError(
@@ -157,6 +163,14 @@ def probe_rocm(root: Path) -> dict[str, Any]:
         "comparable": found.comparable,
         "version_file": {"path": str(root / found.file), "name": found.file},
     }
+    if hip_clang is not None:
+        from rocmforge.toolchain.hipclang import probe_device_libs, probe_hip_clang
+
+        if device_libs is None:
+            raise ToolchainError("toolchain.device-libs: required with hip-clang")
+        probe["hip_clang"] = probe_hip_clang(hip_clang)
+        probe["device_libs"] = probe_device_libs(device_libs)
+        return probe
     hipcc = root / "bin" / "hipcc"
     clang: Path | None = None
     if os.access(hipcc, os.X_OK):
@@ -187,18 +201,28 @@ def probe_rocm(root: Path) -> dict[str, Any]:
 
 
 def _fingerprint(probe: Mapping[str, Any]) -> dict[str, Any]:
+    from rocmforge.toolchain.hipclang import fingerprint as hip_fingerprint
+
     def strip(value: Any) -> Any:
         if isinstance(value, Mapping):
             return {k: strip(v) for k, v in value.items() if k not in ("path", "link")}
         return value
 
-    return {k: strip(v) for k, v in probe.items() if k != "version_file"} | {
+    plain = {k: strip(v) for k, v in probe.items() if k not in _HIP_CLANG_KEYS}
+    return {k: v for k, v in plain.items() if k != "version_file"} | {
         "version_file": probe["version_file"]["name"]
-    }
+    } | {k: hip_fingerprint(probe[k]) for k in _HIP_CLANG_KEYS if k in probe}
+
+
+_HIP_CLANG_KEYS = ("hip_clang", "device_libs")
 
 
 def _guards(probe: Mapping[str, Any]) -> list[str]:
     out = [probe["version_file"]["path"]]
+    if "hip_clang" in probe:
+        from rocmforge.toolchain.hipclang import guards
+
+        out += guards(probe["hip_clang"]) + guards(probe["device_libs"])
     for key in ("hipcc", "clang"):
         if key in probe:
             out += [probe[key]["path"], probe[key]["link"]]
@@ -220,9 +244,13 @@ def resolve_rocm(spec: ToolchainSpec, *, cache_dir: Path, host: Toolchain) -> To
         raise ToolchainError(missing_root_message(spec))
     cache = StatCache(cache_dir / layout.CACHE_TOOLCHAIN)
     key = f"rocm|{ROCM_PROBE_VERSION}|{root}"
+    if spec.hip_clang is not None:
+        import shutil
+
+        key += f"|{spec.hip_clang}|{shutil.which(spec.hip_clang)}|{spec.device_libs}"
     probe = cache.get(key)
     if probe is None:
-        probe = probe_rocm(root)
+        probe = probe_rocm(root, hip_clang=spec.hip_clang, device_libs=spec.device_libs)
         cache.put(key, probe, _guards(probe))
     found = RocmVersion(
         version=probe["version"], comparable=probe["comparable"], file=probe["version_file"]["name"]
@@ -235,19 +263,32 @@ def resolve_rocm(spec: ToolchainSpec, *, cache_dir: Path, host: Toolchain) -> To
     dirs = [str(root / "bin")]
     if (root / "llvm" / "bin").is_dir():
         dirs.append(str(root / "llvm" / "bin"))
-    dirs.append(str(Path(probe["clang"]["link"]).parent))
+    extra_env: dict[str, str] = {}
+    outside = [root]
+    if "hip_clang" in probe:
+        # The build compiles HIP with $HIP_CLANG --rocm-device-lib-path=$HIP_DEVICE_LIB_PATH.
+        dirs.append(probe["hip_clang"]["bin"])
+        extra_env = {
+            "HIP_CLANG": probe["hip_clang"]["link"],
+            "HIP_DEVICE_LIB_PATH": probe["device_libs"]["path"],
+        }
+        outside += [Path(probe["device_libs"]["path"]), Path(probe["hip_clang"]["bin"]).parent]
+    else:
+        dirs.append(str(Path(probe["clang"]["link"]).parent))
     mounts = list(host.mounts)
-    packaged_usr = str(root) == "/usr" or str(root).startswith("/usr/")
-    if not packaged_usr or str(root).startswith("/usr/local"):  # /usr/local is masked
-        for p in (root, root.resolve()):
-            if p not in mounts:
-                mounts.append(p)
+    for place in outside:
+        in_usr = str(place) == "/usr" or str(place).startswith("/usr/")
+        if not in_usr or str(place).startswith("/usr/local"):  # /usr/local is masked: mount it
+            for p in (place, place.resolve()):
+                if p not in mounts:
+                    mounts.append(p)
     env = {
         **host.env,
         "ROCM_PATH": str(root),
         "ROCM_HOME": str(root),
         "HIP_PATH": str(root),
         "HIP_PLATFORM": "amd",
+        **extra_env,
     }
     # Headers, math libraries and device bitcode: by package version (+ md5 check) or content.
     from rocmforge.toolchain.rocmroot import root_coverage
