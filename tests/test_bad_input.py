@@ -248,7 +248,7 @@ def test_malformed_memo_is_ignored_and_rewritten(
 
     path = Path(memo.memo_path(str(store)))
     if isinstance(content, str):
-        key = memo.memo_key(str(built))
+        key = memo.memo_key(str(built), str(store))
         value = eval(content.removeprefix("marshal:"), {"KEY": key})  # a test-made literal
         content = marshal.dumps(value)
     path.write_bytes(content)
@@ -257,7 +257,7 @@ def test_malformed_memo_is_ignored_and_rewritten(
     assert "Traceback" not in proc.stderr
     assert proc.stdout.strip().endswith(".whl")
     loaded = marshal.loads(path.read_bytes())  # rewritten, valid again
-    assert isinstance(loaded, dict) and memo.memo_key(str(built)) in loaded
+    assert isinstance(loaded, dict) and memo.memo_key(str(built), str(store)) in loaded
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["realize", "--help"], ["list"], ["realize"]])
