@@ -144,8 +144,16 @@ def build_env(
 
 
 def _run_steps(
-    resolved: Resolved, runner: Runner, *, root: Path, log: BinaryIO, reporter: Reporter
-) -> None:
+    resolved: Resolved,
+    runner: Runner,
+    *,
+    root: Path,
+    log: BinaryIO,
+    reporter: Reporter,
+    cache: Any = None,
+) -> Any:
+    """Run the build's steps; return the compiler cache's setup when one was used (``cache`` is
+    the :class:`rocmforge.ccache.CacheSettings`, None for a build without the cache)."""
     mounts = [
         Mount(host=root / "src", inside="/build/src", writable=True),
         Mount(host=root / "venv", inside="/build/venv", writable=False),
@@ -158,6 +166,22 @@ def _run_steps(
     paths = {name: runner.sandbox_path(m) for name, m in zip(names, mounts[:4], strict=True)}
     paths["tmp"] = "/tmp" if paths["src"] == "/build/src" else str(root / "tmp")
     env = build_env(resolved, paths=paths, host_env=os.environ)
+    setup = None
+    if cache is not None:  # mounts and env only: nothing of the cache enters the derivation
+        from rocmforge import ccache
+
+        setup = ccache.prepare(
+            fingerprint=resolved.toolchain.fingerprint,
+            build_env=env,
+            recipe_name=resolved.recipe.package.name,
+            mode=resolved.recipe.build.compiler_cache,
+            root=root,
+            cache=cache,
+            runner=runner,
+        )
+        if setup is not None:
+            mounts += setup.mounts
+            env.update(setup.env)
     for inp in resolved.inputs:  # read-only at /inputs/NAME, named by its variable
         at = runner.sandbox_path(Mount(host=inp.host, inside=inp.inside))
         env[inp.env] = f"{at}/{inp.subdir}" if inp.subdir else at
@@ -183,6 +207,7 @@ def _run_steps(
             raise BuildTimeout(f"{label} timed out after {resolved.recipe.build.timeout:.0f} s")
         if result.returncode != 0:
             raise BuildError(f"{label} exited with status {result.returncode}")
+    return setup
 
 
 def _stage(
@@ -278,6 +303,14 @@ def _record_failure(
     return diagnosis
 
 
+def _cache_stats(setup: Any) -> dict[str, Any] | None:
+    if setup is None:
+        return None
+    from rocmforge import ccache
+
+    return ccache.read_stats(setup).to_json()
+
+
 def build(
     resolved: Resolved,
     *,
@@ -287,12 +320,14 @@ def build(
     keep_failed: bool = False,
     check_requirements: Sequence[Path] = (),
     replace: bool = False,
+    compiler_cache: bool = True,
 ) -> BuildOutcome:
     """Build ``resolved`` in a fresh directory under ``store/tmp`` and publish it.
 
     ``check_requirements`` are the wheels of ``[check] requirements``, installed beside the built
     wheel for the import check only. With ``replace`` the new entry supersedes an existing one
     of the same hash (built under a weaker sandbox) atomically, see :meth:`Store.replace`.
+    ``compiler_cache`` False builds without ccache (so does ``[build] compiler-cache = false``).
     """
     drv = resolved.derivation
     started = time.time()
@@ -320,7 +355,14 @@ def build(
                     error=RequirementError,
                 )
                 reporter.phase("build")
-                _run_steps(resolved, runner, root=root, log=log, reporter=reporter)
+                cache = None
+                if compiler_cache and resolved.recipe.build.compiler_cache != "off":
+                    from rocmforge import ccache
+
+                    cache = ccache.settings(store.root)
+                setup = _run_steps(
+                    resolved, runner, root=root, log=log, reporter=reporter, cache=cache
+                )
                 records, archs = _stage(
                     resolved, root, runner, reporter, log, check_requirements
                 )
@@ -347,6 +389,7 @@ def build(
                 ),
                 files=_file_digests(root / "entry"),
                 archs=archs,
+                compiler_cache=_cache_stats(setup),
             )
             publish = store.replace if replace else store.publish
             entry = publish(

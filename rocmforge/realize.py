@@ -316,6 +316,7 @@ def realize(
     lints: tuple[Finding, ...] | None = None,
     temp_roots: TempRoots | None = None,
     sandbox: str = "bwrap",
+    compiler_cache: bool = True,
 ) -> RealizeReport:
     """Return the store entry for ``recipe``, building it in the sandbox on a miss.
 
@@ -331,6 +332,8 @@ def realize(
     it exits); without one, only until this call returns. The store's shared lock is held only
     around the lookup and the return, never across a build: while resolving and building, this
     process's temp roots mark the hash as rooted and the source caches as busy instead.
+
+    ``compiler_cache`` False builds without the compiler cache (it never changes the hash).
     """
     reporter = reporter or NullReporter()
     if lints is None:
@@ -388,6 +391,7 @@ def realize(
                     keep_failed=keep_failed,
                     check_requirements=tuple(q.wheel for q in check_reqs),
                     replace=weaker,
+                    compiler_cache=compiler_cache,
                 )
                 entry, built = outcome.entry, outcome.sandbox
         with store.shared_lock():

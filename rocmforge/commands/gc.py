@@ -45,6 +45,15 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--keep-sources", action="store_true", help="keep git mirrors, wheels and tree caches"
     )
+    p.add_argument(
+        "--compiler-cache",
+        nargs="?",
+        const="trim",
+        choices=("trim", "clear"),
+        metavar="trim|clear",
+        help="only the compiler cache: trim each toolchain's cache to its max size (default), "
+        "or clear it",
+    )
     add_json_option(p)
     p.set_defaults(func=run)
 
@@ -53,6 +62,9 @@ def run(args: argparse.Namespace) -> int:
     """``rocmforge gc``: plan, delete (unless ``--dry-run``) and report entries and bytes."""
     from rocmforge.sources.refs import entry_refs
     from rocmforge.store.gc import Policies, collect_garbage, format_size, parse_size
+
+    if args.compiler_cache is not None:
+        return _compiler_cache(args)
 
     older = None
     if args.older_than is not None:
@@ -99,5 +111,25 @@ def run(args: argparse.Namespace) -> int:
         f"{'would free' if report.dry_run else 'freed'} {format_size(report.freed)}: "
         f"{len(report.plan.delete)} entries, {len(report.sources)} source caches; "
         f"{kept} entries kept ({format_size(report.plan.size_after)})"
+    )
+    return 0
+
+
+def _compiler_cache(args: argparse.Namespace) -> int:
+    """``gc --compiler-cache [trim|clear]``: ccache --cleanup (or --clear) on every namespace."""
+    from rocmforge.ccache import maintain, settings, usage
+    from rocmforge.store.gc import format_size
+
+    cache = settings(open_store(args).root)
+    before = usage(cache)
+    after = maintain(cache, clear=args.compiler_cache == "clear")
+    if args.json:
+        emit_json({"action": args.compiler_cache, "before": before.to_json(),
+                   "after": after.to_json()})  # fmt: skip
+        return 0
+    verb = "cleared" if args.compiler_cache == "clear" else f"trimmed to {cache.max_size} each"
+    print(
+        f"compiler cache {verb}: {format_size(before.bytes)} -> {format_size(after.bytes)} "
+        f"({after.files} files) at {cache.root}"
     )
     return 0

@@ -71,11 +71,17 @@ class RequirementsSpec:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BuildSpec:
-    """``[build]``: the steps (empty means PEP 517), passthrough env names and the timeout."""
+    """``[build]``: the steps (empty means PEP 517), passthrough env names and the timeout.
+
+    ``compiler_cache`` (``compiler-cache``, not hashed): ``"wrap"`` (true, the default) wraps the
+    compilers in ccache, ``"cmake-launcher"`` sets CMake's launcher variables instead, ``"off"``
+    (false) builds without the cache.
+    """
 
     steps: tuple[str, ...] = ()
     passthrough: tuple[str, ...] = ()
     timeout: float = 4 * 3600.0
+    compiler_cache: str = "wrap"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -161,7 +167,7 @@ _KEYS: dict[str, tuple[str, ...]] = {
     "source": ("path", "git", "rev", "ref", "submodules", "allow-local-submodules", "patches"),
     "toolchain": ("kind", "python", "cc", "cxx", "rocm", "root"),
     "requirements": ("build", "digests"),
-    "build": ("steps", "passthrough", "timeout"),
+    "build": ("steps", "passthrough", "timeout", "compiler-cache"),
     "check": ("import", "archs", "requirements"),
     "input": ("path", "url", "sha256", "env", "subdir"),
     "lint": ("allow",),
@@ -549,7 +555,27 @@ def _build(c: _Checker, data: Mapping[str, Any], env: Mapping[str, Any]) -> Buil
             c.add(key, f"duplicate name {name}")
         else:
             passthrough.append(name)
-    return BuildSpec(steps=steps, passthrough=tuple(passthrough), timeout=_timeout(c, t))
+    return BuildSpec(
+        steps=steps,
+        passthrough=tuple(passthrough),
+        timeout=_timeout(c, t),
+        compiler_cache=_compiler_cache(c, t),
+    )
+
+
+def _compiler_cache(c: _Checker, t: Mapping[str, Any]) -> str:
+    value = t.get("compiler-cache", True)
+    if value is True:
+        return "wrap"
+    if value is False:
+        return "off"
+    if value in ("wrap", "cmake-launcher"):
+        return str(value)
+    c.add(
+        "build.compiler-cache",
+        f'must be true, false, "wrap" or "cmake-launcher", not {_describe(value)}',
+    )
+    return "wrap"
 
 
 def _timeout(c: _Checker, t: Mapping[str, Any]) -> float:

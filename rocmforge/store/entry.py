@@ -92,7 +92,7 @@ class WheelRecord:
 
 _KNOWN = frozenset(
     {"hash", "name", "version", "created", "size", "wheels", "sandbox", "build_seconds",
-     "sources", "files", "archs"}
+     "sources", "files", "archs", "compiler_cache"}
 )  # fmt: skip
 
 
@@ -116,6 +116,9 @@ class EntryMeta:
     sources: tuple[str, ...] | None = None
     files: Mapping[str, str] | None = None
     archs: Mapping[str, Any] | None = None
+    #: The build's compiler-cache counters (compiles, hits, misses, uncacheable, namespace);
+    #: None when the build ran without the cache.
+    compiler_cache: Mapping[str, Any] | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     @property
@@ -160,6 +163,18 @@ class EntryMeta:
         archs = data.get("archs")
         if archs is not None and not isinstance(archs, dict):
             raise _fail(file, "archs", "a table", archs)
+        compiler_cache = data.get("compiler_cache")
+        if compiler_cache is not None and not (
+            isinstance(compiler_cache, dict)
+            and all(
+                isinstance(compiler_cache.get(k), int) and not isinstance(compiler_cache[k], bool)
+                for k in ("compiles", "hits", "misses", "uncacheable")
+            )
+        ):
+            raise _fail(
+                file, "compiler_cache", "a table of compiles/hits/misses/uncacheable counts",
+                compiler_cache,
+            )
         return cls(
             hash=hash_,
             name=name,
@@ -175,6 +190,7 @@ class EntryMeta:
             sources=sources,
             files=files,
             archs=archs,
+            compiler_cache=compiler_cache,
             extra={k: v for k, v in data.items() if k not in _KNOWN},
         )
 
@@ -204,6 +220,7 @@ class EntryMeta:
             "sources": list(self.sources) if self.sources is not None else None,
             "files": dict(self.files) if self.files is not None else None,
             "archs": self.archs,
+            "compiler_cache": self.compiler_cache,
         }
         out.update((k, v) for k, v in optional.items() if v is not None)
         return out
@@ -217,6 +234,7 @@ def build_fields(
     sources: Sequence[str],
     files: Mapping[str, str],
     archs: Mapping[str, Any] | None = None,
+    compiler_cache: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Return what a build knows of its entry's ``meta.json``, under the file's keys, for
     :meth:`~rocmforge.store.store.Store.publish` (which adds hash, name, version, created and
@@ -230,6 +248,8 @@ def build_fields(
     }
     if archs:
         out["archs"] = dict(archs)
+    if compiler_cache is not None:
+        out["compiler_cache"] = dict(compiler_cache)
     return out
 
 
