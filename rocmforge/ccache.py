@@ -314,11 +314,13 @@ def stats_from_json(value: Mapping[str, Any]) -> CacheStats:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CacheUsage:
-    """The compiler cache's size on disk: bytes and files over all namespaces."""
+    """The compiler cache's size on disk: bytes and files over all namespaces, and how many of
+    the files are cache entries (ccache's results and manifests; the rest is stats and locks)."""
 
     root: Path
     namespaces: int
     files: int
+    entries: int
     bytes: int
 
     def to_json(self) -> dict[str, Any]:
@@ -327,13 +329,14 @@ class CacheUsage:
             "root": str(self.root),
             "namespaces": self.namespaces,
             "files": self.files,
+            "entries": self.entries,
             "bytes": self.bytes,
         }
 
 
 def usage(cache: CacheSettings) -> CacheUsage:
     """Return the disk usage of every namespace below ``cache.root`` (allocated blocks)."""
-    files = size = spaces = 0
+    files = size = spaces = entries = 0
     if cache.root.is_dir():
         for ns in cache.root.iterdir():
             if not ns.is_dir():
@@ -346,8 +349,9 @@ def usage(cache: CacheSettings) -> CacheUsage:
                     except OSError:
                         continue
                     files += 1
+                    entries += name.endswith(("R", "M")) and dirpath != str(ns)
                     size += st.st_blocks * 512
-    return CacheUsage(root=cache.root, namespaces=spaces, files=files, bytes=size)
+    return CacheUsage(root=cache.root, namespaces=spaces, files=files, entries=entries, bytes=size)
 
 
 def maintain(cache: CacheSettings, *, clear: bool) -> CacheUsage:
@@ -357,17 +361,15 @@ def maintain(cache: CacheSettings, *, clear: bool) -> CacheUsage:
     if ccache is None:
         raise CompilerCacheError("ccache is not installed: apt-get install ccache")
     if cache.root.is_dir():
-        conf = cache.root / "ccache.conf"
-        if not conf.exists():
-            write_atomic(conf, b"")
+        conf = "/dev/null"  # like the builds' empty config: nothing but the environment counts
         for ns in sorted(cache.root.iterdir()):
             if not ns.is_dir():
                 continue
             env = {
                 "PATH": "/usr/bin:/bin",
                 "CCACHE_DIR": str(ns),
-                "CCACHE_CONFIGPATH": str(conf),
-                "CCACHE_CONFIGPATH2": str(conf),
+                "CCACHE_CONFIGPATH": conf,
+                "CCACHE_CONFIGPATH2": conf,
                 "CCACHE_MAXSIZE": cache.max_size,
             }
             done = subprocess.run(
