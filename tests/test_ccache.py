@@ -281,3 +281,62 @@ def test_hip_demo_warm_cache(tmp_path: Path, wheelhouse: Path) -> None:
     assert (cc["hits"], cc["misses"]) == (2, 0), cc
     assert _wheel_sha(off) == _wheel_sha(cold) == _wheel_sha(warm)
     assert warm_meta["archs"] == cold_meta["archs"]
+
+
+def test_pytorch_recipes_use_cmake_launchers() -> None:
+    from rocmforge.recipe.lints import lint_recipe
+    from rocmforge.recipe.load import load_recipe
+
+    for name in ("mi300x.toml", "mi250x.toml"):
+        recipe = load_recipe(REPO / "recipes" / name)
+        assert recipe.build.compiler_cache == "cmake-launcher"
+        assert "CCACHE_DIR" not in recipe.build.passthrough  # the cache is rocmforge's
+        assert "RF191" not in {f.id for f in lint_recipe(recipe)}
+
+
+@needs_ccache
+def test_prepare_wraps_rocm_clang_and_sets_launchers(tmp_path: Path) -> None:
+    from rocmforge.sandbox import BwrapRunner, NoneRunner
+
+    rocm = tmp_path / "opt-rocm"
+    (rocm / "llvm" / "bin").mkdir(parents=True)
+    (rocm / "llvm" / "lib").mkdir()
+    for name in ("clang", "clang++", "clang-18", "lld", "clang-offload-bundler"):
+        (rocm / "llvm" / "bin" / name).write_text("#!/bin/sh\n")
+        (rocm / "llvm" / "bin" / name).chmod(0o755)
+    env = {"PATH": "/usr/bin:/bin", "CC": "/usr/bin/gcc", "ROCM_PATH": str(rocm)}
+    cache = ccache.settings(tmp_path / "store", {})
+    fp = {"kind": "rocm", "rocm": {"version": "6.2.4"}}
+    launcher = ccache.prepare(
+        fingerprint=fp, build_env=env, recipe_name="torch", mode="cmake-launcher",
+        root=tmp_path / "b1", cache=cache, runner=BwrapRunner("bwrap"),
+    )  # fmt: skip
+    assert launcher is not None
+    got = launcher.env
+    assert got["CCACHE_DIR"] == ccache.CACHE_INSIDE
+    assert got["CCACHE_COMPILERCHECK"] == f"string:{ccache.toolchain_key(fp)}"
+    assert got["CMAKE_CXX_COMPILER_LAUNCHER"] == ccache.executable()
+    assert got["CMAKE_HIP_COMPILER_LAUNCHER"] == ccache.executable()
+    assert "CC" not in got and "PATH" not in got  # launchers, not wrappers
+    assert got["HIP_CLANG_PATH"] == f"{ccache.WRAP_INSIDE}/hip/bin"
+    hip = tmp_path / "b1" / "ccwrap" / "hip"
+    assert sorted(p.name for p in (hip / "bin").iterdir()) == ["clang", "clang++", "clang-18"]
+    assert (hip / "bin" / "clang++").read_text() == (
+        f'#!/bin/sh\nexec {ccache.executable()} {rocm}/llvm/bin/clang++ "$@"\n'
+    )
+    assert (hip / "lib").resolve() == (rocm / "llvm" / "lib").resolve()
+    assert launcher.directory == tmp_path / "store" / "ccache" / ccache.namespace(fp)
+    wrapped = ccache.prepare(
+        fingerprint=fp, build_env=env, recipe_name="x", mode="wrap",
+        root=tmp_path / "b2", cache=cache, runner=NoneRunner(),
+    )  # fmt: skip
+    assert wrapped is not None
+    wrap = tmp_path / "b2" / "ccwrap"
+    assert wrapped.env["CC"] == f"{wrap}/bin/gcc"  # host paths: nothing is relocated
+    assert wrapped.env["PATH"] == f"{wrap}/bin:/usr/bin:/bin"
+    assert "CMAKE_C_COMPILER_LAUNCHER" not in wrapped.env
+    done = subprocess.run(
+        [f"{wrap}/bin/gcc", "--version"], capture_output=True, text=True, check=False,
+        env={**wrapped.env, "PATH": "/usr/bin:/bin"},
+    )  # fmt: skip
+    assert done.returncode == 0 and "gcc" in done.stdout
