@@ -19,6 +19,8 @@ TU = """\
 #include <tuple>
 #include <vector>
 
+#define STEPS 120
+
 namespace tu{k} {{
 template <int N> struct Fib {{ static constexpr long value = Fib<N - 1>::value + Fib<N - 2>::value; }};
 template <> struct Fib<1> {{ static constexpr long value = 1; }};
@@ -40,6 +42,15 @@ template <typename K, typename V> std::string render(const std::map<K, std::vect
 }}
 
 template <typename... Ts> long fold(Ts... xs) {{ return (0L + ... + static_cast<long>(xs)); }}
+
+template <int I> struct Step {{
+  static long run(long x) {{
+    std::vector<long> v{{x, I, {k}}};
+    std::sort(v.begin(), v.end());
+    return Step<I - 1>::run(x * 3 + v[1]) ^ static_cast<long>(std::to_string(I).size());
+  }}
+}};
+template <> struct Step<0> {{ static long run(long x) {{ return x; }} }};
 }}  // namespace tu{k}
 
 extern "C" long cxxmany_tu_{k}(long x) {{
@@ -54,7 +65,7 @@ extern "C" long cxxmany_tu_{k}(long x) {{
   std::iota(v.begin(), v.end(), x);
   std::sort(v.begin(), v.end(), std::greater<long>());
   auto t = std::make_tuple(Fib<30 + {k} % 10>::value, Poly<long, 9>::eval(x), fold(1, 2u, 3L, 4.0f));
-  return std::get<0>(t) % 1000 + std::get<1>(t) % 1000 + std::get<2>(t) +
+  return Step<STEPS>::run(x) % 1000 + std::get<0>(t) % 1000 + std::get<1>(t) % 1000 + std::get<2>(t) +
          static_cast<long>(render(m).size() + render(names).size()) + v.front();
 }}
 """
