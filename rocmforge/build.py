@@ -182,6 +182,8 @@ def _run_steps(
         if setup is not None:
             mounts += setup.mounts
             env.update(setup.env)
+    else:  # off means off: a build that finds ccache itself (PyTorch, Meson) passes through
+        env["CCACHE_DISABLE"] = "1"
     for inp in resolved.inputs:  # read-only at /inputs/NAME, named by its variable
         at = runner.sandbox_path(Mount(host=inp.host, inside=inp.inside))
         env[inp.env] = f"{at}/{inp.subdir}" if inp.subdir else at

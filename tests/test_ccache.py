@@ -340,3 +340,27 @@ def test_prepare_wraps_rocm_clang_and_sets_launchers(tmp_path: Path) -> None:
         env={**wrapped.env, "PATH": "/usr/bin:/bin"},
     )  # fmt: skip
     assert done.returncode == 0 and "gcc" in done.stdout
+
+
+@needs_ccache
+@pytest.mark.slow
+def test_off_means_a_build_calling_ccache_itself_passes_through(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    (src / "tiny").mkdir(parents=True)
+    shutil.copy(REPO / "tests" / "data" / "mkwheel.py", src)
+    (src / "tiny" / "__init__.py").write_text("V = 1\n")
+    (src / "a.c").write_text("int f(void) { return 1; }\n")
+    text = TINY_RECIPE.format(src=src).replace(
+        'steps = ["python mkwheel.py $OUT tiny 0.1"]',
+        'steps = ["ccache gcc -c a.c -o a.o", "ccache gcc -c a.c -o a.o", '
+        # ccache left to its defaults would have cached into the build's HOME
+        '"test ! -e $HOME/.cache/ccache && test ! -e $HOME/.ccache", '
+        '"python mkwheel.py $OUT tiny 0.1"]',
+    )
+    recipe = tmp_path / "r.toml"
+    recipe.write_text(text)
+    _, on, _ = _realize(recipe, tmp_path / "on", None)
+    assert (on["compiler_cache"]["misses"], on["compiler_cache"]["hits"]) == (1, 1)
+    _, off, _ = _realize(recipe, tmp_path / "off", None, "--no-compiler-cache")
+    assert "compiler_cache" not in off
+    assert not (tmp_path / "off" / "ccache").exists()
