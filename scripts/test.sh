@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh --with-hip
 # Tests use only local files: the build requirements they need are fetched here, once.
 .venv/bin/python -m pip download -q --disable-pip-version-check --no-deps \
-  -d .ci/wheelhouse setuptools==75.6.0
+  -d .ci/wheelhouse setuptools==75.6.0 meson==1.6.1
 .venv/bin/ruff check rocmforge tests bench
 .venv/bin/mypy
 tier=()

@@ -364,3 +364,56 @@ def test_off_means_a_build_calling_ccache_itself_passes_through(tmp_path: Path) 
     _, off, _ = _realize(recipe, tmp_path / "off", None, "--no-compiler-cache")
     assert "compiler_cache" not in off
     assert not (tmp_path / "off" / "ccache").exists()
+
+
+MESON_RECIPE = """\
+schema = 1
+
+[package]
+name = "mesondemo"
+version = "0.1"
+
+[source]
+path = "{src}"
+
+[requirements]
+build = ["meson==1.6.1"]
+
+[build]
+steps = [
+  "meson setup build --buildtype=release",
+  "ninja -C build",
+  "cp build/libmesondemo.so mesondemo/ && python mkwheel.py $OUT mesondemo 0.1",
+]
+
+[check]
+import = "mesondemo"
+"""
+
+
+@needs_ccache
+@pytest.mark.slow
+def test_meson_ninja_build_is_cached(tmp_path: Path) -> None:
+    from conftest import WHEELHOUSE
+
+    if not list(WHEELHOUSE.glob("meson-1.6.1-*.whl")) or shutil.which("ninja") is None:
+        pytest.skip(f"no meson 1.6.1 wheel in {WHEELHOUSE} or no ninja; run scripts/test.sh")
+    src = tmp_path / "src"
+    (src / "mesondemo").mkdir(parents=True)
+    shutil.copy(REPO / "tests" / "data" / "mkwheel.py", src)
+    (src / "mesondemo" / "__init__.py").write_text("V = 1\n")
+    (src / "meson.build").write_text(
+        "project('mesondemo', 'c')\nshared_library('mesondemo', ['a.c', 'b.c'])\n"
+    )
+    (src / "a.c").write_text("const char *a(void) { return __FILE__; }\n")
+    (src / "b.c").write_text("int b(int x) { return x * 3; }\n")
+    recipe = tmp_path / "meson.toml"
+    recipe.write_text(MESON_RECIPE.format(src=src))
+    cache = tmp_path / "cache"
+    off, _, _ = _realize(recipe, tmp_path / "s0", None, "--no-compiler-cache")
+    cold, cold_meta, _ = _realize(recipe, tmp_path / "s1", cache)
+    warm, warm_meta, _ = _realize(recipe, tmp_path / "s2", cache)
+    assert cold_meta["compiler_cache"]["misses"] >= 2, cold_meta["compiler_cache"]
+    cc = warm_meta["compiler_cache"]
+    assert cc["misses"] == 0 and cc["hits"] == cold_meta["compiler_cache"]["misses"], cc
+    assert _wheel_sha(off) == _wheel_sha(cold) == _wheel_sha(warm)
