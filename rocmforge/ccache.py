@@ -22,6 +22,8 @@ still report their own hits and misses.
 
 from __future__ import annotations
 
+import contextlib
+import glob
 import os
 import re
 import shutil
@@ -199,6 +201,32 @@ def _clang_dir(env: Mapping[str, str]) -> Path | None:
     return llvm if llvm.is_dir() else Path(root) / "bin"
 
 
+def _device_identity(env: Mapping[str, str]) -> str:
+    """For a ROCm toolchain: ``-`` and a digest of what the fingerprint does not cover but a HIP
+    compile reads (the device bitcode libraries, clang's LLVM libraries) by path, size and
+    mtime; a change gives new keys (misses), never a stale hit. Empty for other toolchains."""
+    root = env.get("ROCM_PATH")
+    clang_dir = _clang_dir(env)
+    if not root or clang_dir is None:
+        return ""
+    patterns = [
+        f"{root}/amdgcn/bitcode/*.bc",
+        f"{root}/lib/*/amdgcn/bitcode/*.bc",
+        f"{root}/llvm/lib/clang/*/lib/amdgcn/bitcode/*.bc",
+        f"{root}/lib/llvm/lib/clang/*/lib/amdgcn/bitcode/*.bc",
+    ]
+    for clang in sorted(clang_dir.glob("clang*")):
+        lib = clang.resolve().parent.parent / "lib"
+        patterns += [f"{lib}/libLLVM*.so*", f"{lib}/libclang-cpp*.so*"]
+    rows = []
+    for pattern in dict.fromkeys(patterns):
+        for path in sorted(glob.glob(pattern)):
+            with contextlib.suppress(OSError):
+                st = os.stat(path)
+                rows.append(f"{path}\0{st.st_size}\0{st.st_mtime_ns}")
+    return "-" + blake3_hex("\n".join(rows).encode())[:32]
+
+
 def prepare(
     *,
     fingerprint: Mapping[str, Any],
@@ -236,7 +264,7 @@ def prepare(
         "CCACHE_DIR": at_cache,
         "CCACHE_CONFIGPATH": f"{at_wrap}/ccache.conf",
         "CCACHE_CONFIGPATH2": f"{at_wrap}/ccache.conf",
-        "CCACHE_COMPILERCHECK": f"string:{toolchain_key(fingerprint)}",
+        "CCACHE_COMPILERCHECK": f"string:{toolchain_key(fingerprint)}{_device_identity(build_env)}",
         "CCACHE_NAMESPACE": recipe_name,
         "CCACHE_MAXSIZE": cache.max_size,
         "CCACHE_STATSLOG": f"{at_stats}/stats.log",
@@ -246,18 +274,17 @@ def prepare(
         for lang in ("C", "CXX", "HIP"):
             env[f"CMAKE_{lang}_COMPILER_LAUNCHER"] = ccache
     else:
-        names = dict.fromkeys(_HOST_COMPILERS)
+        real: dict[str, str | None] = {n: _real(n, search) for n in _HOST_COMPILERS}
+        for var in ("CC", "CXX"):  # the toolchain's own compilers, by their absolute paths
+            value = build_env.get(var, "")
+            real[os.path.basename(value)] = value if os.path.isabs(value) else _real(value, search)
+        for name, path in real.items():
+            if name and path is not None:
+                _write_exec(wrap / "bin" / name, _script(ccache, path))
         for var in ("CC", "CXX"):
-            if build_env.get(var):
-                names[os.path.basename(build_env[var])] = None
-        for name in names:
-            real = _real(name, search)
-            if real is not None:
-                _write_exec(wrap / "bin" / name, _script(ccache, real))
-        for var in ("CC", "CXX"):
-            value = build_env.get(var)
-            if value and (wrap / "bin" / os.path.basename(value)).exists():
-                env[var] = f"{at_wrap}/bin/{os.path.basename(value)}"
+            base = os.path.basename(build_env.get(var, ""))
+            if base and (wrap / "bin" / base).exists():
+                env[var] = f"{at_wrap}/bin/{base}"
         env["PATH"] = f"{at_wrap}/bin:{search}"
     clang_dir = _clang_dir(build_env)
     if clang_dir is not None and clang_dir.is_dir():

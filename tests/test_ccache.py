@@ -314,7 +314,10 @@ def test_prepare_wraps_rocm_clang_and_sets_launchers(tmp_path: Path) -> None:
     assert launcher is not None
     got = launcher.env
     assert got["CCACHE_DIR"] == ccache.CACHE_INSIDE
-    assert got["CCACHE_COMPILERCHECK"] == f"string:{ccache.toolchain_key(fp)}"
+    assert got["CCACHE_COMPILERCHECK"] == (
+        f"string:{ccache.toolchain_key(fp)}{ccache._device_identity(env)}"
+    )
+    assert ccache._device_identity(env)  # a ROCm toolchain: the LLVM/device libraries count
     assert got["CMAKE_CXX_COMPILER_LAUNCHER"] == ccache.executable()
     assert got["CMAKE_HIP_COMPILER_LAUNCHER"] == ccache.executable()
     assert "CC" not in got and "PATH" not in got  # launchers, not wrappers
@@ -417,3 +420,23 @@ def test_meson_ninja_build_is_cached(tmp_path: Path) -> None:
     cc = warm_meta["compiler_cache"]
     assert cc["misses"] == 0 and cc["hits"] == cold_meta["compiler_cache"]["misses"], cc
     assert _wheel_sha(off) == _wheel_sha(cold) == _wheel_sha(warm)
+
+
+def test_hip_key_follows_device_libraries(tmp_path: Path) -> None:
+    rocm = tmp_path / "rocm"
+    (rocm / "llvm" / "bin").mkdir(parents=True)
+    (rocm / "llvm" / "lib").mkdir()
+    (rocm / "llvm" / "bin" / "clang").write_text("#!/bin/sh\n")
+    (rocm / "llvm" / "lib" / "libLLVM.so.18").write_bytes(b"llvm")
+    bitcode = rocm / "amdgcn" / "bitcode"
+    bitcode.mkdir(parents=True)
+    (bitcode / "ocml.bc").write_bytes(b"0123456789")
+    env = {"ROCM_PATH": str(rocm)}
+    first = ccache._device_identity(env)
+    assert first.startswith("-") and first == ccache._device_identity(env)
+    (bitcode / "ocml.bc").write_bytes(b"01234")  # truncated, as measured: no stale hit
+    second = ccache._device_identity(env)
+    assert second != first
+    (rocm / "llvm" / "lib" / "libLLVM.so.18").write_bytes(b"llvm-new")
+    assert ccache._device_identity(env) != second
+    assert ccache._device_identity({"PATH": "/usr/bin"}) == ""
