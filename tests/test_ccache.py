@@ -314,6 +314,9 @@ def test_prepare_wraps_rocm_clang_and_sets_launchers(tmp_path: Path) -> None:
     assert launcher is not None
     got = launcher.env
     assert got["CCACHE_DIR"] == ccache.CACHE_INSIDE
+    assert got["CCACHE_MAXSIZE"] == "20G"  # enforced by ccache as it writes
+    assert got["CCACHE_CONFIGPATH"] == f"{ccache.WRAP_INSIDE}/ccache.conf"
+    assert "CCACHE_BASEDIR" not in got and "CCACHE_SLOPPINESS" not in got
     assert got["CCACHE_COMPILERCHECK"] == (
         f"string:{ccache.toolchain_key(fp)}{ccache._device_identity(env)}"
     )
