@@ -171,10 +171,8 @@ class EntryMeta:
                 for k in ("compiles", "hits", "misses", "uncacheable")
             )
         ):
-            raise _fail(
-                file, "compiler_cache", "a table of compiles/hits/misses/uncacheable counts",
-                compiler_cache,
-            )
+            what = "a table of compiles/hits/misses/uncacheable counts"
+            raise _fail(file, "compiler_cache", what, compiler_cache)
         return cls(
             hash=hash_,
             name=name,
