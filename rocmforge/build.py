@@ -229,9 +229,12 @@ def _run_steps(
     reporter: Reporter,
     repaired: dict[str, Any] | None = None,
     extra: Sequence[Mount] = (),
-) -> list[StepTiming]:
+    cache: Any = None,
+) -> tuple[list[StepTiming], Any]:
     """Run the build steps (and the ``[build] repair`` step) in the sandbox; return each step's
-    start and duration. The repair's record goes into ``repaired`` (when given).
+    start and duration, and the compiler cache's setup when one was used (``cache`` is the
+    :class:`rocmforge.ccache.CacheSettings`, None for a build without the cache). The repair's
+    record goes into ``repaired`` (when given).
 
     The log gets a ``rocmforge: [<UTC time>] step i/n: <command>`` line before each step and a
     ``rocmforge: [<UTC time>] step i/n finished in N s`` line after it.
@@ -250,6 +253,24 @@ def _run_steps(
     paths = {name: runner.sandbox_path(m) for name, m in zip(names, mounts[:4], strict=True)}
     paths["tmp"] = "/tmp" if paths["src"] == "/build/src" else str(root / "tmp")
     env = build_env(resolved, paths=paths, host_env=os.environ)
+    setup = None
+    if cache is not None:  # mounts and env only: nothing of the cache enters the derivation
+        from rocmforge import ccache
+
+        setup = ccache.prepare(
+            fingerprint=resolved.toolchain.fingerprint,
+            build_env=env,
+            recipe_name=resolved.recipe.package.name,
+            mode=resolved.recipe.build.compiler_cache,
+            root=root,
+            cache=cache,
+            runner=runner,
+        )
+        if setup is not None:
+            mounts += setup.mounts
+            env.update(setup.env)
+    else:  # off means off: a build that finds ccache itself (PyTorch, Meson) passes through
+        env["CCACHE_DISABLE"] = "1"
     for inp in resolved.inputs:  # read-only at /inputs/NAME, named by its variable
         at = runner.sandbox_path(Mount(host=inp.host, inside=inp.inside))
         env[inp.env] = f"{at}/{inp.subdir}" if inp.subdir else at
@@ -295,7 +316,7 @@ def _run_steps(
         log.write(f"rocmforge: repaired {record['wheels']} -> {record['repaired']}\n".encode())
         if repaired is not None:
             repaired.update(record)
-    return timings
+    return timings, setup
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -311,6 +332,8 @@ class Staged:
     steps: tuple[StepTiming, ...] = ()
     #: What ``[build] repair`` did (tool, policy, wheels before and after), if it ran.
     repair: Mapping[str, Any] | None = None
+    #: The compiler cache's counters for this build (None: built without it).
+    compiler_cache: Mapping[str, Any] | None = None
 
 
 def _stage(
@@ -497,8 +520,10 @@ def _build_in(
     reporter: Reporter,
     log: BinaryIO,
     check_requirements: Sequence[Path],
+    cache: Any = None,
 ) -> Staged:
-    """Prepare, build and stage ``resolved`` in the fresh build directory ``root``."""
+    """Prepare, build and stage ``resolved`` in the fresh build directory ``root`` (with the
+    compiler cache ``cache``, if any)."""
     reporter.phase("prepare")
     materialize_source(
         resolved.recipe.source, resolved.source, root / "src", cache=store.sources_dir
@@ -525,11 +550,23 @@ def _build_in(
         extra.append(Mount(host=usr, inside="/usr"))
         log.write(f"rocmforge: /usr is the view of {len(view['packages'])} packages\n".encode())
     repaired: dict[str, Any] = {}
-    timings = _run_steps(
-        resolved, runner, root=root, log=log, reporter=reporter, repaired=repaired, extra=extra
+    timings, setup = _run_steps(
+        resolved,
+        runner,
+        root=root,
+        log=log,
+        reporter=reporter,
+        repaired=repaired,
+        extra=extra,
+        cache=cache,
     )
     staged = _stage(resolved, root, runner, reporter, log, check_requirements)
-    return dataclasses.replace(staged, steps=tuple(timings), repair=repaired or None)
+    return dataclasses.replace(
+        staged,
+        steps=tuple(timings),
+        repair=repaired or None,
+        compiler_cache=_cache_stats(setup),
+    )
 
 
 def rebuild(
@@ -567,6 +604,14 @@ def rebuild(
         return tuple(out)
 
 
+def _cache_stats(setup: Any) -> dict[str, Any] | None:
+    if setup is None:
+        return None
+    from rocmforge import ccache
+
+    return ccache.read_stats(setup).to_json()
+
+
 def build(
     resolved: Resolved,
     *,
@@ -576,12 +621,14 @@ def build(
     keep_failed: bool = False,
     check_requirements: Sequence[Path] = (),
     replace: bool = False,
+    compiler_cache: bool = True,
 ) -> BuildOutcome:
     """Build ``resolved`` in a fresh directory under ``store/tmp`` and publish it.
 
     ``check_requirements`` are the wheels of ``[check] requirements``, installed beside the built
     wheel for the import check only. With ``replace`` the new entry supersedes an existing one
     of the same hash (built under a weaker sandbox) atomically, see :meth:`Store.replace`.
+    ``compiler_cache`` False builds without ccache (so does ``[build] compiler-cache = false``).
     """
     drv = resolved.derivation
     started = time.time()
@@ -592,8 +639,13 @@ def build(
             (root / d).mkdir()
         try:
             with open(log_path, "ab") as log:
+                cache = None
+                if compiler_cache and resolved.recipe.build.compiler_cache != "off":
+                    from rocmforge import ccache
+
+                    cache = ccache.settings(store.root)
                 staged = _build_in(
-                    root, resolved, store, runner, reporter, log, check_requirements
+                    root, resolved, store, runner, reporter, log, check_requirements, cache
                 )
                 log.write(f"rocmforge: build finished in {time.time() - started:.1f} s\n".encode())
             reporter.phase("publish")
@@ -627,6 +679,7 @@ def build(
                 archs=staged.archs,
                 links=staged.links,
                 steps=staged.steps,
+                compiler_cache=staged.compiler_cache,
             )
             publish = store.replace if replace else store.publish
             entry = publish(

@@ -362,6 +362,7 @@ def realize(
     temp_roots: TempRoots | None = None,
     sandbox: str = "bwrap",
     verify: bool = False,
+    compiler_cache: bool = True,
 ) -> RealizeReport:
     """Return the store entry for ``recipe``, building it in the sandbox on a miss.
 
@@ -379,6 +380,8 @@ def realize(
     process's temp roots mark the hash as rooted and the source caches as busy instead.
     A cache hit checks the wheels' size and mtime against publish (``verify``: re-hashes them);
     a damaged entry is quarantined and rebuilt (:meth:`Store.lookup`).
+
+    ``compiler_cache`` False builds without the compiler cache (it never changes the hash).
     """
     reporter = reporter or NullReporter()
     if lints is None:
@@ -450,6 +453,7 @@ def realize(
                     keep_failed=keep_failed,
                     check_requirements=tuple(q.wheel for q in check_reqs),
                     replace=weaker,
+                    compiler_cache=compiler_cache,
                 )
                 entry, built = outcome.entry, outcome.sandbox
         with store.shared_lock():

@@ -12,6 +12,10 @@ command -v git >/dev/null || need+=(git)
 command -v bwrap >/dev/null || need+=(bubblewrap)
 command -v cc >/dev/null || need+=(gcc)
 command -v c++ >/dev/null || need+=(g++)
+# the compiler cache inside the sandbox (README "Compiler cache"), CMake + Ninja for its C++ example
+command -v ccache >/dev/null || need+=(ccache)
+command -v cmake >/dev/null || need+=(cmake)
+command -v ninja >/dev/null || need+=(ninja-build)
 command -v python3.11 >/dev/null || need+=(python3.11 python3.11-venv python3.11-dev)
 python3.11 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3.11-venv)
 python3.11 -c 'import sysconfig, os, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' 2>/dev/null \

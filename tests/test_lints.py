@@ -281,6 +281,13 @@ CASES: dict[str, tuple[str, str, Callable[[str], str], LintFacts, str]] = {
         BIG,
         "hashed",
     ),
+    "compiler-cache-off": (
+        "RF191",
+        "warning",
+        sub('passthrough = ["MAX_JOBS"]', 'passthrough = ["MAX_JOBS"]\ncompiler-cache = false'),
+        BIG,
+        "--no-compiler-cache",
+    ),
 }
 
 

@@ -26,6 +26,8 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """``rocmforge du``: print sizes by area, by package and the biggest entries."""
+    from rocmforge.ccache import settings
+    from rocmforge.ccache import usage as cache_usage
     from rocmforge.store.failed import gather_failed
     from rocmforge.store.gc import format_age, format_size
     from rocmforge.store.usage import disk_usage
@@ -33,12 +35,23 @@ def run(args: argparse.Namespace) -> int:
     store = open_store(args)
     usage = disk_usage(store)
     failed = gather_failed(store)
+    cache = cache_usage(settings(store.root))
     if args.json:
-        emit_json({**usage.to_json(), "failed": [i.to_json() for i in failed]})
+        emit_json(
+            {
+                **usage.to_json(),
+                "failed": [i.to_json() for i in failed],
+                "compiler_cache": cache.to_json(),
+            }
+        )
         return 0
     print(f"total {format_size(usage.total)}")
     for area, size in usage.areas:
         print(f"  {format_size(size):>10}  {area}")
+    print(
+        f"compiler cache {format_size(cache.bytes)} ({cache.files} files, {cache.namespaces} "
+        f"toolchains) at {cache.root}"
+    )
     if usage.packages:
         print("packages:")
         for name, count, size in usage.packages:

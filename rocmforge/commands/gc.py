@@ -51,6 +51,15 @@ def register(sub: Any) -> None:
         help="instead: delete what failed builds left (--keep-failed build dirs, failed/ logs); "
         "with --older-than only those not touched for that long",
     )
+    p.add_argument(
+        "--compiler-cache",
+        nargs="?",
+        const="trim",
+        choices=("trim", "clear"),
+        metavar="trim|clear",
+        help="only the compiler cache: trim each toolchain's cache to its max size (default), "
+        "or clear it",
+    )
     add_json_option(p)
     p.set_defaults(func=run)
 
@@ -59,6 +68,9 @@ def run(args: argparse.Namespace) -> int:
     """``rocmforge gc``: plan, delete (unless ``--dry-run``) and report entries and bytes."""
     from rocmforge.sources.refs import entry_refs
     from rocmforge.store.gc import Policies, collect_garbage, format_size, parse_size
+
+    if args.compiler_cache is not None:
+        return _compiler_cache(args)
 
     older = None
     if args.older_than is not None:
@@ -127,4 +139,24 @@ def _run_failed(args: argparse.Namespace, store: Any, older: float | None) -> in
     for i in gone:
         print(f"{verb} {i.kind} {i.name}  {format_size(i.size)}")
     print(f"{'would free' if args.dry_run else 'freed'} {format_size(freed)}: {len(gone)} items")
+    return 0
+
+
+def _compiler_cache(args: argparse.Namespace) -> int:
+    """``gc --compiler-cache [trim|clear]``: ccache --cleanup (or --clear) on every namespace."""
+    from rocmforge.ccache import maintain, settings, usage
+    from rocmforge.store.gc import format_size
+
+    cache = settings(open_store(args).root)
+    before = usage(cache)
+    after = maintain(cache, clear=args.compiler_cache == "clear")
+    if args.json:
+        emit_json({"action": args.compiler_cache, "before": before.to_json(),
+                   "after": after.to_json()})  # fmt: skip
+        return 0
+    verb = "cleared" if args.compiler_cache == "clear" else f"trimmed to {cache.max_size} each"
+    print(
+        f"compiler cache {verb}: {format_size(before.bytes)} -> {format_size(after.bytes)} "
+        f"({after.files} files) at {cache.root}"
+    )
     return 0

@@ -38,6 +38,11 @@ def register(sub: Any) -> None:
         action="store_true",
         help="re-hash a cached entry's wheels before returning them (default: size and mtime)",
     )
+    p.add_argument(
+        "--no-compiler-cache",
+        action="store_true",
+        help="build without the compiler cache (ccache); the hash and the wheel are the same",
+    )
     p.add_argument("-v", "--verbose", action="store_true", help="echo build output (non-TTY)")
     p.add_argument(
         "--check",
@@ -104,6 +109,7 @@ def run(args: argparse.Namespace) -> int:
                 temp_roots=temp_roots,
                 sandbox="none" if args.sandbox == "none" else "bwrap",
                 verify=args.verify,
+                compiler_cache=not args.no_compiler_cache,
             )
         except RocmforgeError as exc:
             if exc.recipe_file is None:
@@ -116,6 +122,7 @@ def run(args: argparse.Namespace) -> int:
             how = (
                 "cached" if report.cached else f"built in {report.seconds:.1f} s ({report.sandbox})"
             )
+            how += _cache_note(report)
             print(f"rocmforge: {report.name} {report.version} {report.hash} {how}", file=sys.stderr)
     if args.json:
         emit_json([r.to_json() for r in reports])
@@ -126,6 +133,19 @@ def run(args: argparse.Namespace) -> int:
     sys.stdout.flush()
     temp_roots.close()
     return 0
+
+
+def _cache_note(report: Any) -> str:
+    """``, ccache 120/121 hits (99%), ...`` for a build that used the compiler cache."""
+    if report.cached:
+        return ""
+    from rocmforge.ccache import stats_from_json
+    from rocmforge.store.entry import read_meta
+
+    meta = read_meta(report.path)
+    if meta is None or meta.compiler_cache is None:
+        return ""
+    return ", " + stats_from_json(meta.compiler_cache).summary()
 
 
 def _link(out_link: str, i: int) -> Path:

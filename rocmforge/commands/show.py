@@ -43,6 +43,11 @@ def run(args: argparse.Namespace) -> int:
     print(f"  roots        {', '.join(info.roots) or '-'}")
     print(f"  indexed      {'yes' if info.indexed else 'no (run rocmforge verify)'}")
     print(f"  sandbox      {meta.sandbox if meta.sandbox is not None else '-'}")
+    if meta.compiler_cache is not None:
+        from rocmforge.ccache import stats_from_json
+
+        cc = stats_from_json(meta.compiler_cache)
+        print(f"  compiler     {cc.summary()} of {cc.compiles} calls")
     if run.get("started"):
         print(f"  built        {run['started']} .. {run['finished']} on {run['host']}")
     for t in meta.steps or ():

