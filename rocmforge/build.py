@@ -8,6 +8,7 @@ builds of one derivation give byte-identical wheels.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import stat
 import time
@@ -28,6 +29,7 @@ from rocmforge.errors import (
     RocmforgeError,
 )
 from rocmforge.provenance import make_statement, write_statement
+from rocmforge.repro import frontend_config, repro_env
 from rocmforge.resolve import Resolved
 from rocmforge.sandbox import Mount, Runner
 from rocmforge.sources.identity import materialize_source
@@ -52,8 +54,8 @@ TAIL_LINES = 30
 # A minimal PEP 517 frontend run by the build venv's Python; no isolation (the venv is the
 # isolation) and no network (requirements are pinned and pre-installed).
 PEP517_FRONTEND = r"""
-import importlib, os, sys, tomllib
-out = sys.argv[1]
+import importlib, json, os, sys, tomllib
+out, config = sys.argv[1], json.loads(sys.argv[2]) if len(sys.argv) > 2 else {}
 backend, paths = "setuptools.build_meta:__legacy__", []
 if os.path.exists("pyproject.toml"):
     with open("pyproject.toml", "rb") as f:
@@ -65,7 +67,13 @@ module, _, attr = backend.partition(":")
 hooks = importlib.import_module(module)
 for part in filter(None, attr.split(".")):
     hooks = getattr(hooks, part)
-print("rocmforge: built", hooks.build_wheel(out), flush=True)
+settings = dict(config.get("settings", {}))
+fixed = config.get("build-dir", {}).get(module)
+if fixed and fixed[0] not in settings:  # a fixed build directory instead of a random one
+    settings[fixed[0]] = fixed[1]
+if settings:
+    print("rocmforge: config settings", json.dumps(settings, sort_keys=True), flush=True)
+print("rocmforge: built", hooks.build_wheel(out, settings or None), flush=True)
 """
 
 
@@ -124,6 +132,7 @@ def build_env(
             env[name] = host_env[name]
     env.update(tc.env)
     env.update(recipe.env)
+    env.update(repro_env(recipe.build, env, paths))
     env.update(
         {
             "PATH": ":".join(dict.fromkeys(search)),
@@ -163,7 +172,13 @@ def _run_steps(
         env[inp.env] = f"{at}/{inp.subdir}" if inp.subdir else at
     steps = resolved.recipe.build.steps
     commands = [["/bin/sh", "-euc", s] for s in steps] or [
-        [f"{paths['venv']}/bin/python", "-c", PEP517_FRONTEND, paths["out"]]
+        [
+            f"{paths['venv']}/bin/python",
+            "-c",
+            PEP517_FRONTEND,
+            paths["out"],
+            json.dumps(frontend_config(resolved.recipe.build), sort_keys=True),
+        ]
     ]
     deadline = time.monotonic() + resolved.recipe.build.timeout
     for i, argv in enumerate(commands, 1):

@@ -8,6 +8,10 @@ bash scripts/setup.sh --with-hip
 # Tests use only local files: the build requirements they need are fetched here, once.
 .venv/bin/python -m pip download -q --disable-pip-version-check --no-deps \
   -d .ci/wheelhouse setuptools==75.6.0
+# The build backends of tests/test_backends.py (one per kind), pinned like their recipes.
+.venv/bin/python -m pip download -q --disable-pip-version-check --no-deps --only-binary :all: \
+  -d .ci/wheelhouse meson-python==0.22.1 meson==1.12.1 ninja==1.13.0 pyproject-metadata==0.12.1 \
+  packaging==26.4
 .venv/bin/ruff check rocmforge tests bench
 .venv/bin/mypy
 tier=()

@@ -356,6 +356,13 @@ KEY_CASES = {
     "build.steps": "test_recipe_edit_is_seen",
     "build.steps[]": "test_recipe_edit_is_seen",
     "build.pep517": "test_recipe_edit_is_seen",
+    # [build] config-settings and reproducible are recipe text; what rocmforge adds for
+    # reproducibility is code (the module's constants), like BUILDER.
+    "build.config-settings.*": "test_recipe_edit_is_seen",
+    "build.reproducible": "test_recipe_edit_is_seen",
+    "build.reproducible.protocol": "test_code_change_is_seen",
+    "build.reproducible.build-dir": "test_code_change_is_seen",
+    "build.reproducible.prefix-map": "test_code_change_is_seen",
     "inputs.*.kind": "test_archive_input_change_is_seen",
     "inputs.*.digest": "test_tree_input_change_is_seen",
     "inputs.*.env": "test_recipe_edit_is_seen",
@@ -389,7 +396,7 @@ KEY_CASES = {
     "toolchain.rocm.clang": "test_rocm_version_file_change_is_seen",
 }
 DEPTH = 3
-USER_NAMED = {"env", "inputs"}
+USER_NAMED = {"env", "inputs", "build.config-settings"}
 
 
 def key_paths(value: object, prefix: str = "", depth: int = DEPTH) -> set[str]:

@@ -71,11 +71,15 @@ class RequirementsSpec:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BuildSpec:
-    """``[build]``: the steps (empty means PEP 517), passthrough env names and the timeout."""
+    """``[build]``: the steps (empty means PEP 517), passthrough env names and the timeout;
+    ``config_settings``: PEP 517 config settings for the default build (hashed);
+    ``reproducible``: whether rocmforge adds its reproducibility settings (see repro.py)."""
 
     steps: tuple[str, ...] = ()
     passthrough: tuple[str, ...] = ()
     timeout: float = 4 * 3600.0
+    config_settings: Mapping[str, str | tuple[str, ...]] = field(default_factory=dict)
+    reproducible: bool = True
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -161,7 +165,7 @@ _KEYS: dict[str, tuple[str, ...]] = {
     "source": ("path", "git", "rev", "ref", "submodules", "allow-local-submodules", "patches"),
     "toolchain": ("kind", "python", "cc", "cxx", "rocm", "root"),
     "requirements": ("build", "digests"),
-    "build": ("steps", "passthrough", "timeout"),
+    "build": ("steps", "passthrough", "timeout", "config-settings", "reproducible"),
     "check": ("import", "archs", "requirements"),
     "input": ("path", "url", "sha256", "env", "subdir"),
     "lint": ("allow",),
@@ -549,7 +553,41 @@ def _build(c: _Checker, data: Mapping[str, Any], env: Mapping[str, Any]) -> Buil
             c.add(key, f"duplicate name {name}")
         else:
             passthrough.append(name)
-    return BuildSpec(steps=steps, passthrough=tuple(passthrough), timeout=_timeout(c, t))
+    reproducible = t.get("reproducible", True)
+    if not isinstance(reproducible, bool):
+        c.add("build.reproducible", f"must be true or false, not {_describe(reproducible)}")
+        reproducible = True
+    return BuildSpec(
+        steps=steps,
+        passthrough=tuple(passthrough),
+        timeout=_timeout(c, t),
+        config_settings=_config_settings(c, t),
+        reproducible=reproducible,
+    )
+
+
+def _config_settings(c: _Checker, t: Mapping[str, Any]) -> dict[str, str | tuple[str, ...]]:
+    """``[build] config-settings``: PEP 517 config settings, each a string or list of strings."""
+    value = t.get("config-settings", {})
+    if not isinstance(value, Mapping):
+        c.add("build.config-settings", f"must be a table, not {_describe(value)}")
+        return {}
+    if value and t.get("steps"):
+        c.add(
+            "build.config-settings",
+            "applies to the default PEP 517 build only; with [build] steps pass the options "
+            "in the steps themselves",
+        )
+    out: dict[str, str | tuple[str, ...]] = {}
+    for name, item in value.items():
+        key = join_key("build.config-settings", name)
+        if isinstance(item, str):
+            out[name] = item
+        elif isinstance(item, list) and all(isinstance(v, str) for v in item):
+            out[name] = tuple(item)
+        else:
+            c.add(key, f"must be a string or an array of strings, not {_describe(item)}")
+    return out
 
 
 def _timeout(c: _Checker, t: Mapping[str, Any]) -> float:
