@@ -57,9 +57,7 @@ def prefix_maps(paths: Mapping[str, str]) -> list[tuple[str, str]]:
     return [(paths["src"], "."), (paths["tmp"], "/tmp"), (paths["venv"], "/build/venv")]
 
 
-def repro_env(
-    spec: BuildSpec, env: Mapping[str, str], paths: Mapping[str, str]
-) -> dict[str, str]:
+def repro_env(spec: BuildSpec, env: Mapping[str, str], paths: Mapping[str, str]) -> dict[str, str]:
     """Return the variables to set on top of ``env`` for a reproducible build (none when off).
 
     Flags are appended to what the recipe or toolchain already set, never replacing them.
