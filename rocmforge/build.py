@@ -350,6 +350,7 @@ def build(
                 sandbox=runner.level,
                 started=started,
                 finished=finished,
+                cache=store.sources_dir,
             )
             write_statement(root / "entry" / layout.PROVENANCE, statement)
             meta = build_fields(

@@ -69,6 +69,24 @@ def _source_dependencies(resolved: Resolved) -> list[dict[str, Any]]:
     return deps
 
 
+def _input_dependencies(resolved: Resolved, cache: Path | None) -> list[dict[str, Any]]:
+    """One resolved dependency per ``[inputs.NAME]``: blake3 (as hashed) and sha256."""
+    from rocmforge.sources.inputs import input_sha256
+
+    deps = []
+    for inp in resolved.inputs:
+        digest = {"blake3": inp.digest.removeprefix("blake3:")}
+        if inp.sha256 is not None or cache is not None:
+            digest["sha256"] = input_sha256(inp, cache=cache or Path())
+        spec = resolved.recipe.inputs.get(inp.name)
+        dep: dict[str, Any] = {"name": f"inputs/{inp.name}", "digest": digest}
+        if spec is not None and (spec.url or spec.path):
+            dep["uri"] = spec.url or Path(spec.path or "").as_uri()
+        dep["annotations"] = {"kind": inp.kind, "env": inp.env, "subdir": inp.subdir}
+        deps.append(dep)
+    return deps
+
+
 def make_statement(
     resolved: Resolved,
     *,
@@ -77,10 +95,12 @@ def make_statement(
     started: float,
     finished: float,
     host: str | None = None,
+    cache: Path | None = None,
 ) -> dict[str, Any]:
     """Return the in-toto statement for a build of ``resolved`` that produced ``wheels``.
 
-    ``wheels`` are the records (file, sha256, blake3) of the staged wheels.
+    ``wheels`` are the records (file, sha256, blake3) of the staged wheels; ``cache`` (the
+    store's source cache) lets a tree input's sha256 be computed from its cached listing.
     """
     recipe, drv = resolved.recipe, resolved.derivation
     host = host or socket.gethostname()
@@ -102,6 +122,7 @@ def make_statement(
                 "annotations": {"wheel": req.wheel.name},
             }
         )
+    deps.extend(_input_dependencies(resolved, cache))
     return {
         "_type": STATEMENT_TYPE,
         "subject": [

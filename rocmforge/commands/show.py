@@ -24,6 +24,7 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """``rocmforge show TARGET``: print the entry's identity, files, inputs and run facts."""
+    from rocmforge.audit import input_facts
     from rocmforge.commands.query import human_size, human_time
     from rocmforge.explain import flatten, show_value
     from rocmforge.provenance import run_facts
@@ -48,11 +49,24 @@ def run(args: argparse.Namespace) -> int:
         print(f"  wheel        {w.file} ({human_size(w.size or 0)})")
         print(f"    sha256     {w.sha256}")
         print(f"    blake3     {w.blake3}")
+    for inp in input_facts(info.derivation or {}, _deps(info.provenance)):
+        print(f"  input        {inp['name']} ({inp['kind']}, ${inp['env']})")
+        print(f"    blake3     {inp['blake3']}")
+        if inp.get("sha256"):
+            print(f"    sha256     {inp['sha256']}")
     if info.derivation:
         print("  derivation")
         for key, value in sorted(flatten(info.derivation).items()):
             print(f"    {key} = {show_value(key, value) if key.startswith('env.') else value}")
     return 0
+
+
+def _deps(statement: Any) -> list[Any]:
+    """The resolved dependencies of a provenance statement (empty if none)."""
+    if not isinstance(statement, dict):
+        return []
+    deps = statement.get("predicate", {}).get("buildDefinition", {}).get("resolvedDependencies")
+    return deps if isinstance(deps, list) else []
 
 
 def _show(args: argparse.Namespace) -> EntryDetails:

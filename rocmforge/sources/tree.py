@@ -592,6 +592,19 @@ def tree_digest(root: Path, *, cache: Path) -> str:
     return digest
 
 
+def tree_sha256(root: Path, *, cache: Path) -> str:
+    """Return the sha256 hex of the same listing whose blake3 is :func:`tree_digest` (for
+    provenance readers that want a sha256; the file contents enter by their blake3)."""
+    import hashlib
+
+    files = tree_listing(root, cache=cache)
+    text = "".join(
+        f"{rel}\0{files[rel][REC_KIND]}\0{files[rel][REC_CONTENT]}\0"
+        for rel in sorted(files, key=os.fsencode)
+    )
+    return hashlib.sha256(TREE_TAG + os.fsencode(text)).hexdigest()
+
+
 def tree_listing(root: Path, *, cache: Path) -> dict[str, FileRec]:
     """Return the listing of ``root`` (the same set :func:`tree_digest` hashes)."""
     _, files = _scan_tree(root, cache, need_files=True)
