@@ -24,10 +24,12 @@ from rocmforge.check import check_wheels
 from rocmforge.errors import (
     BuildError,
     BuildTimeout,
+    CheckError,
     Diagnosis,
     RequirementError,
     RocmforgeError,
 )
+from rocmforge.portable import Finding, scan_build
 from rocmforge.provenance import make_statement, write_statement
 from rocmforge.repro import frontend_config, repro_env
 from rocmforge.resolve import Resolved
@@ -239,6 +241,22 @@ def _stage(
     return tuple(records), found.get("archs")
 
 
+def check_portable(
+    resolved: Resolved, root: Path, log_path: Path, reporter: Reporter
+) -> tuple[Finding, ...]:
+    """Scan the finished build for host-specific code generation (see :mod:`rocmforge.portable`):
+    warn for each finding, or fail the build when the recipe asks for ``[check] portable``."""
+    found = scan_build(log_path, sorted((root / "entry").glob("*" + layout.WHEEL_SUFFIX)))
+    if found and resolved.recipe.check.portable:
+        raise CheckError(
+            "check failed: [check] portable = true, but the build generated host-specific code: "
+            + "; ".join(f.message() for f in found)
+        )
+    for f in found:
+        reporter.warning(f.message())
+    return found
+
+
 def out_wheels(out: Path) -> list[Path]:
     """Return the ``*.whl`` files the build left in ``out`` ($OUT), checked without following.
 
@@ -339,6 +357,7 @@ def build(
                 records, archs = _stage(
                     resolved, root, runner, reporter, log, check_requirements
                 )
+                portability = check_portable(resolved, root, log_path, reporter)
                 log.write(f"rocmforge: build finished in {time.time() - started:.1f} s\n".encode())
             reporter.phase("publish")
             compress_file(log_path, root / "entry" / layout.BUILD_LOG)
@@ -363,6 +382,7 @@ def build(
                 ),
                 files=_file_digests(root / "entry"),
                 archs=archs,
+                portability=[f.to_json() for f in portability],
             )
             publish = store.replace if replace else store.publish
             entry = publish(

@@ -49,6 +49,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"  wheel        {w.file} ({human_size(w.size or 0)})")
         print(f"    sha256     {w.sha256}")
         print(f"    blake3     {w.blake3}")
+    for p in meta.portability or ():
+        print(f"  not portable {p.get('file')}: {p.get('flag')} (host-specific code generation)")
     for inp in input_facts(info.derivation or {}, _deps(info.provenance)):
         print(f"  input        {inp['name']} ({inp['kind']}, ${inp['env']})")
         print(f"    blake3     {inp['blake3']}")

@@ -91,6 +91,7 @@ class CheckSpec:
     imports: tuple[str, ...] = ()
     archs: tuple[str, ...] = ()
     requirements: tuple[str, ...] = ()
+    portable: bool = False  # host-specific code generation (-march=native) fails the build
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -166,7 +167,7 @@ _KEYS: dict[str, tuple[str, ...]] = {
     "toolchain": ("kind", "python", "cc", "cxx", "rocm", "root"),
     "requirements": ("build", "digests"),
     "build": ("steps", "passthrough", "timeout", "config-settings", "reproducible"),
-    "check": ("import", "archs", "requirements"),
+    "check": ("import", "archs", "requirements", "portable"),
     "input": ("path", "url", "sha256", "env", "subdir"),
     "lint": ("allow",),
 }  # fmt: skip
@@ -632,6 +633,7 @@ def _check(c: _Checker, data: Mapping[str, Any]) -> CheckSpec:
         imports=tuple(module for _, module in items),
         archs=tuple(archs),
         requirements=tuple(_pins(c, t, "check", "requirements")),
+        portable=c.boolean(t, "check", "portable"),
     )
 
 

@@ -92,7 +92,7 @@ class WheelRecord:
 
 _KNOWN = frozenset(
     {"hash", "name", "version", "created", "size", "wheels", "sandbox", "build_seconds",
-     "sources", "files", "archs"}
+     "sources", "files", "archs", "portability"}
 )  # fmt: skip
 
 
@@ -116,6 +116,7 @@ class EntryMeta:
     sources: tuple[str, ...] | None = None
     files: Mapping[str, str] | None = None
     archs: Mapping[str, Any] | None = None
+    portability: tuple[Mapping[str, str], ...] | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     @property
@@ -160,6 +161,14 @@ class EntryMeta:
         archs = data.get("archs")
         if archs is not None and not isinstance(archs, dict):
             raise _fail(file, "archs", "a table", archs)
+        portability = data.get("portability")
+        if portability is not None:
+            if not isinstance(portability, list) or not all(
+                isinstance(p, dict) and all(isinstance(v, str) for v in p.values())
+                for p in portability
+            ):
+                raise _fail(file, "portability", "a list of {file, flag} tables", portability)
+            portability = tuple(portability)
         return cls(
             hash=hash_,
             name=name,
@@ -175,6 +184,7 @@ class EntryMeta:
             sources=sources,
             files=files,
             archs=archs,
+            portability=portability,
             extra={k: v for k, v in data.items() if k not in _KNOWN},
         )
 
@@ -204,6 +214,9 @@ class EntryMeta:
             "sources": list(self.sources) if self.sources is not None else None,
             "files": dict(self.files) if self.files is not None else None,
             "archs": self.archs,
+            "portability": (
+                [dict(p) for p in self.portability] if self.portability is not None else None
+            ),
         }
         out.update((k, v) for k, v in optional.items() if v is not None)
         return out
@@ -217,6 +230,7 @@ def build_fields(
     sources: Sequence[str],
     files: Mapping[str, str],
     archs: Mapping[str, Any] | None = None,
+    portability: Sequence[Mapping[str, str]] = (),
 ) -> dict[str, Any]:
     """Return what a build knows of its entry's ``meta.json``, under the file's keys, for
     :meth:`~rocmforge.store.store.Store.publish` (which adds hash, name, version, created and
@@ -230,6 +244,8 @@ def build_fields(
     }
     if archs:
         out["archs"] = dict(archs)
+    if portability:
+        out["portability"] = [dict(p) for p in portability]
     return out
 
 
