@@ -39,6 +39,9 @@ class SourceSpec:
     #: without it only the recipe itself may name a local repository.
     allow_local_submodules: bool = False
     patches: tuple[Path, ...] = ()
+    #: ``enclosing-ignores``: a path source inside an enclosing git repository is listed with
+    #: that repository's ignore rules (true, the default) or with its own rules only (false).
+    enclosing_ignores: bool = True
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -163,7 +166,8 @@ _KEYS: dict[str, tuple[str, ...]] = {
     "": ("schema", "extends", "package", "source", "toolchain", "requirements", "env", "build",
          "check", "lint", "inputs"),
     "package": ("name", "version"),
-    "source": ("path", "git", "rev", "ref", "submodules", "allow-local-submodules", "patches"),
+    "source": ("path", "git", "rev", "ref", "submodules", "allow-local-submodules", "patches",
+               "enclosing-ignores"),
     "toolchain": ("kind", "python", "cc", "cxx", "rocm", "root"),
     "requirements": ("build", "digests"),
     "build": ("steps", "passthrough", "timeout", "config-settings", "reproducible"),
@@ -382,7 +386,18 @@ def _source(c: _Checker, data: Mapping[str, Any], base: Path) -> SourceSpec:
         for name in ("rev", "ref", "submodules", "allow-local-submodules"):
             if name in t:
                 c.add(join_key("source", name), "only applies to a git source")
-        return SourceSpec(kind="path", path=base / path if path else None, patches=patches)
+        enclosing = t.get("enclosing-ignores", True)
+        if not isinstance(enclosing, bool):
+            c.add("source.enclosing-ignores", f"must be true or false, not {_describe(enclosing)}")
+            enclosing = True
+        return SourceSpec(
+            kind="path",
+            path=base / path if path else None,
+            patches=patches,
+            enclosing_ignores=enclosing,
+        )
+    if "enclosing-ignores" in t:
+        c.add("source.enclosing-ignores", "only applies to a path source")
     ref = c.string(t, "source", "ref")
     if "rev" not in t and ref is not None:
         c.add(
