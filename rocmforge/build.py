@@ -151,6 +151,8 @@ def build_env(
             "PIP_NO_INDEX": "1",
         }
     )
+    if "CARGO" in tc.env:  # a Rust toolchain: cargo's home is private to this build
+        env["CARGO_HOME"] = f"{paths['home']}/.cargo"
     return env
 
 

@@ -21,6 +21,10 @@ python3.11 -c 'import sysconfig, os, sys; sys.exit(not os.path.exists(os.path.jo
 if [ $with_hip = 1 ] && ! command -v hipcc >/dev/null && command -v apt-get >/dev/null; then
   need+=(hipcc)
 fi
+# Rust (the maturin test of tests/test_backends.py): a rustup install on PATH, or Debian's.
+if ! { command -v rustc && command -v cargo; } >/dev/null && command -v apt-get >/dev/null; then
+  need+=(rustc cargo)
+fi
 if [ ${#need[@]} -gt 0 ]; then
   echo "setup: installing system packages: ${need[*]}" >&2
   sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"

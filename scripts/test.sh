@@ -11,7 +11,7 @@ bash scripts/setup.sh --with-hip
 # The build backends of tests/test_backends.py (one per kind), pinned like their recipes.
 .venv/bin/python -m pip download -q --disable-pip-version-check --no-deps --only-binary :all: \
   -d .ci/wheelhouse meson-python==0.22.1 meson==1.12.1 ninja==1.13.0 pyproject-metadata==0.12.1 \
-  packaging==26.4
+  packaging==26.4 maturin==1.16.0
 .venv/bin/ruff check rocmforge tests bench
 .venv/bin/mypy
 tier=()

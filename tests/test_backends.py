@@ -207,3 +207,88 @@ def test_meson_recipe_builddir_wins(meson_wheels: Path, tmp_path: Path) -> None:
     recipe = meson_recipe(tmp_path, '[build.config-settings]\nbuild-dir = "bd-mine"\n')
     report = realize(recipe, tmp_path / "store")
     assert "bd-mine" in wheel_member(report["wheels"][0], "rfmeson/_config.py").decode()
+
+
+RUST_RECIPE = """\
+schema = 1
+
+[package]
+name = "rfrust"
+version = "0.1.0"
+
+[source]
+path = "{src}"
+
+[toolchain]
+kind = "system"
+python = "3.11"
+rust = "host"
+
+[requirements]
+build = ["maturin==1.16.0"]
+"""
+
+
+@pytest.fixture
+def rust_ready() -> None:
+    """cargo and rustc on PATH (rustup or Debian) and the maturin wheel (scripts/test.sh)."""
+    if shutil.which("cargo") is None or shutil.which("rustc") is None:
+        pytest.skip("no Rust toolchain on PATH; scripts/setup.sh installs Debian's rustc/cargo")
+    if not list(WHEELHOUSE.glob("maturin-1.16.0-*.whl")):
+        pytest.skip(f"no maturin 1.16.0 wheel in {WHEELHOUSE}; run scripts/test.sh")
+
+
+def rust_recipe(tmp_path: Path, *, toolchain: bool = True, deps: str = "") -> Path:
+    src = tmp_path / "rust-src"
+    if not src.exists():
+        shutil.copytree(BACKENDS / "rustdemo", src)
+    if deps:
+        cargo = src / "Cargo.toml"
+        cargo.write_text(cargo.read_text() + deps)
+        (src / "Cargo.lock").unlink()
+    recipe = tmp_path / "rust.toml"
+    text = RUST_RECIPE.format(src=src)
+    recipe.write_text(text if toolchain else text.replace('rust = "host"\n', ""))
+    return recipe
+
+
+@pytest.mark.slow
+def test_maturin_builds_with_the_declared_rust_toolchain(rust_ready: None, tmp_path: Path) -> None:
+    recipe = rust_recipe(tmp_path)
+    plan = json.loads(rf("plan", recipe, "--store", tmp_path / "s", "--json").stdout)
+    rust = plan["derivation"]["toolchain"]["rust"]
+    assert rust["rustc"]["release"] and len(rust["rustc"]["blake3"]) == 64
+    assert "path" not in json.dumps(rust)
+    a = realize(recipe, tmp_path / "store-a")
+    b = realize(recipe, tmp_path / "store-b")
+    assert a["hash"] == b["hash"]
+    assert Path(a["wheels"][0]).read_bytes() == Path(b["wheels"][0]).read_bytes()
+    env_dir = tmp_path / "venv"
+    venv.create(env_dir, with_pip=True)
+    subprocess.run(
+        [env_dir / "bin" / "python", "-m", "pip", "install", "-q", "--no-index", "--no-deps",
+         a["wheels"][0]],
+        check=True,
+    )  # fmt: skip
+    run = subprocess.run(
+        [env_dir / "bin" / "rfrust", "6", "7"], capture_output=True, text=True, check=True
+    )
+    assert run.stdout.strip() == "42"
+
+
+@pytest.mark.slow
+def test_maturin_without_a_rust_toolchain_says_to_declare_one(
+    rust_ready: None, tmp_path: Path
+) -> None:
+    proc = rf("realize", rust_recipe(tmp_path, toolchain=False), "--store", tmp_path / "store")
+    assert proc.returncode == 1
+    assert 'rust = "host"' in proc.stderr
+
+
+@pytest.mark.slow
+def test_a_crate_that_is_not_vendored_is_a_clear_error(rust_ready: None, tmp_path: Path) -> None:
+    recipe = rust_recipe(tmp_path, deps='itoa = "1"\n')
+    proc = rf("realize", recipe, "--store", tmp_path / "store")
+    assert proc.returncode == 1
+    assert "the sandbox has no network" in proc.stderr
+    assert "vendor the crates or declare them as an input" in proc.stderr

@@ -394,6 +394,10 @@ KEY_CASES = {
     "toolchain.rocm.hip_version": "test_rocm_version_file_change_is_seen",
     "toolchain.rocm.hipcc": "test_rocm_version_file_change_is_seen",
     "toolchain.rocm.clang": "test_rocm_version_file_change_is_seen",
+    # [toolchain] rust: rustc, cargo and librustc_driver are toolchain guards like cc and cxx.
+    "toolchain.rust.rustc": "test_toolchain_binary_change_is_seen",
+    "toolchain.rust.cargo": "test_toolchain_binary_change_is_seen",
+    "toolchain.rust.driver": "test_toolchain_binary_change_is_seen",
 }
 DEPTH = 3
 USER_NAMED = {"env", "inputs", "build.config-settings"}

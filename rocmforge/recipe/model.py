@@ -58,6 +58,8 @@ class ToolchainSpec:
     cxx: str = "c++"
     rocm: str | None = None
     root: Path | None = None
+    #: ``rust``: ``"host"`` (rustc and cargo on PATH: rustup or Debian) or a toolchain directory.
+    rust: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -168,7 +170,7 @@ _KEYS: dict[str, tuple[str, ...]] = {
     "package": ("name", "version"),
     "source": ("path", "git", "rev", "ref", "submodules", "allow-local-submodules", "patches",
                "enclosing-ignores"),
-    "toolchain": ("kind", "python", "cc", "cxx", "rocm", "root"),
+    "toolchain": ("kind", "python", "cc", "cxx", "rocm", "root", "rust"),
     "requirements": ("build", "digests"),
     "build": ("steps", "passthrough", "timeout", "config-settings", "reproducible"),
     "check": ("import", "archs", "requirements", "portable"),
@@ -441,7 +443,13 @@ def _toolchain(c: _Checker, data: Mapping[str, Any], base: Path) -> ToolchainSpe
     python = c.string(t, "toolchain", "python") or "3.11"
     if not (_PY_VERSION.match(python) or Path(python).is_absolute()):
         c.add("toolchain.python", f"{python!r} is not a version like '3.11' or an absolute path")
+    rust = c.string(t, "toolchain", "rust")
+    if rust is not None and rust != "host":
+        if not Path(rust).expanduser().is_absolute() and not rust.startswith("."):
+            c.add("toolchain.rust", f"{rust!r} is neither \"host\" nor a toolchain directory")
+        rust = str(base / Path(rust).expanduser())
     return ToolchainSpec(
+        rust=rust,
         kind="rocm" if kind == "rocm" else "system",
         python=python,
         cc=c.string(t, "toolchain", "cc") or "cc",
