@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import TINY_RECIPE, pip_args, rf
+from conftest import TINY_RECIPE, commit_all, git, pip_args, rf
 
 
 def realize(recipe: Path, store: Path) -> tuple[str, str]:
@@ -462,3 +462,48 @@ def test_every_derivation_key_has_a_memo_case(tiny_src: Path, tmp_path: Path, st
     assert not missing, f"derivation keys without a memo case (add one to KEY_CASES): {missing}"
     unknown = sorted({t for t in KEY_CASES.values() if not callable(globals().get(t))})
     assert not unknown, f"KEY_CASES names tests that do not exist: {unknown}"
+
+
+# -- issue 19: a big tree in one recipe never slows the hits of another ----------------------------
+
+
+def test_memo_is_per_recipe_so_a_big_tree_input_does_not_grow_others(
+    tiny_src: Path, tmp_path: Path, store: Path
+) -> None:
+    from rocmforge import memo
+
+    small = tmp_path / "small.toml"
+    small.write_text(TINY_RECIPE.format(src=tiny_src))
+    big_tree = tmp_path / "big"
+    for i in range(2000):
+        d = big_tree / f"d{i // 200}"
+        d.mkdir(parents=True, exist_ok=True)
+        (d / f"f{i}").write_text(str(i))
+    big = tmp_path / "big.toml"
+    big.write_text(
+        TINY_RECIPE.format(src=tiny_src) + f'\n[inputs.big]\npath = "{big_tree}"\nenv = "BIG"\n'
+    )
+    assert rf("realize", small, "--store", store).returncode == 0
+    small_memo = Path(memo.memo_path(str(store), memo.memo_key(str(small))))
+    size_before = small_memo.stat().st_size
+    assert rf("realize", big, "--store", store).returncode == 0
+    big_memo = Path(memo.memo_path(str(store), memo.memo_key(str(big))))
+    assert big_memo != small_memo and big_memo.stat().st_size > 20 * size_before
+    assert rf("realize", small, "--store", store).returncode == 0
+    assert small_memo.stat().st_size == size_before  # none of the big tree's 2,000 guards
+    assert answered_by_memo(small, store) and answered_by_memo(big, store)
+
+
+def test_git_source_hit_is_answered_by_the_memo(
+    tmp_path: Path, tiny_src: Path, store: Path
+) -> None:
+    repo = tmp_path / "repo"
+    shutil.copytree(tiny_src, repo)
+    git(repo, "init", "-q")
+    rev = commit_all(repo, "tiny")
+    recipe = tmp_path / "g.toml"
+    recipe.write_text(
+        TINY_RECIPE.format(src=repo).replace(f'path = "{repo}"', f'git = "{repo}"\nrev = "{rev}"')
+    )
+    assert rf("realize", recipe, "--store", store).returncode == 0
+    assert answered_by_memo(recipe, store)
