@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
+import tarfile
 import venv
 import zipfile
 from pathlib import Path
@@ -253,7 +255,9 @@ def rust_recipe(tmp_path: Path, *, toolchain: bool = True, deps: str = "") -> Pa
 
 
 @pytest.mark.slow
-def test_maturin_builds_with_the_declared_rust_toolchain(rust_ready: None, tmp_path: Path) -> None:
+def test_maturin_builds_with_the_declared_rust_toolchain(
+    rust_ready: None, tmp_path: Path
+) -> None:
     recipe = rust_recipe(tmp_path)
     plan = json.loads(rf("plan", recipe, "--store", tmp_path / "s", "--json").stdout)
     rust = plan["derivation"]["toolchain"]["rust"]
@@ -292,3 +296,76 @@ def test_a_crate_that_is_not_vendored_is_a_clear_error(rust_ready: None, tmp_pat
     assert proc.returncode == 1
     assert "the sandbox has no network" in proc.stderr
     assert "vendor the crates or declare them as an input" in proc.stderr
+
+
+# -- real sdists from PyPI ----------------------------------------------------------------
+
+SDISTS = WHEELHOUSE.parent / "sdists"
+
+
+def real_sdist(tmp_path: Path, name: str, version: str) -> Path:
+    """Unpack the PyPI sdist of ``name==version`` (fetched once into .ci/sdists) under tmp_path."""
+    archive = SDISTS / f"{name}-{version}.tar.gz"
+    if not archive.is_file():
+        proc = subprocess.run(
+            [sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check",
+             "--no-deps", "--no-binary", name, "-d", str(SDISTS), f"{name}=={version}"],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        if not archive.is_file():
+            pytest.skip(f"cannot fetch the {name} {version} sdist: {proc.stderr[-300:]}")
+    with tarfile.open(archive) as tf:
+        tf.extractall(tmp_path / "sdist", filter="data")
+    return tmp_path / "sdist" / f"{name}-{version}"
+
+
+CYTHON_RECIPE = """\
+schema = 1
+
+[package]
+name = "fastrlock"
+version = "0.8.3"
+
+[source]
+path = "{src}"
+
+[toolchain]
+kind = "system"
+python = "3.11"
+
+[requirements]
+build = ["setuptools==75.6.0", "Cython==3.1.4"]
+
+[build.config-settings]
+# fastrlock's setup.py regenerates its C from the .pyx only when asked (sys.argv)
+"--global-option" = ["--with-cython"]
+
+[check]
+import = "fastrlock.rlock"
+"""
+
+
+@pytest.mark.slow
+def test_cython_sdist_from_pypi_builds_byte_identical_and_runs(tmp_path: Path) -> None:
+    if not list(WHEELHOUSE.glob("cython-3.1.4-*.whl")) or not list(
+        WHEELHOUSE.glob("setuptools-75.6.0-*.whl")
+    ):
+        pytest.skip(f"no Cython 3.1.4 / setuptools wheel in {WHEELHOUSE}; run scripts/test.sh")
+    src = real_sdist(tmp_path, "fastrlock", "0.8.3")
+    recipe = tmp_path / "fastrlock.toml"
+    recipe.write_text(CYTHON_RECIPE.format(src=src))
+    a = realize(recipe, tmp_path / "store-a")
+    b = realize(recipe, tmp_path / "store-b")
+    assert a["hash"] == b["hash"]
+    assert Path(a["wheels"][0]).read_bytes() == Path(b["wheels"][0]).read_bytes()
+    log = rf("log", a["hash"], "--store", tmp_path / "store-a").stdout
+    assert "building with Cython 3.1.4" in log  # the config setting reached setup.py
+    env_dir = tmp_path / "venv"
+    venv.create(env_dir, with_pip=True)
+    py = env_dir / "bin" / "python"
+    subprocess.run(
+        [py, "-m", "pip", "install", "-q", "--no-index", "--no-deps", a["wheels"][0]], check=True
+    )
+    code = "from fastrlock.rlock import FastRLock; lock = FastRLock(); print(lock.acquire())"
+    run = subprocess.run([py, "-c", code], capture_output=True, text=True, check=True, cwd=tmp_path)
+    assert run.stdout.strip() == "True"
