@@ -91,6 +91,7 @@ def settings_recipe(tmp_path: Path, build: str) -> Path:
     return recipe
 
 
+@pytest.mark.slow
 def test_config_settings_reach_the_backend_and_are_hashed(tmp_path: Path) -> None:
     store = tmp_path / "store"
     recipe = settings_recipe(
@@ -112,6 +113,7 @@ def test_no_config_settings_means_none(tmp_path: Path) -> None:
     assert seen_by_backend(report["wheels"][0])["config_settings"] is None
 
 
+@pytest.mark.slow
 def test_prefix_maps_reach_the_compiler_flags_unless_switched_off(tmp_path: Path) -> None:
     store = tmp_path / "store"
     on = realize(settings_recipe(tmp_path, ""), store)

@@ -8,6 +8,7 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
 from conftest import DATA, commit_all, git, rf
 
 RECIPE = """\
@@ -57,6 +58,7 @@ def test_plan_names_what_the_enclosing_rules_leave_out(tmp_path: Path) -> None:
     assert built.returncode == 1  # lib/ never reached the build
 
 
+@pytest.mark.slow
 def test_own_rules_only_keeps_lib_and_drops_own_ignores(tmp_path: Path) -> None:
     repo = make_repo(tmp_path)
     recipe = repo / "vendored.toml"

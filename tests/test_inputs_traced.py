@@ -8,9 +8,11 @@ import json
 import tarfile
 from pathlib import Path
 
+import pytest
 from conftest import TINY_RECIPE, rf
 
 
+@pytest.mark.slow
 def test_inputs_appear_in_provenance_audit_and_show(tmp_path: Path, tiny_src: Path) -> None:
     store = tmp_path / "store"
     tree = tmp_path / "data"

@@ -467,6 +467,7 @@ def test_every_derivation_key_has_a_memo_case(tiny_src: Path, tmp_path: Path, st
 # -- issue 19: a big tree in one recipe never slows the hits of another ----------------------------
 
 
+@pytest.mark.slow
 def test_memo_is_per_recipe_so_a_big_tree_input_does_not_grow_others(
     tiny_src: Path, tmp_path: Path, store: Path
 ) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from conftest import TINY_RECIPE, rf
 
 from rocmforge.store.layout import normal_name
@@ -28,6 +29,7 @@ def _realize(tiny_src: Path, tmp_path: Path, store: Path, name: str) -> dict:
     return report
 
 
+@pytest.mark.slow
 def test_query_show_pin_explain_match_names_as_pip_does(
     tiny_src: Path, tmp_path: Path, store: Path
 ) -> None:
@@ -46,6 +48,7 @@ def test_query_show_pin_explain_match_names_as_pip_does(
     assert rf("show", "tiny", "--store", store).returncode == 2  # a prefix is not a name
 
 
+@pytest.mark.slow
 def test_a_name_with_several_entries_is_ambiguous(
     tiny_src: Path, tmp_path: Path, store: Path
 ) -> None:
