@@ -24,7 +24,7 @@ import os
 import stat
 import zipfile
 import zlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -113,6 +113,7 @@ class AuditReport:
             "env": drv.env,
             "passthrough": internal.get("passthrough"),
             "requirements": drv.requirements,
+            "inputs": input_facts(self.derivation or {}, deps),
             "build": drv.build,
             "run": run_facts(self.statement),
         }
@@ -137,6 +138,35 @@ class AuditReport:
             "signature": self.signature.to_json() if self.signature else None,
             "derivation": dict(self.derivation) if self.derivation else None,
         }
+
+
+def input_facts(derivation: Mapping[str, Any], deps: Sequence[Any]) -> list[dict[str, Any]]:
+    """Return each ``[inputs.NAME]`` of a build: name, kind, env, subdir and digests (blake3
+    from the derivation; sha256 and uri from the provenance when it has them)."""
+    traced = {
+        d["name"].removeprefix("inputs/"): d
+        for d in deps
+        if isinstance(d, dict) and str(d.get("name", "")).startswith("inputs/")
+    }
+    inputs = derivation.get("inputs")
+    out = []
+    for name, ident in sorted(inputs.items() if isinstance(inputs, Mapping) else []):
+        if not isinstance(ident, Mapping):
+            continue
+        dep = traced.get(name, {})
+        digest = dep.get("digest", {}) if isinstance(dep.get("digest"), Mapping) else {}
+        out.append(
+            {
+                "name": name,
+                "kind": ident.get("kind"),
+                "env": ident.get("env"),
+                "subdir": ident.get("subdir"),
+                "blake3": str(ident.get("digest", "")).removeprefix("blake3:"),
+                "sha256": digest.get("sha256"),
+                "uri": dep.get("uri"),
+            }
+        )
+    return out
 
 
 def worst_exit_code(reports: list[AuditReport]) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import os
 import stat
 import time
@@ -24,11 +25,14 @@ from rocmforge.check import check_wheels
 from rocmforge.errors import (
     BuildError,
     BuildTimeout,
+    CheckError,
     Diagnosis,
     RequirementError,
     RocmforgeError,
 )
+from rocmforge.portable import Finding, scan_build
 from rocmforge.provenance import make_statement, write_statement
+from rocmforge.repro import frontend_config, repro_env
 from rocmforge.resolve import Resolved
 from rocmforge.sandbox import Mount, Runner
 from rocmforge.scm import source_env
@@ -55,8 +59,8 @@ TAIL_LINES = 30
 # A minimal PEP 517 frontend run by the build venv's Python; no isolation (the venv is the
 # isolation) and no network (requirements are pinned and pre-installed).
 PEP517_FRONTEND = r"""
-import importlib, os, sys, tomllib
-out = sys.argv[1]
+import importlib, json, os, sys, tomllib
+out, config = sys.argv[1], json.loads(sys.argv[2]) if len(sys.argv) > 2 else {}
 backend, paths = "setuptools.build_meta:__legacy__", []
 if os.path.exists("pyproject.toml"):
     with open("pyproject.toml", "rb") as f:
@@ -68,7 +72,13 @@ module, _, attr = backend.partition(":")
 hooks = importlib.import_module(module)
 for part in filter(None, attr.split(".")):
     hooks = getattr(hooks, part)
-print("rocmforge: built", hooks.build_wheel(out), flush=True)
+settings = dict(config.get("settings", {}))
+fixed = config.get("build-dir", {}).get(module)
+if fixed and fixed[0] not in settings:  # a fixed build directory instead of a random one
+    settings[fixed[0]] = fixed[1]
+if settings:
+    print("rocmforge: config settings", json.dumps(settings, sort_keys=True), flush=True)
+print("rocmforge: built", hooks.build_wheel(out, settings or None), flush=True)
 """
 
 
@@ -128,6 +138,7 @@ def build_env(
     env.update(tc.env)
     env.update(source_env(resolved))  # no .git in the build copy: version and commit (scm.py)
     env.update(recipe.env)
+    env.update(repro_env(recipe.build, env, paths))
     env.update(
         {
             "PATH": ":".join(dict.fromkeys(search)),
@@ -144,6 +155,8 @@ def build_env(
             "PIP_NO_INDEX": "1",
         }
     )
+    if "CARGO" in tc.env:  # a Rust toolchain: cargo's home is private to this build
+        env["CARGO_HOME"] = f"{paths['home']}/.cargo"
     return env
 
 
@@ -276,7 +289,13 @@ def _run_steps(
         env[inp.env] = f"{at}/{inp.subdir}" if inp.subdir else at
     steps = resolved.recipe.build.steps
     commands = [["/bin/sh", "-euc", s] for s in steps] or [
-        [f"{paths['venv']}/bin/python", "-c", PEP517_FRONTEND, paths["out"]]
+        [
+            f"{paths['venv']}/bin/python",
+            "-c",
+            PEP517_FRONTEND,
+            paths["out"],
+            json.dumps(frontend_config(resolved.recipe.build), sort_keys=True),
+        ]
     ]
     labels = [f"step {i}/{len(commands)}" if steps else "PEP 517 build"
               for i in range(1, len(commands) + 1)]  # fmt: skip
@@ -446,6 +465,22 @@ def _suggest_package(d: Diagnosis) -> Diagnosis:
         "does not declare: the declared view of /usr leaves it out",
         fix=f'add it to the recipe: [toolchain] packages = [..., "{owners[0]}"]',
     )
+
+
+def check_portable(
+    resolved: Resolved, root: Path, log_path: Path, reporter: Reporter
+) -> tuple[Finding, ...]:
+    """Scan the finished build for host-specific code generation (see :mod:`rocmforge.portable`):
+    warn for each finding, or fail the build when the recipe asks for ``[check] portable``."""
+    found = scan_build(log_path, sorted((root / "entry").glob("*" + layout.WHEEL_SUFFIX)))
+    if found and resolved.recipe.check.portable:
+        raise CheckError(
+            "check failed: [check] portable = true, but the build generated host-specific code: "
+            + "; ".join(f.message() for f in found)
+        )
+    for f in found:
+        reporter.warning(f.message())
+    return found
 
 
 def out_wheels(out: Path) -> list[Path]:
@@ -647,6 +682,7 @@ def build(
                 staged = _build_in(
                     root, resolved, store, runner, reporter, log, check_requirements, cache
                 )
+                portability = check_portable(resolved, root, log_path, reporter)
                 log.write(f"rocmforge: build finished in {time.time() - started:.1f} s\n".encode())
             reporter.phase("publish")
             compress_file(log_path, root / "entry" / layout.BUILD_LOG)
@@ -680,6 +716,7 @@ def build(
                 links=staged.links,
                 steps=staged.steps,
                 compiler_cache=staged.compiler_cache,
+                portability=[f.to_json() for f in portability],
             )
             publish = store.replace if replace else store.publish
             entry = publish(

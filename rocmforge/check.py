@@ -124,6 +124,7 @@ def check_wheels(
         "PYTHONNOUSERSITE": "1",
         "PYTHONDONTWRITEBYTECODE": "1",
     }
+    output: list[str] = []
     result = runner.run(
         [f"{inside}/bin/python", "-c", code],
         cwd=inside,
@@ -131,9 +132,50 @@ def check_wheels(
         mounts=[mount, *(Mount(host=p, inside=str(p)) for p in toolchain.mounts)],
         timeout=600,
         log=log,
+        on_line=output.append,
     )
     if result.returncode != 0 or result.timed_out:
         raise CheckError(
             f"check failed: `{code}` in a fresh venv exited with status {result.returncode}"
+            + missing_requirement_hint(wheels, output)
         )
     return meta
+
+
+_NO_MODULE = re.compile(r"No module named '([A-Za-z_][A-Za-z0-9_.]*)'")
+
+
+def requires_dist(wheel: Path) -> list[str]:
+    """Return the ``Requires-Dist`` lines of a wheel's METADATA (empty if unreadable)."""
+    import zipfile
+    from email.parser import BytesParser
+
+    try:
+        with zipfile.ZipFile(wheel) as z:
+            found = [n for n in z.namelist() if n.count("/") == 1]
+            name = next((n for n in found if n.endswith(".dist-info/METADATA")), None)
+            if name is None:
+                return []
+            meta = BytesParser().parsebytes(z.read(name), headersonly=True)
+    except (OSError, zipfile.BadZipFile, KeyError):
+        return []
+    return [str(v) for v in meta.get_all("Requires-Dist") or []]
+
+
+def missing_requirement_hint(wheels: Sequence[Path], output: Sequence[str]) -> str:
+    """Return ``": No module named X ..."`` advice when the import failed for want of a module
+    that one of ``wheels`` declares in ``Requires-Dist``, else the empty string."""
+    missing = next((m.group(1) for line in output for m in [_NO_MODULE.search(line)] if m), None)
+    if missing is None:
+        return ""
+    top = missing.split(".")[0]
+    for wheel in wheels:
+        for req in requires_dist(wheel):
+            m = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", req)
+            if m and _normal(m.group(1)) in {_normal(top), _normal(missing)}:
+                return (
+                    f": No module named {missing!r}, which the built wheel requires "
+                    f"(Requires-Dist: {req.strip()}); add it to [check] requirements as "
+                    f'"{m.group(1)}==VERSION" so the check installs it beside the wheel'
+                )
+    return f": No module named {missing!r}"

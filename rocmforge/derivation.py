@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rocmforge.recipe.model import Recipe
+from rocmforge.repro import describe
 from rocmforge.sources.identity import SourceIdentity
 from rocmforge.sources.requirements import ResolvedRequirement
 from rocmforge.store.entry import input_hash
@@ -33,6 +34,19 @@ class Derivation:
     def canonical(self) -> bytes:
         """Return the canonical JSON bytes that were hashed."""
         return canonical_json(self.data)
+
+
+def _build(recipe: Recipe) -> dict[str, Any]:
+    """The ``build`` part: steps or PEP 517 (with its config settings), and what rocmforge adds
+    for reproducibility (the builder protocol of :mod:`rocmforge.repro`, or False when off)."""
+    spec = recipe.build
+    out: dict[str, Any] = {"steps": list(spec.steps)} if spec.steps else {"pep517": True}
+    if spec.config_settings:
+        out["config-settings"] = {
+            k: list(v) if isinstance(v, tuple) else v for k, v in spec.config_settings.items()
+        }
+    out["reproducible"] = describe(spec)
+    return out
 
 
 def make_derivation(
@@ -57,7 +71,7 @@ def make_derivation(
         "toolchain": dict(toolchain),
         "requirements": [r.to_json() for r in requirements],
         "env": dict(recipe.env),
-        "build": {"steps": list(recipe.build.steps)} if recipe.build.steps else {"pep517": True},
+        "build": _build(recipe),
     }
     if recipe.build.repair:  # absent otherwise, so recipes without it keep their hash
         build = recipe.build

@@ -198,6 +198,25 @@ PATTERNS: tuple[Pattern, ...] = (
         cause="this ROCm's clang cannot compile for {0} (too old a ROCm for that GPU)",
         fix="use a ROCm that supports {0} or drop it from the archs (lints RF102/RF103)",
     ),
+    Pattern(
+        id="cargo-offline",
+        regex=r"attempting to make an HTTP request, but --offline was specified"
+        r"|no matching package named `([\w-]+)` found|failed to download `?([\w-]+)",
+        cause="the sandbox has no network: cargo could not fetch a crate ({0}) that the source "
+        "does not vendor",
+        fix="vendor the crates or declare them as an input: `cargo vendor` into the source with "
+        "a .cargo/config.toml pointing [source.crates-io] at it (as sdists of Rust projects "
+        "ship), or an [inputs] tree holding the vendored crates",
+    ),
+    Pattern(
+        id="no-cargo",
+        regex=r"Cargo metadata failed\. Do you have cargo in your PATH"
+        r"|cargo: (?:command )?not found|can't find Rust compiler"
+        r"|No module named 'puccinialin'",  # maturin, finding no cargo, tries to download Rust
+        cause="the build needs Rust, but the recipe declares no Rust toolchain",
+        fix='add rust = "host" to [toolchain] (rustup or Debian rustc/cargo on PATH) or '
+        "rust = \"/path/to/toolchain\"",
+    ),
 )
 
 _COMBINED = re.compile(

@@ -45,10 +45,23 @@ def _sig(path: str, *, follow: bool = True) -> Sig | None:
     return (st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
 
 
-def memo_path(store_root: str) -> str:
-    """Return the memo file of the store at ``store_root``."""
-    name = f"realize-memo-{sys.implementation.cache_tag}.marshal"
-    return os.path.join(store_root, layout.CACHE, name)
+def _fnv64(text: str) -> str:
+    """Return the 64-bit FNV-1a hex of ``text`` (a file name for a key; no hashlib import)."""
+    h = 0xCBF29CE484222325
+    for b in text.encode("utf-8", "surrogateescape"):
+        h = ((h ^ b) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return f"{h:016x}"
+
+
+def memo_path(store_root: str, key: str) -> str:
+    """Return the memo file of one recipe (its :func:`memo_key`) in the store at ``store_root``.
+
+    One small file per recipe: a recipe with a huge tree (tens of thousands of guards) makes its
+    own memo big, never the hits of other recipes slower. The file holds ``{key: record}``, so a
+    (vanishingly rare) name collision is only a miss.
+    """
+    name = f"realize-memo-{sys.implementation.cache_tag}"
+    return os.path.join(store_root, layout.CACHE, name, _fnv64(key) + ".marshal")
 
 
 def store_identity(store_root: str) -> str | None:
@@ -127,15 +140,8 @@ def record(
         if found is None:
             return
         guards.extend(found)
-    path = memo_path(store_root)
-    try:
-        with open(path, "rb") as f:
-            memo = marshal.load(f)
-        if not isinstance(memo, dict):
-            memo = {}
-    except (OSError, EOFError, ValueError, TypeError):
-        memo = {}
-    memo[key] = {"guards": guards, "result": result}
+    path = memo_path(store_root, key)
+    memo = {key: {"guards": guards, "result": result}}
     tmp = f"{path}.{os.getpid()}.tmp"
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -224,17 +230,17 @@ def fast_realize(argv: Sequence[str]) -> int | None:
     if parsed is None:
         return None
     recipes, store = parsed
-    try:
-        with open(memo_path(store), "rb") as f:
-            memo = marshal.load(f)
-    except (OSError, EOFError, ValueError, TypeError):
-        return None
-    if not isinstance(memo, dict):
-        return None
     results = []
     for recipe in recipes:
         key = memo_key(recipe, store)
-        result = _valid(memo.get(key)) if key is not None else None
+        if key is None:
+            return None
+        try:
+            with open(memo_path(store, key), "rb") as f:
+                memo = marshal.load(f)
+        except (OSError, EOFError, ValueError, TypeError):
+            return None
+        result = _valid(memo.get(key)) if isinstance(memo, dict) else None
         # Without options a realize asks for bwrap: an entry built under a weaker sandbox (or
         # remembered before the level was) goes to the full pipeline, which rebuilds it.
         if result is None or result.get("sandbox") != FAST_SANDBOX:

@@ -142,6 +142,24 @@ def _source_dependencies(resolved: Resolved, cache: Path | None) -> list[dict[st
     return deps
 
 
+def _input_dependencies(resolved: Resolved, cache: Path | None) -> list[dict[str, Any]]:
+    """One resolved dependency per ``[inputs.NAME]``: blake3 (as hashed) and sha256."""
+    from rocmforge.sources.inputs import input_sha256
+
+    deps = []
+    for inp in resolved.inputs:
+        digest = {"blake3": inp.digest.removeprefix("blake3:")}
+        if inp.sha256 is not None or cache is not None:
+            digest["sha256"] = input_sha256(inp, cache=cache or Path())
+        spec = resolved.recipe.inputs.get(inp.name)
+        dep: dict[str, Any] = {"name": f"inputs/{inp.name}", "digest": digest}
+        if spec is not None and (spec.url or spec.path):
+            dep["uri"] = spec.url or Path(spec.path or "").as_uri()
+        dep["annotations"] = {"kind": inp.kind, "env": inp.env, "subdir": inp.subdir}
+        deps.append(dep)
+    return deps
+
+
 def make_statement(
     resolved: Resolved,
     *,
@@ -157,10 +175,10 @@ def make_statement(
     """Return the in-toto statement for a build of ``resolved`` that produced ``wheels``.
 
     ``wheels`` are the records (file, sha256, blake3) of the staged wheels; ``cache`` (the
-    store's source cache) lets a path source get its sha256 tree digest; ``byproducts`` are
-    files of the entry (the build log) listed with their digests; ``links`` (wheel file -> the
-    libraries its ELF files link and who provides them) becomes one ``links/<wheel>`` byproduct
-    per wheel.
+    store's source cache) lets a path source get its sha256 tree digest and a tree input's
+    sha256 be computed from its cached listing; ``byproducts`` are files of the entry (the build
+    log) listed with their digests; ``links`` (wheel file -> the libraries its ELF files link and
+    who provides them) becomes one ``links/<wheel>`` byproduct per wheel.
     """
     recipe, drv = resolved.recipe, resolved.derivation
     host = host or socket.gethostname()
@@ -183,6 +201,7 @@ def make_statement(
                 "annotations": {"wheel": req.wheel.name},
             }
         )
+    deps.extend(_input_dependencies(resolved, cache))
     external, local_paths = external_parameters(recipe)
     return {
         "_type": STATEMENT_TYPE,

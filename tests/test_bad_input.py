@@ -246,7 +246,7 @@ def test_malformed_memo_is_ignored_and_rewritten(
 
     from rocmforge import memo
 
-    path = Path(memo.memo_path(str(store)))
+    path = Path(memo.memo_path(str(store), memo.memo_key(str(built), str(store)) or ""))
     if isinstance(content, str):
         key = memo.memo_key(str(built), str(store))
         value = eval(content.removeprefix("marshal:"), {"KEY": key})  # a test-made literal

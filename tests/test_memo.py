@@ -15,7 +15,17 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import TINY_RECIPE, VISIBLE_PKG, dpkg, make_deb, pip_args, rewrite, rf
+from conftest import (
+    TINY_RECIPE,
+    VISIBLE_PKG,
+    commit_all,
+    dpkg,
+    git,
+    make_deb,
+    pip_args,
+    rewrite,
+    rf,
+)
 
 
 def realize(recipe: Path, store: Path) -> tuple[str, str]:
@@ -160,7 +170,7 @@ def moved_guards(store: Path) -> list[str]:
     import marshal
 
     out = []
-    for path in (store / "cache").glob("realize-memo-*.marshal"):
+    for path in (store / "cache").glob("realize-memo-*/*.marshal"):
         for item in marshal.loads(path.read_bytes()).values():
             for guard, sig, follow in item["guards"]:
                 try:
@@ -435,6 +445,13 @@ KEY_CASES = {
     "build.steps": "test_recipe_edit_is_seen",
     "build.steps[]": "test_recipe_edit_is_seen",
     "build.pep517": "test_recipe_edit_is_seen",
+    # [build] config-settings and reproducible are recipe text; what rocmforge adds for
+    # reproducibility is code (the module's constants), like BUILDER.
+    "build.config-settings.*": "test_recipe_edit_is_seen",
+    "build.reproducible": "test_recipe_edit_is_seen",
+    "build.reproducible.protocol": "test_code_change_is_seen",
+    "build.reproducible.build-dir": "test_code_change_is_seen",
+    "build.reproducible.prefix-map": "test_code_change_is_seen",
     "inputs.*.kind": "test_archive_input_change_is_seen",
     "inputs.*.digest": "test_tree_input_change_is_seen",
     "inputs.*.env": "test_recipe_edit_is_seen",
@@ -477,9 +494,13 @@ KEY_CASES = {
     "toolchain.python.prefix_files": "test_toolchain_python_prefix_change_is_seen",
     "toolchain.rocm.hip_clang": "test_hip_clang_binary_change_is_seen",
     "toolchain.rocm.device_libs": "test_hip_clang_device_libs_change_is_seen",
+    # [toolchain] rust: rustc, cargo and librustc_driver are toolchain guards like cc and cxx.
+    "toolchain.rust.rustc": "test_toolchain_binary_change_is_seen",
+    "toolchain.rust.cargo": "test_toolchain_binary_change_is_seen",
+    "toolchain.rust.driver": "test_toolchain_binary_change_is_seen",
 }
 DEPTH = 3
-USER_NAMED = {"env", "inputs", "toolchain.packages"}
+USER_NAMED = {"env", "inputs", "toolchain.packages", "build.config-settings"}
 
 
 def key_paths(value: object, prefix: str = "", depth: int = DEPTH) -> set[str]:
@@ -555,3 +576,49 @@ def test_every_derivation_key_has_a_memo_case(tiny_src: Path, tmp_path: Path, st
     assert not missing, f"derivation keys without a memo case (add one to KEY_CASES): {missing}"
     unknown = sorted({t for t in KEY_CASES.values() if not callable(globals().get(t))})
     assert not unknown, f"KEY_CASES names tests that do not exist: {unknown}"
+
+
+# -- issue 19: a big tree in one recipe never slows the hits of another ----------------------------
+
+
+@pytest.mark.slow
+def test_memo_is_per_recipe_so_a_big_tree_input_does_not_grow_others(
+    tiny_src: Path, tmp_path: Path, store: Path
+) -> None:
+    from rocmforge import memo
+
+    small = tmp_path / "small.toml"
+    small.write_text(TINY_RECIPE.format(src=tiny_src))
+    big_tree = tmp_path / "big"
+    for i in range(2000):
+        d = big_tree / f"d{i // 200}"
+        d.mkdir(parents=True, exist_ok=True)
+        (d / f"f{i}").write_text(str(i))
+    big = tmp_path / "big.toml"
+    big.write_text(
+        TINY_RECIPE.format(src=tiny_src) + f'\n[inputs.big]\npath = "{big_tree}"\nenv = "BIG"\n'
+    )
+    assert rf("realize", small, "--store", store).returncode == 0
+    small_memo = Path(memo.memo_path(str(store), memo.memo_key(str(small), str(store)) or ""))
+    size_before = small_memo.stat().st_size
+    assert rf("realize", big, "--store", store).returncode == 0
+    big_memo = Path(memo.memo_path(str(store), memo.memo_key(str(big), str(store)) or ""))
+    assert big_memo != small_memo and big_memo.stat().st_size > 20 * size_before
+    assert rf("realize", small, "--store", store).returncode == 0
+    assert small_memo.stat().st_size == size_before  # none of the big tree's 2,000 guards
+    assert answered_by_memo(small, store) and answered_by_memo(big, store)
+
+
+def test_git_source_hit_is_answered_by_the_memo(
+    tmp_path: Path, tiny_src: Path, store: Path
+) -> None:
+    repo = tmp_path / "repo"
+    shutil.copytree(tiny_src, repo)
+    git(repo, "init", "-q")
+    rev = commit_all(repo, "tiny")
+    recipe = tmp_path / "g.toml"
+    recipe.write_text(
+        TINY_RECIPE.format(src=repo).replace(f'path = "{repo}"', f'git = "{repo}"\nrev = "{rev}"')
+    )
+    assert rf("realize", recipe, "--store", store).returncode == 0
+    assert answered_by_memo(recipe, store)

@@ -144,6 +144,10 @@ def _print(report: Any) -> None:
     add("passthrough", " ".join(facts["passthrough"] or []))
     reqs = facts["requirements"] or []
     add("requirements", ", ".join(f"{r['name']}=={r['version']}" for r in reqs))
+    for inp in facts.get("inputs") or []:
+        add("input", f"{inp['name']} ({inp['kind']}, ${inp['env']}) {inp.get('uri') or ''}".strip())
+        add("  blake3", inp["blake3"])
+        add("  sha256", inp.get("sha256"))
     build = facts["build"] or {}
     add("build", "; ".join(build.get("steps", [])) or ("PEP 517" if build else None))
     run_ = facts["run"]

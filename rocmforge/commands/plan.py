@@ -19,6 +19,29 @@ def register(sub: Any) -> None:
     p.set_defaults(func=run)
 
 
+SHOWN_LEFT_OUT = 10
+
+
+def _left_out(recipe: Any) -> list[str]:
+    """Warn (stderr) about the files an enclosing repository's ignore rules leave out of a path
+    source, with the key that keeps them; return their paths."""
+    from rocmforge.sources.enclosing import enclosing_ignored
+
+    src = recipe.source
+    if src.kind != "path" or src.path is None or not src.enclosing_ignores:
+        return []
+    left = enclosing_ignored(src.path)
+    if left:
+        shown = ", ".join(left[:SHOWN_LEFT_OUT]) + (", ..." if len(left) > SHOWN_LEFT_OUT else "")
+        print(
+            f"warning: source.path: {len(left)} path(s) in {src.path} are left out by the "
+            f"ignore rules of the enclosing git repository: {shown}; set [source] "
+            "enclosing-ignores = false to list the source by its own ignore rules only",
+            file=sys.stderr,
+        )
+    return left
+
+
 def run(args: argparse.Namespace) -> int:
     """``rocmforge plan RECIPE``: show the derivation, the hash and whether it is cached."""
     from rocmforge.realize import plan
@@ -32,8 +55,9 @@ def run(args: argparse.Namespace) -> int:
     for finding in report.lints:
         if finding.allowed is None:
             print(f"warning: {describe(recipe, finding)}", file=sys.stderr)
+    left = _left_out(recipe)
     if args.json:
-        emit_json(report.to_json())
+        emit_json({**report.to_json(), "left_out": left})
         return 0
     print(f"name:    {report.name} {report.version}")
     if report.provisional:

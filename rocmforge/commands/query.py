@@ -13,7 +13,7 @@ from rocmforge.commands._common import add_json_option, add_store_option, emit_j
 def register(sub: Any) -> None:
     """Add the ``query`` command."""
     p = sub.add_parser("query", help="find store entries by name, version, env flag or age")
-    p.add_argument("--name", help="package name (case-insensitive)")
+    p.add_argument("--name", help="package name (matched as pip does: case, -, _ and . alike)")
     p.add_argument("--version", help="exact package version")
     p.add_argument(
         "--env",

@@ -24,6 +24,7 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """``rocmforge show TARGET``: print the entry's identity, files, inputs and run facts."""
+    from rocmforge.audit import input_facts
     from rocmforge.commands.audit import describe_link
     from rocmforge.commands.query import human_size, human_time
     from rocmforge.explain import flatten, show_value
@@ -59,6 +60,13 @@ def run(args: argparse.Namespace) -> int:
     for wheel, links in sorted((meta.links or {}).items()):
         for link in links:
             print(f"  links        {wheel}: {describe_link(link)}")
+    for p in meta.portability or ():
+        print(f"  not portable {p.get('file')}: {p.get('flag')} (host-specific code generation)")
+    for inp in input_facts(info.derivation or {}, _deps(info.provenance)):
+        print(f"  input        {inp['name']} ({inp['kind']}, ${inp['env']})")
+        print(f"    blake3     {inp['blake3']}")
+        if inp.get("sha256"):
+            print(f"    sha256     {inp['sha256']}")
     if info.derivation:
         print("  derivation")
         drv = dict(info.derivation)
@@ -80,6 +88,14 @@ def _duration(seconds: float) -> str:
     if s < 60:
         return f"{seconds:.1f} s"
     return f"{s // 60}m{s % 60:02d}s" if s < 3600 else f"{s // 3600}h{s // 60 % 60:02d}m"
+
+
+def _deps(statement: Any) -> list[Any]:
+    """The resolved dependencies of a provenance statement (empty if none)."""
+    if not isinstance(statement, dict):
+        return []
+    deps = statement.get("predicate", {}).get("buildDefinition", {}).get("resolvedDependencies")
+    return deps if isinstance(deps, list) else []
 
 
 def _show(args: argparse.Namespace) -> EntryDetails:

@@ -39,6 +39,9 @@ class SourceSpec:
     #: without it only the recipe itself may name a local repository.
     allow_local_submodules: bool = False
     patches: tuple[Path, ...] = ()
+    #: ``enclosing-ignores``: a path source inside an enclosing git repository is listed with
+    #: that repository's ignore rules (true, the default) or with its own rules only (false).
+    enclosing_ignores: bool = True
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -63,6 +66,8 @@ class ToolchainSpec:
     packages: tuple[str, ...] | None = None
     hip_clang: str | None = None
     device_libs: Path | None = None
+    #: ``rust``: ``"host"`` (rustc and cargo on PATH: rustup or Debian) or a toolchain directory.
+    rust: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -94,7 +99,9 @@ class RequirementsSpec:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BuildSpec:
-    """``[build]``: the steps (empty means PEP 517), passthrough env names and the timeout.
+    """``[build]``: the steps (empty means PEP 517), passthrough env names and the timeout;
+    ``config_settings``: PEP 517 config settings for the default build (hashed);
+    ``reproducible``: whether rocmforge adds its reproducibility settings (see repro.py).
 
     ``compiler_cache`` (``compiler-cache``, not hashed): ``"wrap"`` (true, the default) wraps the
     compilers in ccache, ``"cmake-launcher"`` sets CMake's launcher variables instead, ``"off"``
@@ -109,6 +116,8 @@ class BuildSpec:
     repair: str | None = None
     repair_policy: str | None = None
     compiler_cache: str = "wrap"
+    config_settings: Mapping[str, str | tuple[str, ...]] = field(default_factory=dict)
+    reproducible: bool = True
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -120,6 +129,7 @@ class CheckSpec:
     imports: tuple[str, ...] = ()
     archs: tuple[str, ...] = ()
     requirements: tuple[str, ...] = ()
+    portable: bool = False  # host-specific code generation (-march=native) fails the build
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -191,13 +201,14 @@ _KEYS: dict[str, tuple[str, ...]] = {
     "": ("schema", "extends", "package", "source", "toolchain", "requirements", "env", "build",
          "check", "lint", "inputs"),
     "package": ("name", "version"),
-    "source": ("path", "git", "rev", "ref", "submodules", "allow-local-submodules", "patches"),
+    "source": ("path", "git", "rev", "ref", "submodules", "allow-local-submodules", "patches",
+               "enclosing-ignores"),
     "toolchain": ("kind", "python", "cc", "cxx", "rocm", "root", "packages", "hip-clang",
-                  "device-libs"),
+                  "device-libs", "rust"),
     "requirements": ("build", "digests", "build-system"),
     "build": ("steps", "passthrough", "timeout", "repair", "repair-policy",
-              "compiler-cache"),
-    "check": ("import", "archs", "requirements"),
+              "compiler-cache", "config-settings", "reproducible"),
+    "check": ("import", "archs", "requirements", "portable"),
     "input": ("path", "url", "sha256", "env", "subdir"),
     "lint": ("allow",),
 }  # fmt: skip
@@ -412,7 +423,18 @@ def _source(c: _Checker, data: Mapping[str, Any], base: Path) -> SourceSpec:
         for name in ("rev", "ref", "submodules", "allow-local-submodules"):
             if name in t:
                 c.add(join_key("source", name), "only applies to a git source")
-        return SourceSpec(kind="path", path=base / path if path else None, patches=patches)
+        enclosing = t.get("enclosing-ignores", True)
+        if not isinstance(enclosing, bool):
+            c.add("source.enclosing-ignores", f"must be true or false, not {_describe(enclosing)}")
+            enclosing = True
+        return SourceSpec(
+            kind="path",
+            path=base / path if path else None,
+            patches=patches,
+            enclosing_ignores=enclosing,
+        )
+    if "enclosing-ignores" in t:
+        c.add("source.enclosing-ignores", "only applies to a path source")
     ref = c.string(t, "source", "ref")
     if "rev" not in t and ref is not None:
         c.add(
@@ -460,7 +482,13 @@ def _toolchain(c: _Checker, data: Mapping[str, Any], base: Path) -> ToolchainSpe
     python = c.string(t, "toolchain", "python") or "3.11"
     if not (_PY_VERSION.match(python) or Path(python).is_absolute()):
         c.add("toolchain.python", f"{python!r} is not a version like '3.11' or an absolute path")
+    rust = c.string(t, "toolchain", "rust")
+    if rust is not None and rust != "host":
+        if not Path(rust).expanduser().is_absolute() and not rust.startswith("."):
+            c.add("toolchain.rust", f"{rust!r} is neither \"host\" nor a toolchain directory")
+        rust = str(base / Path(rust).expanduser())
     return ToolchainSpec(
+        rust=rust,
         kind="rocm" if kind == "rocm" else "system",
         python=python,
         cc=c.string(t, "toolchain", "cc") or "cc",
@@ -649,6 +677,10 @@ def _build(c: _Checker, data: Mapping[str, Any], env: Mapping[str, Any]) -> Buil
         else:
             passthrough.append(name)
     repair, policy = _repair(c, t, data)
+    reproducible = t.get("reproducible", True)
+    if not isinstance(reproducible, bool):
+        c.add("build.reproducible", f"must be true or false, not {_describe(reproducible)}")
+        reproducible = True
     return BuildSpec(
         steps=steps,
         passthrough=tuple(passthrough),
@@ -656,6 +688,8 @@ def _build(c: _Checker, data: Mapping[str, Any], env: Mapping[str, Any]) -> Buil
         repair=repair,
         repair_policy=policy,
         compiler_cache=_compiler_cache(c, t),
+        config_settings=_config_settings(c, t),
+        reproducible=reproducible,
     )
 
 
@@ -708,6 +742,30 @@ def _compiler_cache(c: _Checker, t: Mapping[str, Any]) -> str:
     return "wrap"
 
 
+def _config_settings(c: _Checker, t: Mapping[str, Any]) -> dict[str, str | tuple[str, ...]]:
+    """``[build] config-settings``: PEP 517 config settings, each a string or list of strings."""
+    value = t.get("config-settings", {})
+    if not isinstance(value, Mapping):
+        c.add("build.config-settings", f"must be a table, not {_describe(value)}")
+        return {}
+    if value and t.get("steps"):
+        c.add(
+            "build.config-settings",
+            "applies to the default PEP 517 build only; with [build] steps pass the options "
+            "in the steps themselves",
+        )
+    out: dict[str, str | tuple[str, ...]] = {}
+    for name, item in value.items():
+        key = join_key("build.config-settings", name)
+        if isinstance(item, str):
+            out[name] = item
+        elif isinstance(item, list) and all(isinstance(v, str) for v in item):
+            out[name] = tuple(item)
+        else:
+            c.add(key, f"must be a string or an array of strings, not {_describe(item)}")
+    return out
+
+
 def _timeout(c: _Checker, t: Mapping[str, Any]) -> float:
     value = t.get("timeout", DEFAULT_TIMEOUT)
     hint = "a duration like '90s', '30m', '8h' or '1h30m', or a positive number of seconds"
@@ -750,6 +808,7 @@ def _check(c: _Checker, data: Mapping[str, Any]) -> CheckSpec:
         imports=tuple(module for _, module in items),
         archs=tuple(archs),
         requirements=tuple(_pins(c, t, "check", "requirements")),
+        portable=c.boolean(t, "check", "portable"),
     )
 
 

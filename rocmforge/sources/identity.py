@@ -93,7 +93,8 @@ def identify_source(spec: SourceSpec, *, cache: Path) -> SourceIdentity:
     if spec.kind == "path":
         if spec.path is None:
             raise SourceError("path source without a path")
-        digest = tree_digest(spec.path, cache=cache)
+        own = not spec.enclosing_ignores
+        digest = tree_digest(spec.path, cache=cache, own_ignores=own)
         return SourceIdentity(kind="path", tree=f"blake3:{digest}", patches=patches)
     if spec.kind == "git":
         url = _git_url(spec)
@@ -173,7 +174,7 @@ def materialize_source(
     if spec.kind == "path":
         if spec.path is None:
             raise SourceError("path source without a path")
-        files = tree_listing(spec.path, cache=cache)
+        files = tree_listing(spec.path, cache=cache, own_ignores=not spec.enclosing_ignores)
         copy_tree(Path(os.path.abspath(spec.path)), files, dest)
     elif spec.kind == "git":
         url = _git_url(spec)

@@ -47,6 +47,7 @@ class ResolvedInput:
     digest: str
     host: Path
     subdir: str | None = None
+    sha256: str | None = None  # of the archive bytes (archives only; not in the derivation)
 
     @property
     def inside(self) -> str:
@@ -220,7 +221,17 @@ def resolve_input(spec: InputSpec, *, cache: Path, fetcher: UrlFetcher | None) -
         digest=f"blake3:{digest}",
         host=host,
         subdir=spec.subdir,
+        sha256=None if kind == "tree" else sha,
     )
+
+
+def input_sha256(inp: ResolvedInput, *, cache: Path) -> str:
+    """Return the sha256 of an input: of the archive bytes, or of a tree's listing."""
+    if inp.sha256 is not None:
+        return inp.sha256
+    from rocmforge.sources.tree import tree_sha256
+
+    return tree_sha256(inp.host, cache=cache)
 
 
 def resolve_inputs(

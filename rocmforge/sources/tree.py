@@ -470,7 +470,9 @@ def _signature(results: list[_PartResult]) -> str:
     return blake3_hex(b"".join(r[_PART_SIG] for r in results))
 
 
-def _scan_tree(root: Path, cache: Path, *, need_files: bool) -> tuple[str, dict[str, FileRec]]:
+def _scan_tree(
+    root: Path, cache: Path, *, need_files: bool, own_ignores: bool = False
+) -> tuple[str, dict[str, FileRec]]:
     try:
         st = os.stat(root)
     except OSError as exc:
@@ -480,18 +482,35 @@ def _scan_tree(root: Path, cache: Path, *, need_files: bool) -> tuple[str, dict[
     root = Path(os.path.abspath(root))
     base = os.path.join(os.fspath(root), "")
     head_path, files_path = _record_paths(root, cache)
-    head = _load_head(head_path, root)
     in_git = find_gitdir(root) is not None
+    own: list[str] | None = None
+    if own_ignores and in_git:
+        from rocmforge.sources.enclosing import is_enclosed, own_rules_listing
+
+        if is_enclosed(root):  # the enclosing repository's rules must not apply: own rules only
+            own = own_rules_listing(root)
+            head_path, files_path = (p.with_name(p.name + "-own") for p in (head_path, files_path))
+    head = _load_head(head_path, root)
     workers = _workers()
     cutoff = time.time_ns() - RACY_SLACK_NS
     listing: GitListing | None = None
+    shares: list[tuple[list[str], list[str]]]
     files: dict[str, FileRec]
     old_files: dict[str, FileRec] = {}
 
     def load_old() -> None:
         old_files.update(_load_files(files_path, head))
 
-    if in_git:
+    if own is not None:
+        # Listed by git as its own repository would list it; no git state to compare later
+        # (sig stays None), so every scan re-lists and re-stats (the stat cache spares hashing).
+        listing = GitListing()
+        listing.rels = own
+        load_old()
+        rels = own
+        n = workers if len(rels) >= PARALLEL_MIN_ENTRIES else 1
+        shares = [(rels[k::n], []) for k in range(n)]
+    elif in_git:
         if head and _git_unchanged(root, head, "", root):
             files = _load_files(files_path, head) if need_files else {}
             if files or not need_files:
@@ -500,7 +519,7 @@ def _scan_tree(root: Path, cache: Path, *, need_files: bool) -> tuple[str, dict[
         listing.add(root, "", meanwhile=load_old)  # the table loads while git lists
         rels = listing.rels
         n = workers if len(rels) >= PARALLEL_MIN_ENTRIES else 1
-        shares: list[tuple[list[str], list[str]]] = [(rels[k::n], []) for k in range(n)]
+        shares = [(rels[k::n], []) for k in range(n)]
     else:
         shares = _plan_walk(base, workers)
         if head.get("sig"):
@@ -586,15 +605,31 @@ def _write_table_and_digest(path: Path, token: str, files: dict[str, FileRec]) -
     return digest
 
 
-def tree_digest(root: Path, *, cache: Path) -> str:
-    """Return the blake3 hex of the tree at ``root``, reusing and updating the stat cache."""
-    digest, _ = _scan_tree(root, cache, need_files=False)
+def tree_digest(root: Path, *, cache: Path, own_ignores: bool = False) -> str:
+    """Return the blake3 hex of the tree at ``root``, reusing and updating the stat cache.
+
+    With ``own_ignores`` a tree inside an enclosing git work tree is listed by its own ignore
+    rules only (see :mod:`rocmforge.sources.enclosing`)."""
+    digest, _ = _scan_tree(root, cache, need_files=False, own_ignores=own_ignores)
     return digest
 
 
-def tree_listing(root: Path, *, cache: Path) -> dict[str, FileRec]:
+def tree_sha256(root: Path, *, cache: Path) -> str:
+    """Return the sha256 hex of the same listing whose blake3 is :func:`tree_digest` (for
+    provenance readers that want a sha256; the file contents enter by their blake3)."""
+    import hashlib
+
+    files = tree_listing(root, cache=cache)
+    text = "".join(
+        f"{rel}\0{files[rel][REC_KIND]}\0{files[rel][REC_CONTENT]}\0"
+        for rel in sorted(files, key=os.fsencode)
+    )
+    return hashlib.sha256(TREE_TAG + os.fsencode(text)).hexdigest()
+
+
+def tree_listing(root: Path, *, cache: Path, own_ignores: bool = False) -> dict[str, FileRec]:
     """Return the listing of ``root`` (the same set :func:`tree_digest` hashes)."""
-    _, files = _scan_tree(root, cache, need_files=True)
+    _, files = _scan_tree(root, cache, need_files=True, own_ignores=own_ignores)
     return files
 
 

@@ -132,7 +132,8 @@ class WheelRecord:
 
 _KNOWN = frozenset(
     {"hash", "name", "version", "created", "size", "wheels", "sandbox", "build_seconds",
-     "sources", "files", "archs", "links", "seal", "steps", "compiler_cache"}
+     "sources", "files", "archs", "links", "seal", "steps", "compiler_cache",
+     "portability"}
 )  # fmt: skip
 
 
@@ -166,6 +167,7 @@ class EntryMeta:
     #: The build's compiler-cache counters (compiles, hits, misses, uncacheable, namespace);
     #: None when the build ran without the cache.
     compiler_cache: Mapping[str, Any] | None = None
+    portability: tuple[Mapping[str, str], ...] | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     @property
@@ -239,6 +241,14 @@ class EntryMeta:
         ):
             what = "a table of compiles/hits/misses/uncacheable counts"
             raise _fail(file, "compiler_cache", what, compiler_cache)
+        portability = data.get("portability")
+        if portability is not None:
+            if not isinstance(portability, list) or not all(
+                isinstance(p, dict) and all(isinstance(v, str) for v in p.values())
+                for p in portability
+            ):
+                raise _fail(file, "portability", "a list of {file, flag} tables", portability)
+            portability = tuple(portability)
         return cls(
             hash=hash_,
             name=name,
@@ -258,6 +268,7 @@ class EntryMeta:
             seal=seal,
             steps=steps,
             compiler_cache=compiler_cache,
+            portability=portability,
             extra={k: v for k, v in data.items() if k not in _KNOWN},
         )
 
@@ -291,6 +302,9 @@ class EntryMeta:
             "seal": self.seal,
             "steps": [t.to_json() for t in self.steps] if self.steps is not None else None,
             "compiler_cache": self.compiler_cache,
+            "portability": (
+                [dict(p) for p in self.portability] if self.portability is not None else None
+            ),
         }
         out.update((k, v) for k, v in optional.items() if v is not None)
         return out
@@ -323,6 +337,7 @@ def build_fields(
     links: Mapping[str, Any] | None = None,
     steps: Sequence[StepTiming] | None = None,
     compiler_cache: Mapping[str, Any] | None = None,
+    portability: Sequence[Mapping[str, str]] = (),
 ) -> dict[str, Any]:
     """Return what a build knows of its entry's ``meta.json``, under the file's keys, for
     :meth:`~rocmforge.store.store.Store.publish` (which adds hash, name, version, created and
@@ -342,6 +357,8 @@ def build_fields(
         out["steps"] = [t.to_json() for t in steps]
     if compiler_cache is not None:
         out["compiler_cache"] = dict(compiler_cache)
+    if portability:
+        out["portability"] = [dict(p) for p in portability]
     return out
 
 

@@ -160,6 +160,8 @@ class Index:
 
     def _setup(self, *, memory: bool = False) -> None:
         db = self._db
+        # Names compare as pip compares them (PEP 503), in SQL too.
+        db.create_function("rf_normal_name", 1, layout.normal_name, deterministic=True)
         if memory:
             for stmt in _SCHEMA.split(";"):
                 if stmt.strip():
@@ -381,8 +383,8 @@ class Index:
         )
 
     def by_name(self, name: str) -> list[IndexRow]:
-        """Return the rows of package ``name``, oldest first."""
-        return self._rows("name = ?", (name,))
+        """Return the rows of package ``name`` (PEP 503: case, ``-_.`` alike), oldest first."""
+        return self._rows("rf_normal_name(name) = ?", (layout.normal_name(name),))
 
     def by_env(self, key: str, value: str) -> list[IndexRow]:
         """Return the rows whose derivation env had ``key`` set to ``value``."""
@@ -428,8 +430,8 @@ class Index:
         clauses: list[str] = []
         params: list[Any] = []
         if name is not None:
-            clauses.append("name = ? COLLATE NOCASE")
-            params.append(name)
+            clauses.append("rf_normal_name(name) = ?")
+            params.append(layout.normal_name(name))
         if version is not None:
             clauses.append("version = ?")
             params.append(version)

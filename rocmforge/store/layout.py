@@ -129,6 +129,19 @@ def is_name(text: str) -> bool:
     return _word(text, _NAME_CHARS)
 
 
+def normal_name(text: str) -> str:
+    """Return ``text`` in PEP 503 normal form, as pip compares names: lowercase, every run of
+    ``-``, ``_`` and ``.`` one ``-`` (``Foo_Bar.baz`` -> ``foo-bar-baz``)."""
+    out: list[str] = []
+    for ch in text.lower():
+        if ch in "-_.":
+            if not out or out[-1] != "-":
+                out.append("-")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
 def is_version(text: str) -> bool:
     """True if ``text`` may be the version of an entry: like a name, plus ``+`` and ``!``."""
     return _word(text, _VERSION_CHARS)

@@ -26,14 +26,14 @@ import fcntl
 import os
 import stat
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from rocmforge.errors import StoreError, UsageError
+from rocmforge.errors import RocmforgeError, StoreError, UsageError
 from rocmforge.store import layout
 from rocmforge.store.entry import (
     Entry,
@@ -494,6 +494,14 @@ class Store:
                 if top in names:
                     return self.load(self.entries_dir / top)
             raise UsageError(f"{target} is not inside a store entry of {self.entries_dir}")
+        by_name = self._by_package_name(target, names)
+        if len(by_name) == 1:
+            return by_name[0]
+        if by_name:
+            raise UsageError(
+                f"package name {target!r} matches {len(by_name)} entries; name one by hash:\n"
+                + "\n".join(f"  {e.path.name}" for e in by_name)
+            )
         hint = ""
         if names:
             shown = names[:10]
@@ -502,6 +510,22 @@ class Store:
         else:
             hint = f"; the store at {self.root} is empty"
         raise UsageError(f"no store entry matches {target!r}{hint}")
+
+    def _by_package_name(self, target: str, names: Sequence[str]) -> list[Entry]:
+        """Return the entries of package ``target``, compared as pip does (PEP 503)."""
+        if not layout.is_name(target):
+            return []
+        want = layout.normal_name(target)
+        found = []
+        for n in names:
+            rest = n[layout.HASH_LEN + 1 :].split("-")
+            # Names and versions may both hold "-": any split may be the name; meta decides.
+            if any(layout.normal_name("-".join(rest[:i])) == want for i in range(1, len(rest))):
+                with suppress(RocmforgeError, OSError):
+                    entry = self.load(self.entries_dir / n)
+                    if layout.normal_name(entry.name) == want:
+                        found.append(entry)
+        return found
 
     # -- locks ------------------------------------------------------------------------------------
 

@@ -145,6 +145,11 @@ def _toolchain_from_probe(probe: Mapping[str, Any], guards: tuple[str, ...]) -> 
 
 def resolve_toolchain(spec: ToolchainSpec, *, cache_dir: Path) -> Toolchain:
     """Return the toolchain for ``spec``, probing only when the executables changed on disk."""
+    if spec.rust is not None:  # the C/Python toolchain first, then the Rust one on top
+        from rocmforge.toolchain.rust import with_rust
+
+        base = resolve_toolchain(dataclasses.replace(spec, rust=None), cache_dir=cache_dir)
+        return with_rust(base, spec.rust, cache_dir=cache_dir)
     if spec.kind == "rocm":
         from rocmforge.toolchain.rocm import missing_root_message, resolve_rocm
 

@@ -1,0 +1,3 @@
+from rfmeson._rfmeson import mul, where
+
+__all__ = ["mul", "where"]
