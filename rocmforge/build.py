@@ -124,6 +124,9 @@ def build_env(
             env[name] = host_env[name]
     env.update(tc.env)
     env.update(recipe.env)
+    share = host_env.get("ROCMFORGE_MAX_JOBS")  # a graph realize's share of the cores
+    if share and "MAX_JOBS" not in env:
+        env["MAX_JOBS"] = share
     env.update(
         {
             "PATH": ":".join(dict.fromkeys(search)),
@@ -278,6 +281,24 @@ def _record_failure(
     return diagnosis
 
 
+def _build_wheels(resolved: Resolved) -> list[Path]:
+    """The wheels of the build venv: pinned requirements, then each dependency's closure."""
+    return closure_wheels([r.wheel for r in resolved.requirements], resolved)
+
+
+def closure_wheels(first: Sequence[Path], resolved: Resolved) -> list[Path]:
+    """``first``, then each dependency's wheels and ``[check]`` wheels; one per distribution."""
+    wheels: list[Path] = []
+    seen: set[str] = set()
+    for dep_wheels in (first, *((*d.wheels, *d.check_wheels) for d in resolved.dependencies)):
+        for w in dep_wheels:
+            name = w.name.split("-", 1)[0].lower()
+            if name not in seen:
+                seen.add(name)
+                wheels.append(w)
+    return wheels
+
+
 def build(
     resolved: Resolved,
     *,
@@ -314,7 +335,7 @@ def build(
                 )
                 inside_venv = runner.sandbox_path(Mount(host=root / "venv", inside="/build/venv"))
                 install_wheels(
-                    [r.wheel for r in resolved.requirements],
+                    _build_wheels(resolved),
                     root / "venv",
                     interpreter=f"{inside_venv}/bin/python",
                     error=RequirementError,

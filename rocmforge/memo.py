@@ -90,8 +90,13 @@ def record(
     files: Iterable[str],
     trees: Iterable[str],
     result: dict[str, object],
+    depends: Iterable[str] = (),
 ) -> None:
-    """Remember ``result`` for ``recipe`` while ``files`` and the ``trees`` stay unchanged."""
+    """Remember ``result`` for ``recipe`` while ``files`` and the ``trees`` stay unchanged.
+
+    ``depends`` names the recipes ``recipe`` is built against: their remembered guards are
+    guards of this result too (a dependency not remembered means nothing is recorded).
+    """
     guards: list[tuple[str, Sig | None, bool]] = [(f, _sig(f), True) for f in files]
     for tree in trees:
         found = tree_guards(tree)
@@ -106,8 +111,13 @@ def record(
             memo = {}
     except (OSError, EOFError, ValueError, TypeError):
         memo = {}
+    for dep in depends:
+        item = memo.get(memo_key(dep))
+        if not isinstance(item, dict) or not isinstance(item.get("guards"), list):
+            return
+        guards.extend(item["guards"])
     memo[memo_key(recipe)] = {"guards": guards, "result": result}
-    tmp = f"{path}.{os.getpid()}.tmp"
+    tmp = f"{path}.{os.getpid()}.{id(guards)}.tmp"
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(tmp, "wb") as out:

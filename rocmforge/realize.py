@@ -12,11 +12,12 @@ import re
 import stat
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rocmforge.derivation import Dependency
 from rocmforge.errors import UsageError
 from rocmforge.recipe.lints import Finding, LintFacts, describe, preflight
 from rocmforge.recipe.model import Recipe
@@ -256,6 +257,7 @@ def _remember(store: Store, r: Resolved, entry: Entry) -> None:
             *([str(recipe.source.path)] if recipe.source.kind == "path" else []),
             *(str(i.host) for i in r.inputs if i.kind == "tree"),
         ],
+        depends=[str(d.recipe) for d in r.dependencies],
         result={
             "hash": r.derivation.hash,
             "name": r.derivation.name,
@@ -316,8 +318,13 @@ def realize(
     lints: tuple[Finding, ...] | None = None,
     temp_roots: TempRoots | None = None,
     sandbox: str = "bwrap",
+    dependencies: Sequence[Dependency] = (),
 ) -> RealizeReport:
     """Return the store entry for ``recipe``, building it in the sandbox on a miss.
+
+    ``dependencies`` are the built entries of the recipes it is built against (its closure, in
+    the order :mod:`rocmforge.graph` realized them); they are hashed into its derivation and
+    installed into its build and check venvs.
 
     ``lints`` are the findings of :func:`lint` when the caller already ran it (the CLI lints every
     recipe before building any); without them, the recipe is linted here. Either way the
@@ -343,7 +350,7 @@ def realize(
     try:
         with store.shared_lock():
             roots.set_busy(True)  # gc leaves source caches alone while we resolve and build
-        r = resolve(recipe, store=store, fetcher=fetcher)
+        r = resolve(recipe, store=store, fetcher=fetcher, dependencies=dependencies)
         drv = r.derivation
         with store.shared_lock():
             entry = store.lookup(drv.hash, drv.name, drv.version)
@@ -356,7 +363,7 @@ def realize(
             entry = store.lookup(drv.hash, drv.name, drv.version)
             weaker = entry is not None and not satisfies(entry.meta.sandbox, wanted)
             if entry is None or weaker:
-                from rocmforge.build import build
+                from rocmforge.build import build, closure_wheels
 
                 store.clean_leftovers()
                 if entry is not None:
@@ -386,7 +393,9 @@ def realize(
                     runner=runner,
                     reporter=reporter,
                     keep_failed=keep_failed,
-                    check_requirements=tuple(q.wheel for q in check_reqs),
+                    check_requirements=tuple(
+                        closure_wheels([q.wheel for q in check_reqs], r)
+                    ),
                     replace=weaker,
                 )
                 entry, built = outcome.entry, outcome.sandbox

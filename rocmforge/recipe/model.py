@@ -67,6 +67,8 @@ class RequirementsSpec:
 
     build: tuple[str, ...] = ()
     digests: Mapping[str, str] = field(default_factory=dict)
+    #: ``recipes``: other recipes (absolute once loaded) whose wheels this build needs.
+    recipes: tuple[Path, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -160,7 +162,7 @@ _KEYS: dict[str, tuple[str, ...]] = {
     "package": ("name", "version"),
     "source": ("path", "git", "rev", "ref", "submodules", "allow-local-submodules", "patches"),
     "toolchain": ("kind", "python", "cc", "cxx", "rocm", "root"),
-    "requirements": ("build", "digests"),
+    "requirements": ("build", "digests", "recipes"),
     "build": ("steps", "passthrough", "timeout"),
     "check": ("import", "archs", "requirements"),
     "input": ("path", "url", "sha256", "env", "subdir"),
@@ -434,7 +436,8 @@ def _toolchain(c: _Checker, data: Mapping[str, Any], base: Path) -> ToolchainSpe
 def _requirements(c: _Checker, data: Mapping[str, Any]) -> RequirementsSpec:
     t = c.table(data, "requirements")
     pins = _pins(c, t, "requirements", "build")
-    return RequirementsSpec(build=tuple(pins), digests=_digests(c, t, pins))
+    recipes = tuple(Path(p) for _, p in c.strings(t, "requirements", "recipes"))
+    return RequirementsSpec(build=tuple(pins), digests=_digests(c, t, pins), recipes=recipes)
 
 
 def _pins(c: _Checker, t: Mapping[str, Any], table: str, name: str) -> list[str]:
