@@ -110,15 +110,24 @@ def lint(recipe: Recipe, facts: LintFacts | None = None) -> tuple[Finding, ...]:
 
 
 def plan(
-    recipe: Recipe, *, store: Store, fetcher: Fetcher | None, facts: LintFacts | None = None
+    recipe: Recipe,
+    *,
+    store: Store,
+    fetcher: Fetcher | None,
+    facts: LintFacts | None = None,
+    dependencies: Sequence[Dependency] = (),
 ) -> PlanReport:
     """Lint and resolve ``recipe`` and report its derivation and hash, without building.
+
+    ``dependencies`` are its planned dependencies (:func:`rocmforge.graph.plan_dependencies`).
 
     Error lints raise :class:`~rocmforge.recipe.lints.LintError` before anything is fetched.
     """
     findings = lint(recipe, facts)
     with store.shared_lock():  # gc must not remove a source cache resolve is filling
-        r = resolve(recipe, store=store, fetcher=fetcher, provisional=True)
+        r = resolve(
+            recipe, store=store, fetcher=fetcher, provisional=True, dependencies=dependencies
+        )
         drv = r.derivation
         entry = store.lookup(drv.hash, drv.name, drv.version)
     return PlanReport(

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import TINY_RECIPE, pip_args, rf
+from conftest import DATA, TINY_RECIPE, pip_args, rf
 
 
 def realize(recipe: Path, store: Path) -> tuple[str, str]:
@@ -338,6 +338,9 @@ def test_code_change_is_seen(tiny_recipe: Path, tmp_path: Path, store: Path) -> 
 #: down to DEPTH levels) -> the test above showing that changing it makes the memo fall through.
 KEY_CASES = {
     "builder": "test_code_change_is_seen",
+    "recipes[].name": "test_dependency_change_is_seen",
+    "recipes[].version": "test_dependency_change_is_seen",
+    "recipes[].hash": "test_dependency_change_is_seen",
     # The machine: a store shared between machines sees other toolchain executables (other
     # stat signatures), so the toolchain guards stand for it.
     "system": "test_toolchain_binary_change_is_seen",
@@ -407,6 +410,26 @@ def key_paths(value: object, prefix: str = "", depth: int = DEPTH) -> set[str]:
     return out
 
 
+def dependency(tmp_path: Path) -> Path:
+    """A tiny recipe (package ``tinydep``) for another recipe to be built against."""
+    src = tmp_path / "dep-src"
+    (src / "tinydep").mkdir(parents=True)
+    shutil.copy(DATA / "mkwheel.py", src / "mkwheel.py")
+    (src / "tinydep" / "__init__.py").write_text("VALUE = 7\n")
+    recipe = tmp_path / "dep.toml"
+    recipe.write_text(TINY_RECIPE.replace("tiny", "tinydep").format(src=src))
+    return recipe
+
+
+@pytest.mark.slow
+def test_dependency_change_is_seen(tiny_recipe: Path, tmp_path: Path, store: Path) -> None:
+    dep = dependency(tmp_path)
+    tiny_recipe.write_text(tiny_recipe.read_text() + f'\n[requirements]\nrecipes = ["{dep}"]\n')
+    assert_change_is_seen(
+        tiny_recipe, store, lambda: dep.write_text(dep.read_text() + '\n[env]\nF = "2"\n')
+    )
+
+
 def full_recipe(tmp_path: Path, tiny_src: Path) -> tuple[Path, dict[str, str]]:
     """A recipe using every feature a derivation records, and the env to plan it with."""
     (tmp_path / "base").mkdir()
@@ -431,7 +454,7 @@ def full_recipe(tmp_path: Path, tiny_src: Path) -> tuple[Path, dict[str, str]]:
             "[source]\n", f'[source]\npatches = ["{patch}"]\n'
         )
         + f'\n[toolchain]\nkind = "rocm"\nrocm = "6.2"\nroot = "{root}"\ncc = "rfcc"\n'
-        + '\n[requirements]\nbuild = ["rfmemo==1.0"]\n'
+        + f'\n[requirements]\nbuild = ["rfmemo==1.0"]\nrecipes = ["{dependency(tmp_path)}"]\n'
         + f'\n[inputs.data]\npath = "{data}"\nenv = "DATA"\n'
         + f'\n[inputs.more]\npath = "{archive}"\nenv = "MORE"\nsubdir = "top"\n'
     )
