@@ -1,0 +1,210 @@
+"""The derivation graph: recipes built against other recipes' wheels (``[requirements] recipes``).
+
+The real example (``examples/graph``): rfbase ships a header and a shared library in its wheel,
+rfuse compiles C against them with an RPATH; both are built for real in the sandbox.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+from conftest import REPO, TINY_RECIPE, pip_args, rf
+
+
+def graph_copy(tmp_path: Path) -> Path:
+    """Copy the example packages and their recipes (same relative layout); return the recipes."""
+    root = tmp_path / "repo"
+    shutil.copytree(REPO / "examples" / "graph", root / "examples" / "graph")
+    shutil.copytree(REPO / "recipes" / "graph", root / "recipes" / "graph")
+    return root / "recipes" / "graph"
+
+
+def hashes(recipe: Path, store: Path) -> dict[str, str]:
+    proc = rf("plan", "--graph", recipe, "--store", store, "--json")
+    assert proc.returncode == 0, proc.stderr
+    return {n["name"]: n["hash"] for n in json.loads(proc.stdout)["nodes"]}
+
+
+def realize(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    proc = rf("realize", *args)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+def built(stderr: str) -> list[str]:
+    """The names of the packages a realize built (not answered from the store)."""
+    return [
+        ln.split()[1]
+        for ln in stderr.splitlines()
+        if ln.startswith("rocmforge: ") and " built in " in ln
+    ]
+
+
+def scaled_in_fresh_venv(tmp_path: Path, wheels: list[str], name: str) -> int:
+    env_dir = tmp_path / name
+    venv.create(env_dir, with_pip=True)
+    py = env_dir / "bin" / "python"
+    subprocess.run(
+        [py, "-m", "pip", "install", "-q", "--no-index", *wheels], check=True, capture_output=True
+    )
+    out = subprocess.run(
+        [py, "-c", "import rfuse; print(rfuse.scaled(5))"], capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+    return int(out.stdout)
+
+
+@pytest.mark.slow
+def test_dependent_builds_dependency_first_and_imports_against_it(
+    tmp_path: Path, wheelhouse: Path
+) -> None:
+    recipes = graph_copy(tmp_path)
+    store = tmp_path / "store"
+    proc = realize(recipes / "rfuse.toml", "--store", store, "--all")
+    assert built(proc.stderr) == ["rfbase", "rfuse"]
+    wheels = proc.stdout.split()
+    assert [Path(w).name.split("-")[0] for w in wheels] == ["rfbase", "rfuse"]
+    assert scaled_in_fresh_venv(tmp_path, wheels, "v2") == 10  # RFBASE_SCALE = 2
+    # without --all only the named recipe's wheel is printed; the graph is cached now
+    again = realize(recipes / "rfuse.toml", "--store", store)
+    assert again.stdout.split() == wheels[1:] and built(again.stderr) == []
+    # the dependent's derivation names the dependency by input hash
+    drv = json.loads((Path(wheels[1]).parent / "derivation.json").read_text())
+    assert drv["recipes"] == [
+        {"name": "rfbase", "version": "1.0.0", "hash": Path(wheels[0]).parent.name[:32]}
+    ]
+
+    # a comment in the dependency changes neither hash
+    before = hashes(recipes / "rfuse.toml", store)
+    base = recipes / "rfbase.toml"
+    base.write_text("# a comment\n" + base.read_text())
+    assert hashes(recipes / "rfuse.toml", store) == before
+    # a flag of the dependency changes both, and realize rebuilds both
+    base.write_text(base.read_text().replace('RFBASE_SCALE = "2"', 'RFBASE_SCALE = "5"'))
+    after = hashes(recipes / "rfuse.toml", store)
+    assert after["rfbase"] != before["rfbase"] and after["rfuse"] != before["rfuse"]
+    proc = realize(recipes / "rfuse.toml", "--store", store, "--all")
+    assert built(proc.stderr) == ["rfbase", "rfuse"]
+    assert scaled_in_fresh_venv(tmp_path, proc.stdout.split(), "v5") == 25
+
+
+@pytest.mark.slow
+def test_two_dependency_variants_give_two_dependents(tmp_path: Path, wheelhouse: Path) -> None:
+    recipes = graph_copy(tmp_path)
+    store = tmp_path / "store"
+    two = realize(recipes / "rfuse.toml", "--store", store, "--all").stdout.split()
+    three = realize(recipes / "rfuse-scale3.toml", "--store", store, "--all").stdout.split()
+    assert two[1] != three[1] and two[0] != three[0]
+    assert scaled_in_fresh_venv(tmp_path, two, "a") == 10
+    assert scaled_in_fresh_venv(tmp_path, three, "b") == 15
+
+
+@pytest.mark.slow
+def test_stack_and_parallel_jobs(tmp_path: Path, wheelhouse: Path) -> None:
+    recipes = graph_copy(tmp_path)
+    store = tmp_path / "store"
+    stack = recipes / "graph-stack.toml"
+    stack.write_text(
+        stack.read_text().replace('"rfuse.toml"]', '"rfuse.toml", "rfuse-scale3.toml"]')
+    )
+    proc = realize(stack, "--store", store, "-j", "2")
+    names = [Path(w).name.split("-")[0] for w in proc.stdout.split()]
+    assert names == ["rfbase", "rfuse", "rfuse"]  # the stack's recipes, in its order
+    assert sorted(built(proc.stderr)) == ["rfbase", "rfbase", "rfuse", "rfuse"]
+    graph = rf("plan", stack, "--store", store, "--json")
+    nodes = json.loads(graph.stdout)["nodes"]
+    assert len(nodes) == 4 and all(n["cached"] for n in nodes)
+
+
+@pytest.mark.slow
+def test_kill_during_graph_realize_leaves_no_partial_entry(
+    tmp_path: Path, wheelhouse: Path
+) -> None:
+    recipes = graph_copy(tmp_path)
+    store = tmp_path / "store"
+    env = dict(os.environ, ROCMFORGE_PIP_ARGS=pip_args())
+    env.pop("ROCMFORGE_STORE", None)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "rocmforge",
+            "realize",
+            str(recipes / "rfuse.toml"),
+            "--store",
+            str(store),
+        ],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        if "rfuse: build" in line:
+            os.killpg(proc.pid, signal.SIGKILL)
+            break
+    proc.wait()
+    entries = sorted(p.name.split("-")[1] for p in (store / "entries").iterdir())
+    assert entries == ["rfbase"]  # rfuse was never published
+    for entry in (store / "entries").iterdir():
+        assert (entry / "meta.json").is_file()
+    again = realize(recipes / "rfuse.toml", "--store", store)
+    assert built(again.stderr) == ["rfuse"]
+
+
+def tiny(tmp_path: Path, name: str, deps: list[str]) -> Path:
+    recipe = tmp_path / f"{name}.toml"
+    text = TINY_RECIPE.replace('name = "tiny"', f'name = "{name}"').format(src=tmp_path)
+    if deps:
+        text += f"\n[requirements]\nrecipes = {json.dumps(deps)}\n"
+    recipe.write_text(text)
+    return recipe
+
+
+def test_cycle_and_missing_file_name_the_chain(tmp_path: Path, store: Path) -> None:
+    a = tiny(tmp_path, "a", ["b.toml"])
+    tiny(tmp_path, "b", ["c.toml"])
+    tiny(tmp_path, "c", ["a.toml"])
+    for cmd in ("plan", "realize"):
+        proc = rf(cmd, a, "--store", store)
+        assert proc.returncode == 2, proc.stderr
+        assert "dependency cycle: a.toml -> b.toml -> c.toml -> a.toml" in proc.stderr
+        assert "requirements.recipes" in proc.stderr
+    tiny(tmp_path, "c", ["gone.toml"])
+    proc = rf("plan", a, "--store", store)
+    assert proc.returncode == 2
+    assert (
+        "no such recipe" in proc.stderr and "a.toml -> b.toml -> c.toml -> gone.toml" in proc.stderr
+    )
+
+
+def test_plan_graph_is_provisional_through_a_provisional_dependency(
+    tmp_path: Path, store: Path
+) -> None:
+    # a git source never cloned: plan does not fetch it, so the dependency is provisional
+    dep = tmp_path / "dep.toml"
+    dep.write_text(
+        'schema = 1\n[package]\nname = "dep"\nversion = "1.0"\n'
+        '[source]\ngit = "https://example.invalid/dep.git"\n'
+        'rev = "0123456789abcdef0123456789abcdef01234567"\n'
+        '[build]\nsteps = ["true"]\n'
+    )
+    top = tiny(tmp_path, "top", ["dep.toml"])
+    proc = rf("plan", "--graph", top, "--store", store, "--json")
+    assert proc.returncode == 0, proc.stderr
+    nodes = {n["name"]: n for n in json.loads(proc.stdout)["nodes"]}
+    assert nodes["dep"]["provisional"] and not nodes["dep"]["cached"]
+    assert nodes["top"]["provisional"] == ["recipes: dep 1.0 is provisional"]
+    assert nodes["top"]["deps"] == [nodes["dep"]["hash"]]
+    text = rf("plan", "--graph", top, "--store", store)
+    assert f"<- dep {nodes['dep']['hash']}" in text.stdout and "missing, provisional" in text.stdout
