@@ -368,6 +368,7 @@ def build(
                 ),
                 files=_file_digests(root / "entry"),
                 archs=archs,
+                built_against=sorted({d.hash for d in resolved.dependencies}),
             )
             publish = store.replace if replace else store.publish
             entry = publish(

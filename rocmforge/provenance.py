@@ -7,6 +7,7 @@ are the (stamped, normalized) wheels with their sha256 and blake3 digests.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import socket
 from collections.abc import Mapping, Sequence
@@ -102,6 +103,7 @@ def make_statement(
                 "annotations": {"wheel": req.wheel.name},
             }
         )
+    deps.extend(dependency_records(resolved))
     return {
         "_type": STATEMENT_TYPE,
         "subject": [
@@ -138,6 +140,32 @@ def make_statement(
             },
         },
     }
+
+
+def dependency_records(resolved: Resolved) -> list[dict[str, Any]]:
+    """One ``resolvedDependencies`` record per wheel of each entry this build was built against.
+
+    Named ``recipes/<name>``, with the dependency's input hash and version, and the digest of
+    the wheel that was installed into the build venv.
+    """
+    out: list[dict[str, Any]] = []
+    for dep in resolved.dependencies:
+        for wheel in dep.wheels:
+            with open(wheel, "rb") as f:
+                sha = hashlib.file_digest(f, "sha256").hexdigest()
+            out.append(
+                {
+                    "name": f"recipes/{dep.name}",
+                    "uri": f"rocmforge:{dep.hash}",
+                    "digest": {"sha256": sha},
+                    "annotations": {
+                        "version": dep.version,
+                        "inputHash": dep.hash,
+                        "wheel": wheel.name,
+                    },
+                }
+            )
+    return out
 
 
 def write_statement(path: Path, statement: Mapping[str, Any]) -> None:

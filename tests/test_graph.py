@@ -208,3 +208,62 @@ def test_plan_graph_is_provisional_through_a_provisional_dependency(
     assert nodes["top"]["deps"] == [nodes["dep"]["hash"]]
     text = rf("plan", "--graph", top, "--store", store)
     assert f"<- dep {nodes['dep']['hash']}" in text.stdout and "missing, provisional" in text.stdout
+
+
+@pytest.mark.slow
+def test_export_installs_with_pip_and_uv(tmp_path: Path, wheelhouse: Path) -> None:
+    uv = Path(sys.executable).parent / "uv"
+    if not uv.exists():
+        pytest.fail("uv is missing: install the test extra (pip install -e '.[test]')")
+    recipes = graph_copy(tmp_path)
+    store = tmp_path / "store"
+    stack = recipes / "graph-stack.toml"
+    realize(stack, "--store", store)
+    out = tmp_path / "export"
+    proc = rf("export", stack, "--to", out, "--store", store, "--json")
+    assert proc.returncode == 0, proc.stderr
+    files = sorted(w["file"] for w in json.loads(proc.stdout)["wheels"])
+    assert [f.split("-")[0] for f in files] == ["rfbase", "rfuse"]
+    constraints = (out / "constraints.txt").read_text().splitlines()
+    assert [c.split(" --hash=sha256:")[0] for c in constraints] == ["rfbase==1.0.0", "rfuse==1.0.0"]
+    assert "rfuse/" in (out / "simple" / "index.html").read_text()
+    assert "#sha256=" in (out / "simple" / "rfuse" / "index.html").read_text()
+    pip_args = [
+        ["--find-links", str(out), "rfuse"],
+        ["--find-links", str(out), "-r", str(out / "constraints.txt")],  # hash-checked
+    ]
+    for i, extra in enumerate(pip_args):
+        env_dir = tmp_path / f"pip{i}"
+        venv.create(env_dir, with_pip=True)
+        py = env_dir / "bin" / "python"
+        done = subprocess.run(
+            [py, "-m", "pip", "install", "-q", "--no-index", *extra], capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stderr
+        check = subprocess.run(
+            [py, "-c", "import rfuse; print(rfuse.scaled(4))"], capture_output=True, text=True
+        )
+        assert check.stdout.strip() == "8", check.stderr
+    uv_args = [
+        ["--no-index", "--find-links", str(out), "rfuse"],
+        ["--index-url", (out / "simple").as_uri(), "rfuse"],  # the PEP 503 index
+    ]
+    for i, extra in enumerate(uv_args):
+        env_dir = tmp_path / f"uv{i}"
+        venv.create(env_dir, with_pip=False)
+        py = env_dir / "bin" / "python"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("UV_")}
+        env["UV_CACHE_DIR"] = str(tmp_path / "uv-cache")
+        done = subprocess.run(
+            [uv, "pip", "install", "--offline", "--python", py, *extra],
+            capture_output=True,
+            text=True,
+            env=env,
+        )
+        assert done.returncode == 0, done.stderr
+        listed = subprocess.run(
+            [py, "-c", "import rfuse, rfbase; print(rfuse.scaled(4), rfbase.scale())"],
+            capture_output=True,
+            text=True,
+        )
+        assert listed.stdout.split() == ["8", "2"], listed.stderr

@@ -21,4 +21,5 @@ COMMANDS = (
     "unpin",
     "pins",
     "du",
+    "export",
 )

@@ -92,7 +92,7 @@ class WheelRecord:
 
 _KNOWN = frozenset(
     {"hash", "name", "version", "created", "size", "wheels", "sandbox", "build_seconds",
-     "sources", "files", "archs"}
+     "sources", "files", "archs", "built_against"}
 )  # fmt: skip
 
 
@@ -116,6 +116,9 @@ class EntryMeta:
     sources: tuple[str, ...] | None = None
     files: Mapping[str, str] | None = None
     archs: Mapping[str, Any] | None = None
+    #: ``built_against``: input hashes of the entries this one was built against (its closure
+    #: of ``[requirements] recipes``); gc keeps them while this entry stays.
+    built_against: tuple[str, ...] = ()
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     @property
@@ -160,6 +163,9 @@ class EntryMeta:
         archs = data.get("archs")
         if archs is not None and not isinstance(archs, dict):
             raise _fail(file, "archs", "a table", archs)
+        against = data.get("built_against", [])
+        if not isinstance(against, list) or not all(isinstance(h, str) for h in against):
+            raise _fail(file, "built_against", "a list of input hashes", against)
         return cls(
             hash=hash_,
             name=name,
@@ -175,6 +181,7 @@ class EntryMeta:
             sources=sources,
             files=files,
             archs=archs,
+            built_against=tuple(against),
             extra={k: v for k, v in data.items() if k not in _KNOWN},
         )
 
@@ -204,6 +211,7 @@ class EntryMeta:
             "sources": list(self.sources) if self.sources is not None else None,
             "files": dict(self.files) if self.files is not None else None,
             "archs": self.archs,
+            "built_against": list(self.built_against) or None,
         }
         out.update((k, v) for k, v in optional.items() if v is not None)
         return out
@@ -217,6 +225,7 @@ def build_fields(
     sources: Sequence[str],
     files: Mapping[str, str],
     archs: Mapping[str, Any] | None = None,
+    built_against: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Return what a build knows of its entry's ``meta.json``, under the file's keys, for
     :meth:`~rocmforge.store.store.Store.publish` (which adds hash, name, version, created and
@@ -230,6 +239,8 @@ def build_fields(
     }
     if archs:
         out["archs"] = dict(archs)
+    if built_against:
+        out["built_against"] = list(built_against)
     return out
 
 
