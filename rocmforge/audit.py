@@ -15,6 +15,7 @@ when it was built, so the audit costs one blake3 pass plus one index lookup.
 from __future__ import annotations
 
 import base64
+import contextlib
 import csv
 import hashlib
 import os
@@ -26,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rocmforge.errors import UsageError
+from rocmforge.errors import StoreError, UsageError
 from rocmforge.provenance import read_statement, run_facts
 from rocmforge.stamp import Stamp, StampError, read_stamp
 from rocmforge.store import layout
@@ -62,6 +63,9 @@ class AuditReport:
     statement: Mapping[str, Any] | None = field(default=None)
     stamped_by: str | None = None
     archs: Mapping[str, Any] | None = None
+    #: the entries it was built against: name, version, hash, wheel sha256, and their env flags
+    #: when this store has them (see :func:`dependency_facts`)
+    dependencies: tuple[Mapping[str, Any], ...] = ()
 
     @property
     def exit_code(self) -> int:
@@ -120,7 +124,39 @@ class AuditReport:
             "facts": self.facts(),
             "archs": dict(self.archs) if self.archs is not None else None,
             "derivation": dict(self.derivation) if self.derivation else None,
+            "built_against": [dict(d) for d in self.dependencies],
         }
+
+
+def dependency_facts(
+    derivation: Mapping[str, Any] | None, statement: Mapping[str, Any] | None, store: Store
+) -> tuple[dict[str, Any], ...]:
+    """The entries a wheel was built against (``recipes`` of its derivation), each with the
+    digest of the wheel installed (from provenance) and its ``[env]`` flags (from the store)."""
+    recipes = (derivation or {}).get("recipes")
+    if not isinstance(recipes, list):
+        return ()
+    digests: dict[str, str] = {}
+    if statement:
+        bd = statement.get("predicate", {}).get("buildDefinition", {})
+        for dep in bd.get("resolvedDependencies", []):
+            if isinstance(dep, dict) and str(dep.get("name", "")).startswith("recipes/"):
+                h = (dep.get("annotations") or {}).get("inputHash")
+                if isinstance(h, str):
+                    digests[h] = str((dep.get("digest") or {}).get("sha256", ""))
+    out = []
+    for item in recipes:
+        if not isinstance(item, dict):
+            continue
+        fact: dict[str, Any] = {k: item.get(k) for k in ("name", "version", "hash")}
+        fact["wheel_sha256"] = digests.get(str(item.get("hash")))
+        fact["env"] = None  # not in this store: the hash is still the proof
+        with contextlib.suppress(StoreError, UsageError):
+            fact["env"] = DerivationDoc(
+                read_derivation(store.resolve(str(item.get("hash"))).path)
+            ).env
+        out.append(fact)
+    return tuple(out)
 
 
 def worst_exit_code(reports: list[AuditReport]) -> int:
@@ -242,6 +278,7 @@ def audit_wheel(wheel: Path, *, store: Store) -> AuditReport:
             entry_path=row.path,
             statement=statement,
             archs=archs,
+            dependencies=dependency_facts(derivation, statement, store),
         )
     return _audit_unverified(wheel, store=store, b3=b3, size=size)
 

@@ -29,7 +29,7 @@ from rocmforge.store import layout
 from rocmforge.store.store import Store
 
 if TYPE_CHECKING:
-    from rocmforge.realize import RealizeReport
+    RealizeReport = Any  # rocmforge.realize.RealizeReport (a sibling this module never imports)
     from rocmforge.recipe.lints import Finding
     from rocmforge.sandbox import Runner
     from rocmforge.store.roots import TempRoots
@@ -268,6 +268,7 @@ def _check_wheels(recipe: Recipe, *, store: Store, fetcher: Fetcher) -> tuple[Pa
 def realize_graph(
     graph: Graph,
     *,
+    realize: Callable[..., RealizeReport],
     store: Store,
     fetcher: Fetcher,
     runner_factory: Callable[[], Runner],
@@ -284,14 +285,14 @@ def realize_graph(
 ) -> GraphReport:
     """Realize the targets of ``graph`` and everything they need, dependencies first.
 
+    ``realize`` is :func:`rocmforge.realize.realize` (passed in: this module sits beside it).
+
     With ``jobs`` > 1, up to that many independent nodes are built at once, each by a child
     ``rocmforge realize`` of that one recipe (its dependencies are cached by then), with
     ``MAX_JOBS`` defaulting to its share of the cores. A failed node stops its dependents; the
     others stop being started unless ``keep_going``. Build errors are collected in the report;
     any other error (bad input, environment) is raised.
     """
-    from rocmforge.realize import realize
-
     order = graph.closure_of_targets()
     links = links or {}
     done: dict[Path, Dependency] = {}

@@ -267,3 +267,77 @@ def test_export_installs_with_pip_and_uv(tmp_path: Path, wheelhouse: Path) -> No
             text=True,
         )
         assert listed.stdout.split() == ["8", "2"], listed.stderr
+
+
+def tiny_pkg(tmp_path: Path, name: str, deps: list[str], env: str = "") -> Path:
+    """A fast compiler-free recipe for package ``name`` built against ``deps``."""
+    src = tmp_path / f"{name}-src"
+    (src / name).mkdir(parents=True, exist_ok=True)
+    shutil.copy(REPO / "tests" / "data" / "mkwheel.py", src / "mkwheel.py")
+    (src / name / "__init__.py").write_text("VALUE = 1\n")
+    text = TINY_RECIPE.replace("tiny", name).format(src=src)
+    if deps:
+        text += f"\n[requirements]\nrecipes = {json.dumps(deps)}\n"
+    if env:
+        text += f"\n[env]\n{env}\n"
+    recipe = tmp_path / f"{name}.toml"
+    recipe.write_text(text)
+    return recipe
+
+
+@pytest.mark.slow
+def test_traceability_and_gc_through_the_graph(tmp_path: Path, store: Path) -> None:
+    base = tiny_pkg(tmp_path, "base", [], 'ARCH = "gfx90a"')
+    top = tiny_pkg(tmp_path, "top", ["base.toml"])
+    first = realize(top, "--store", store, "--all").stdout.split()
+    base_hash, top_hash = (Path(w).parent.name[:32] for w in first)
+    # provenance lists the dependency entry with its wheel digest
+    statement = json.loads((Path(first[1]).parent / "provenance.json").read_text())
+    deps = statement["predicate"]["buildDefinition"]["resolvedDependencies"]
+    [rec] = [d for d in deps if d["name"] == "recipes/base"]
+    assert rec["annotations"]["inputHash"] == base_hash and len(rec["digest"]["sha256"]) == 64
+    # audit shows what it was built against and that dependency's flags
+    audit = rf("audit", first[1], "--store", store, "--json")
+    [report] = json.loads(audit.stdout)
+    [dep] = report["built_against"]
+    assert dep["hash"] == base_hash and dep["env"] == {"ARCH": "gfx90a"}
+    assert dep["wheel_sha256"] == rec["digest"]["sha256"]
+    text = rf("audit", first[1], "--store", store).stdout
+    assert f"built on     base 0.1 {base_hash}" in text, text
+    assert "ARCH='gfx90a'" in text
+    # query --built-against finds the dependent
+    q = rf("query", "--built-against", base_hash[:8], "--store", store, "--json")
+    assert [e["hash"] for e in json.loads(q.stdout)] == [top_hash]
+    # a second variant; explain descends into the dependency
+    base.write_text(base.read_text().replace("gfx90a", "gfx942"))
+    second = realize(top, "--store", store, "--all").stdout.split()
+    ex = rf("explain", first[1], second[1], "--store", store)
+    assert 'recipes.base -> env.ARCH: gfx90a -> gfx942' in ex.stdout, ex.stdout
+    # gc keeps what a kept entry was built against, and says why
+    pin = rf("pin", "old", top_hash, "--store", store)
+    assert pin.returncode == 0, pin.stderr
+    dry = rf("gc", "--dry-run", "--json", "--store", store)
+    plan = json.loads(dry.stdout)
+    kept = (
+        {e["hash"]: e["reasons"] for e in plan["plan"]["keep"]}
+        if "plan" in plan
+        else {e["hash"]: e["reasons"] for e in plan["kept"]}
+    )
+    assert kept[base_hash] == ["kept: dependency of top 0.1"]
+    gone = rf("gc", "--keep-last", "0", "--store", store)
+    assert gone.returncode == 0, gone.stderr
+    left = {p.name[:32] for p in (store / "entries").iterdir()}
+    assert left == {base_hash, top_hash}
+    # a stack is pinned and kept as one name
+    stack = tmp_path / "stack.toml"
+    stack.write_text('schema = 1\n[stack]\nname = "s"\nrecipes = ["top.toml"]\n')
+    realize(stack, "--store", store)
+    pinned = rf("pin", "team", stack, "--store", store)
+    assert pinned.returncode == 0, pinned.stderr
+    assert "pinned team.top" in pinned.stdout and "pinned team.base" in pinned.stdout
+    rf("unpin", "old", "--store", store)
+    assert rf("gc", "--store", store).returncode == 0
+    assert len(list((store / "entries").iterdir())) == 2  # the stack's closure
+    assert rf("unpin", "team", "--store", store).returncode == 0
+    keep = rf("gc", "--dry-run", "--keep", str(stack), "--store", store)
+    assert "would delete" not in keep.stdout, keep.stdout

@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     (``[requirements] recipes``) is realized first, in topological order.
     """
     from rocmforge.graph import load_graph, realize_graph
-    from rocmforge.realize import check_link, lint
+    from rocmforge.realize import check_link, lint, realize
 
     graph = load_graph(args.recipes)  # every recipe is checked before any build
     # Error lints of any recipe stop all of them; realize reports the warnings, without linting
@@ -90,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
     temp_roots = TempRoots(store)
     result = realize_graph(
         graph,
+        realize=realize,
         store=store,
         fetcher=PipFetcher(),
         runner_factory=runner_factory,
