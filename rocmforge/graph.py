@@ -30,7 +30,7 @@ from rocmforge.store.store import Store
 
 if TYPE_CHECKING:
     RealizeReport = Any  # rocmforge.realize.RealizeReport (a sibling this module never imports)
-    from rocmforge.recipe.lints import Finding
+    from rocmforge.recipe.lints import Finding, LintFacts
     from rocmforge.sandbox import Runner
     from rocmforge.store.roots import TempRoots
     from rocmforge.util.progress import Reporter
@@ -134,6 +134,17 @@ def load_graph(targets: Sequence[str | Path]) -> Graph:
     return Graph(
         recipes=recipes, edges=edges, order=tuple(order), targets=tuple(files), stacks=tuple(stacks)
     )
+
+
+def lint_facts_for(graph: Graph, file: Path) -> LintFacts:
+    """This machine's lint facts for ``file``, with the recipes it is built against."""
+    from dataclasses import replace
+
+    from rocmforge.toolchain.machine import lint_facts
+
+    recipe = graph.recipes[file]
+    deps = tuple(graph.recipes[f] for f in graph.closure(file))
+    return replace(lint_facts(recipe), dependencies=deps)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

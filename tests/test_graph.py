@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -312,7 +313,7 @@ def test_traceability_and_gc_through_the_graph(tmp_path: Path, store: Path) -> N
     base.write_text(base.read_text().replace("gfx90a", "gfx942"))
     second = realize(top, "--store", store, "--all").stdout.split()
     ex = rf("explain", first[1], second[1], "--store", store)
-    assert 'recipes.base -> env.ARCH: gfx90a -> gfx942' in ex.stdout, ex.stdout
+    assert "recipes.base -> env.ARCH: gfx90a -> gfx942" in ex.stdout, ex.stdout
     # gc keeps what a kept entry was built against, and says why
     pin = rf("pin", "old", top_hash, "--store", store)
     assert pin.returncode == 0, pin.stderr
@@ -341,3 +342,37 @@ def test_traceability_and_gc_through_the_graph(tmp_path: Path, store: Path) -> N
     assert rf("unpin", "team", "--store", store).returncode == 0
     keep = rf("gc", "--dry-run", "--keep", str(stack), "--store", store)
     assert "would delete" not in keep.stdout, keep.stdout
+
+
+def test_rocm_stack_plans_anywhere_without_cloning(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    proc = rf("plan", REPO / "recipes" / "mi300x-stack.toml", "--store", store, "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["stacks"][0]["name"] == "mi300x"
+    nodes = {n["name"]: n for n in data["nodes"]}
+    assert set(nodes) == {"torch", "torchvision", "torchaudio"}
+    torch = nodes["torch"]["hash"]
+    assert nodes["torchvision"]["deps"] == [torch] and nodes["torchaudio"]["deps"] == [torch]
+    assert all(n["provisional"] and not n["cached"] for n in nodes.values())
+    git = store / "sources" / "git"
+    assert not git.exists() or not any(git.iterdir())  # nothing cloned
+    # the single-recipe plan hashes the dependency in the same way
+    one = rf("plan", REPO / "recipes" / "torchvision-mi300x.toml", "--store", store, "--json")
+    drv = json.loads(one.stdout)["derivation"]
+    assert drv["recipes"] == [{"name": "torch", "version": "2.5.1+rocm6.2", "hash": torch}]
+    assert json.loads(one.stdout)["hash"] == nodes["torchvision"]["hash"]
+    for name in ("torchvision-mi300x.toml", "torchaudio-mi300x.toml"):
+        rev = re.search(r'^rev = "([0-9a-f]+)"', (REPO / "recipes" / name).read_text(), re.M)
+        assert rev and len(rev.group(1)) == 40, name
+
+
+def test_extension_arch_outside_torch_stops_before_fetch(tmp_path: Path) -> None:
+    for name in ("mi300x.toml", "rocm-6.2.toml", "torchvision-mi300x.toml"):
+        shutil.copy(REPO / "recipes" / name, tmp_path / name)
+    tv = tmp_path / "torchvision-mi300x.toml"
+    tv.write_text(
+        tv.read_text().replace('PYTORCH_ROCM_ARCH = "gfx942"', 'PYTORCH_ROCM_ARCH = "gfx90a"')
+    )
+    proc = rf("plan", tv, "--store", tmp_path / "store")
+    assert proc.returncode == 2 and "RF193" in proc.stderr and "gfx90a" in proc.stderr

@@ -26,7 +26,7 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """``rocmforge plan TARGET``: show the derivation, the hash and whether it is cached."""
-    from rocmforge.graph import load_graph, plan_dependencies
+    from rocmforge.graph import lint_facts_for, load_graph, plan_dependencies
     from rocmforge.realize import plan
     from rocmforge.recipe.lints import describe
     from rocmforge.sources.requirements import PipFetcher
@@ -38,7 +38,8 @@ def run(args: argparse.Namespace) -> int:
     [file] = graph.targets
     recipe = graph.recipes[file]
     deps = plan_dependencies(graph, file, store=store, fetcher=PipFetcher())
-    report = plan(recipe, store=store, fetcher=PipFetcher(), dependencies=deps)
+    facts = lint_facts_for(graph, file)
+    report = plan(recipe, store=store, fetcher=PipFetcher(), dependencies=deps, facts=facts)
     for finding in report.lints:
         if finding.allowed is None:
             print(f"warning: {describe(recipe, finding)}", file=sys.stderr)

@@ -41,9 +41,7 @@ def register(sub: Any) -> None:
         "--keep-going", action="store_true",
         help="after a failure, still build what does not depend on it",
     )  # fmt: skip
-    p.add_argument(
-        "--all", action="store_true", help="print the wheels of every dependency too"
-    )
+    p.add_argument("--all", action="store_true", help="print the wheels of every dependency too")
     add_json_option(p)
     p.set_defaults(func=run)
 
@@ -54,13 +52,15 @@ def run(args: argparse.Namespace) -> int:
     Each TARGET is a recipe or a stack file; every recipe they are built against
     (``[requirements] recipes``) is realized first, in topological order.
     """
-    from rocmforge.graph import load_graph, realize_graph
+    from rocmforge.graph import lint_facts_for, load_graph, realize_graph
     from rocmforge.realize import check_link, lint, realize
 
     graph = load_graph(args.recipes)  # every recipe is checked before any build
     # Error lints of any recipe stop all of them; realize reports the warnings, without linting
     # (or probing the machine) again.
-    lints = {f: lint(graph.recipes[f]) for f in graph.closure_of_targets()}
+    lints = {
+        f: lint(graph.recipes[f], lint_facts_for(graph, f)) for f in graph.closure_of_targets()
+    }
     links: dict[Path, Path] = {}
     if args.out_link:
         links = {f: _link(args.out_link, i) for i, f in enumerate(graph.targets)}
