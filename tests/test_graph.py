@@ -376,3 +376,30 @@ def test_extension_arch_outside_torch_stops_before_fetch(tmp_path: Path) -> None
     )
     proc = rf("plan", tv, "--store", tmp_path / "store")
     assert proc.returncode == 2 and "RF193" in proc.stderr and "gfx90a" in proc.stderr
+
+
+@pytest.mark.hip
+@pytest.mark.slow
+def test_hip_dependent_built_against_dependency(tmp_path: Path, wheelhouse: Path) -> None:
+    if shutil.which("hipcc") is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("hipcc is missing in CI: scripts/setup.sh should install it (apt hipcc)")
+        pytest.skip("hipcc not installed (apt-get install hipcc: Debian 12's ROCm 5.2)")
+    recipes = graph_copy(tmp_path)
+    store = tmp_path / "store"
+    proc = realize(recipes / "rfuse-hip.toml", "--store", store, "--all", "--json")
+    reports = json.loads(proc.stdout)
+    assert [r["name"] for r in reports] == ["rfbase", "rfusehip"]
+    wheels = [w for r in reports for w in r["wheels"]]
+    meta = json.loads((Path(reports[1]["path"]) / "meta.json").read_text())
+    assert meta["built_against"] == [reports[0]["hash"]]
+    [libs] = meta["archs"].values()
+    assert [v["union"] for v in libs.values()] == [["gfx90a"]]  # hipcc ran: device code inside
+    env_dir = tmp_path / "venv"
+    venv.create(env_dir, with_pip=True)
+    py = env_dir / "bin" / "python"
+    subprocess.run([py, "-m", "pip", "install", "-q", "--no-index", *wheels], check=True)
+    out = subprocess.run(
+        [py, "-c", "import rfusehip; print(rfusehip.factor())"], capture_output=True, text=True
+    )
+    assert out.stdout.strip() == "2", out.stderr  # the rfbase it was built against
