@@ -128,6 +128,38 @@ def record(
             os.unlink(tmp)
 
 
+def record_stack(store_root: str, stack: str, recipes: Sequence[str]) -> None:
+    """Remember a stack file: its own stat guard plus every member's remembered guards and result.
+
+    Records nothing if a member is not remembered (its realize could not be memoised).
+    """
+    path = memo_path(store_root)
+    try:
+        with open(path, "rb") as f:
+            memo = marshal.load(f)
+    except (OSError, EOFError, ValueError, TypeError):
+        return
+    if not isinstance(memo, dict):
+        return
+    guards: list[tuple[str, Sig | None, bool]] = [(os.path.abspath(stack), _sig(stack), True)]
+    results = []
+    for recipe in recipes:
+        item = memo.get(memo_key(recipe))
+        if not isinstance(item, dict) or _valid(item) is None:
+            return
+        guards.extend(item["guards"])
+        results.append(item["result"])
+    memo[memo_key(stack)] = {"guards": guards, "results": results}
+    tmp = f"{path}.{os.getpid()}.{id(guards)}.tmp"
+    try:
+        with open(tmp, "wb") as out:
+            marshal.dump(memo, out)
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+
+
 def touch_used(store_root: str, hash: str) -> None:
     """Record a use of entry ``hash`` now: set the mtime of ``used/<hash>`` (gc reads it).
 
@@ -201,12 +233,21 @@ def fast_realize(argv: Sequence[str]) -> int | None:
         return None
     results = []
     for recipe in recipes:
-        result = _valid(memo.get(memo_key(recipe)))
-        # Without options a realize asks for bwrap: an entry built under a weaker sandbox (or
-        # remembered before the level was) goes to the full pipeline, which rebuilds it.
-        if result is None or result.get("sandbox") != FAST_SANDBOX:
-            return None
-        results.append(result)
+        item = memo.get(memo_key(recipe))
+        if isinstance(item, dict) and "results" in item:  # a stack: one guard set, many results
+            members = item["results"]
+            held = isinstance(members, list) and members and _valid(
+                {"guards": item.get("guards"), "result": members[0]}
+            )
+            found = [_valid({"guards": [], "result": r}) for r in members] if held else None
+        else:
+            found = [_valid(item)]
+        for result in found or [None]:
+            # Without options a realize asks for bwrap: an entry built under a weaker sandbox
+            # (or remembered before the level was) goes to the full pipeline, which rebuilds it.
+            if result is None or result.get("sandbox") != FAST_SANDBOX:
+                return None
+            results.append(result)
     try:
         lock = os.open(os.path.join(store, layout.GC_LOCK), os.O_RDWR)
     except OSError:

@@ -474,3 +474,24 @@ def test_every_derivation_key_has_a_memo_case(tiny_src: Path, tmp_path: Path, st
     assert not missing, f"derivation keys without a memo case (add one to KEY_CASES): {missing}"
     unknown = sorted({t for t in KEY_CASES.values() if not callable(globals().get(t))})
     assert not unknown, f"KEY_CASES names tests that do not exist: {unknown}"
+
+
+@pytest.mark.slow
+def test_stack_is_answered_by_the_memo_and_guarded_by_its_members(
+    tiny_recipe: Path, tmp_path: Path, store: Path
+) -> None:
+    dep = dependency(tmp_path)
+    stack = tmp_path / "stack.toml"
+    stack.write_text(f'schema = 1\n[stack]\nname = "s"\nrecipes = ["{dep}", "{tiny_recipe}"]\n')
+    first = rf("realize", stack, "--store", store)
+    assert first.returncode == 0, first.stderr
+    assert answered_by_memo(stack, store)
+    again = rf("realize", stack, "--store", store)
+    assert again.stdout == first.stdout and len(again.stdout.split()) == 2
+    dep.write_text(dep.read_text() + '\n[env]\nF = "3"\n')  # a member changes
+    assert not answered_by_memo(stack, store)
+    third = rf("realize", stack, "--store", store)
+    assert third.stdout.split()[0] != first.stdout.split()[0]
+    assert third.stdout.split()[1] == first.stdout.split()[1]
+    stack.write_text(stack.read_text().replace(f', "{tiny_recipe}"', ""))  # the stack changes
+    assert not answered_by_memo(stack, store)

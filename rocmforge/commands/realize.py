@@ -116,6 +116,11 @@ def run(args: argparse.Namespace) -> int:
         from rocmforge.errors import BuildError
 
         raise BuildError(f"{len(result.failed)} of {len(result.order)} recipes failed to build")
+    if graph.stacks:
+        from rocmforge import memo
+
+        for stack in graph.stacks:
+            memo.record_stack(str(store.root), str(stack.file), [str(r) for r in stack.recipes])
     shown = list(graph.targets)
     if args.all:
         shown = [f for f in result.order if f not in graph.targets] + shown
