@@ -403,3 +403,60 @@ def test_hip_dependent_built_against_dependency(tmp_path: Path, wheelhouse: Path
         [py, "-c", "import rfusehip; print(rfusehip.factor())"], capture_output=True, text=True
     )
     assert out.stdout.strip() == "2", out.stderr  # the rfbase it was built against
+
+
+@pytest.mark.slow
+def test_keep_going_builds_independent_branches_and_names_the_rest(
+    tmp_path: Path, store: Path
+) -> None:
+    bad = tiny_pkg(tmp_path, "bad", [])
+    bad.write_text(bad.read_text().replace('steps = ["python', 'steps = ["exit 3; python'))
+    tiny_pkg(tmp_path, "needsbad", ["bad.toml"])
+    tiny_pkg(tmp_path, "good", [])
+    stack = tmp_path / "stack.toml"
+    stack.write_text(
+        'schema = 1\n[stack]\nname = "k"\nrecipes = ["bad.toml", "needsbad.toml", "good.toml"]\n'
+    )
+    stop = rf("realize", stack, "--store", store)
+    assert stop.returncode == 1
+    assert "needsbad (needsbad.toml): not built: its dependency bad (bad.toml)" in stop.stderr
+    assert "good (good.toml): not built: an earlier build failed (use --keep-going)" in stop.stderr
+    go = rf("realize", stack, "--store", store, "--keep-going")
+    assert go.returncode == 1 and built(go.stderr) == ["good"], go.stderr
+    assert "needsbad (needsbad.toml): not built: its dependency bad" in go.stderr
+    assert go.stdout == ""  # nothing printed as a result when the set is incomplete
+
+
+@pytest.mark.slow
+def test_parallel_jobs_share_the_cores_and_overlapping_graphs_build_once(
+    tmp_path: Path, store: Path
+) -> None:
+    base = tiny_pkg(tmp_path, "base", [])
+    base.write_text(base.read_text().replace('steps = ["python', 'steps = ["sleep 2; python'))
+    for name in ("left", "right"):
+        r = tiny_pkg(tmp_path, name, ["base.toml"])
+        step = f'echo JOBS = \\"$MAX_JOBS\\" >> {name}/__init__.py; python'
+        r.write_text(r.read_text().replace('steps = ["python', f'steps = ["{step}'))
+    env = dict(os.environ, ROCMFORGE_PIP_ARGS=pip_args())
+    env.pop("ROCMFORGE_STORE", None)
+    cli = [sys.executable, "-m", "rocmforge", "realize", "--store", str(store), "-j", "2"]
+    procs = [
+        subprocess.Popen(
+            [*cli, str(tmp_path / f"{n}.toml")],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for n in ("left", "right")
+    ]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [e for _, e in outs]
+    assert sum(built(e).count("base") for _, e in outs) == 1  # one build of the shared node
+    import zipfile
+
+    [wheel] = outs[0][0].split()
+    with zipfile.ZipFile(wheel) as z:
+        text = z.read("left/__init__.py").decode()
+    share = max(1, (os.cpu_count() or 1) // 2)
+    assert f"JOBS = {share}\n" in text, text
