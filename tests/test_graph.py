@@ -460,3 +460,25 @@ def test_parallel_jobs_share_the_cores_and_overlapping_graphs_build_once(
         text = z.read("left/__init__.py").decode()
     share = max(1, (os.cpu_count() or 1) // 2)
     assert f"JOBS = {share}\n" in text, text
+
+
+def test_gc_policies_never_break_a_kept_closure() -> None:
+    from rocmforge.store.gc import EntryInfo, Policies, plan_gc
+
+    def info(h: str, name: str, created: float, against: tuple[str, ...] = ()) -> EntryInfo:
+        return EntryInfo(
+            hash=h * 32, name=name, version="1", dirname=f"{h * 32}-{name}-1", size=100,
+            created=created, last_used=created, built_against=against,
+        )  # fmt: skip
+
+    torch_old, torch_new = info("a", "torch", 1), info("b", "torch", 2)
+    vision = info("c", "torchvision", 3, (torch_old.hash,))  # built against the older torch
+    entries = [torch_old, torch_new, vision]
+    plan = plan_gc(entries, {}, Policies(keep_last=1), now=10)
+    assert {d.entry.name for d in plan.delete} == set()  # the old torch stays with its dependent
+    kept = {d.entry.hash: d.reasons for d in plan.keep}
+    assert kept[torch_old.hash] == ("kept: dependency of torchvision 1",)
+    plan = plan_gc(entries, {vision.hash: ["pin v"]}, Policies(max_size=200), now=10)
+    assert [d.entry.hash for d in plan.delete] == [torch_new.hash]  # not the pinned one's torch
+    plan = plan_gc(entries, {}, Policies(), now=10)
+    assert len(plan.delete) == 3  # nothing kept: nothing kept for it either
