@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,9 +45,11 @@ def load_stack(path: Path | str) -> Stack | None:
     """
     file = Path(os.path.abspath(path))
     try:
+        if not stat.S_ISREG(os.stat(file).st_mode):
+            return None  # a FIFO or a device: the recipe loader refuses it without blocking
         with open(file, "rb") as f:
             head = f.read(1 << 20)
-    except OSError:
+    except (OSError, ValueError):  # missing, unreadable, a NUL in the name: the loader says so
         return None
     if b"[stack]" not in head:
         return None
