@@ -116,6 +116,7 @@ def record(
         if not isinstance(item, dict) or not isinstance(item.get("guards"), list):
             return
         guards.extend(item["guards"])
+    guards = _unique(guards)  # a closure's guards overlap (shared dependencies)
     memo[memo_key(recipe)] = {"guards": guards, "result": result}
     tmp = f"{path}.{os.getpid()}.{id(guards)}.tmp"
     try:
@@ -126,6 +127,14 @@ def record(
     except OSError:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+
+
+def _unique(guards: list[tuple[str, Sig | None, bool]]) -> list[tuple[str, Sig | None, bool]]:
+    """``guards`` without repeats (the first guard of each path and mode stays)."""
+    seen: dict[tuple[str, bool], tuple[str, Sig | None, bool]] = {}
+    for g in guards:
+        seen.setdefault((g[0], g[2]), g)
+    return list(seen.values())
 
 
 def record_stack(store_root: str, stack: str, recipes: Sequence[str]) -> None:
@@ -149,7 +158,7 @@ def record_stack(store_root: str, stack: str, recipes: Sequence[str]) -> None:
             return
         guards.extend(item["guards"])
         results.append(item["result"])
-    memo[memo_key(stack)] = {"guards": guards, "results": results}
+    memo[memo_key(stack)] = {"guards": _unique(guards), "results": results}
     tmp = f"{path}.{os.getpid()}.{id(guards)}.tmp"
     try:
         with open(tmp, "wb") as out:
