@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import marshal
 import os
 import shutil
 import subprocess
@@ -495,3 +496,19 @@ def test_stack_is_answered_by_the_memo_and_guarded_by_its_members(
     assert third.stdout.split()[1] == first.stdout.split()[1]
     stack.write_text(stack.read_text().replace(f', "{tiny_recipe}"', ""))  # the stack changes
     assert not answered_by_memo(stack, store)
+
+
+def test_closure_guards_are_recorded_once_each(tmp_path: Path) -> None:
+    from rocmforge import memo
+
+    store = tmp_path / "store"
+    files = []
+    for i in range(30):  # a chain: node i is built against every node before it
+        f = tmp_path / f"n{i}.toml"
+        f.write_text(f"# {i}\n")
+        files.append(str(f))
+        result = {"hash": "0" * 32, "name": f"n{i}", "version": "1", "path": "/x", "wheels": []}
+        memo.record(str(store), str(f), files=[str(f)], trees=[], result=result, depends=files[:-1])
+    with open(memo.memo_path(str(store)), "rb") as fh:
+        data = marshal.load(fh)
+    assert len(data[memo.memo_key(files[-1])]["guards"]) == 30  # linear, not 2**29
