@@ -18,6 +18,7 @@ when it was built, so the audit costs one blake3 pass plus one index lookup.
 from __future__ import annotations
 
 import base64
+import contextlib
 import csv
 import hashlib
 import os
@@ -29,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rocmforge.errors import UsageError
+from rocmforge.errors import StoreError, UsageError
 from rocmforge.provenance import read_statement, run_facts
 from rocmforge.signing import SignatureCheck, check_entry
 from rocmforge.stamp import Stamp, StampError, read_stamp
@@ -70,6 +71,9 @@ class AuditReport:
     links: tuple[Mapping[str, str], ...] = ()
     #: The entry's DSSE signature, checked against the trusted keys (verified wheels only).
     signature: SignatureCheck | None = None
+    #: the entries it was built against: name, version, hash, wheel sha256, and their env flags
+    #: when this store has them (see :func:`dependency_facts`)
+    dependencies: tuple[Mapping[str, Any], ...] = ()
 
     @property
     def exit_code(self) -> int:
@@ -137,6 +141,7 @@ class AuditReport:
             "links": [dict(link) for link in self.links],
             "signature": self.signature.to_json() if self.signature else None,
             "derivation": dict(self.derivation) if self.derivation else None,
+            "built_against": [dict(d) for d in self.dependencies],
         }
 
 
@@ -167,6 +172,35 @@ def input_facts(derivation: Mapping[str, Any], deps: Sequence[Any]) -> list[dict
             }
         )
     return out
+def dependency_facts(
+    derivation: Mapping[str, Any] | None, statement: Mapping[str, Any] | None, store: Store
+) -> tuple[dict[str, Any], ...]:
+    """The entries a wheel was built against (``recipes`` of its derivation), each with the
+    digest of the wheel installed (from provenance) and its ``[env]`` flags (from the store)."""
+    recipes = (derivation or {}).get("recipes")
+    if not isinstance(recipes, list):
+        return ()
+    digests: dict[str, str] = {}
+    if statement:
+        bd = statement.get("predicate", {}).get("buildDefinition", {})
+        for dep in bd.get("resolvedDependencies", []):
+            if isinstance(dep, dict) and str(dep.get("name", "")).startswith("recipes/"):
+                h = (dep.get("annotations") or {}).get("inputHash")
+                if isinstance(h, str):
+                    digests[h] = str((dep.get("digest") or {}).get("sha256", ""))
+    out = []
+    for item in recipes:
+        if not isinstance(item, dict):
+            continue
+        fact: dict[str, Any] = {k: item.get(k) for k in ("name", "version", "hash")}
+        fact["wheel_sha256"] = digests.get(str(item.get("hash")))
+        fact["env"] = None  # not in this store: the hash is still the proof
+        with contextlib.suppress(StoreError, UsageError):
+            fact["env"] = DerivationDoc(
+                read_derivation(store.resolve(str(item.get("hash"))).path)
+            ).env
+        out.append(fact)
+    return tuple(out)
 
 
 def worst_exit_code(reports: list[AuditReport]) -> int:
@@ -301,6 +335,7 @@ def audit_wheel(wheel: Path, *, store: Store | None) -> AuditReport:
             statement=statement,
             archs=archs,
             links=links,
+            dependencies=dependency_facts(derivation, statement, store) if store else (),
         )
     return _audit_unverified(wheel, store=store, b3=b3, size=size)
 

@@ -139,6 +139,9 @@ def build_env(
     env.update(source_env(resolved))  # no .git in the build copy: version and commit (scm.py)
     env.update(recipe.env)
     env.update(repro_env(recipe.build, env, paths))
+    share = host_env.get("ROCMFORGE_MAX_JOBS")  # a graph realize's share of the cores
+    if share and "MAX_JOBS" not in env:
+        env["MAX_JOBS"] = share
     env.update(
         {
             "PATH": ":".join(dict.fromkeys(search)),
@@ -570,7 +573,7 @@ def _build_in(
     )
     inside_venv = runner.sandbox_path(Mount(host=root / "venv", inside="/build/venv"))
     install_wheels(
-        [r.wheel for r in resolved.requirements],
+        _build_wheels(resolved),
         root / "venv",
         interpreter=f"{inside_venv}/bin/python",
         error=RequirementError,
@@ -647,6 +650,24 @@ def _cache_stats(setup: Any) -> dict[str, Any] | None:
     return ccache.read_stats(setup).to_json()
 
 
+def _build_wheels(resolved: Resolved) -> list[Path]:
+    """The wheels of the build venv: pinned requirements, then each dependency's closure."""
+    return closure_wheels([r.wheel for r in resolved.requirements], resolved)
+
+
+def closure_wheels(first: Sequence[Path], resolved: Resolved) -> list[Path]:
+    """``first``, then each dependency's wheels and ``[check]`` wheels; one per distribution."""
+    wheels: list[Path] = []
+    seen: set[str] = set()
+    for dep_wheels in (first, *((*d.wheels, *d.check_wheels) for d in resolved.dependencies)):
+        for w in dep_wheels:
+            name = w.name.split("-", 1)[0].lower()
+            if name not in seen:
+                seen.add(name)
+                wheels.append(w)
+    return wheels
+
+
 def build(
     resolved: Resolved,
     *,
@@ -717,6 +738,7 @@ def build(
                 steps=staged.steps,
                 compiler_cache=staged.compiler_cache,
                 portability=[f.to_json() for f in portability],
+                built_against=sorted({d.hash for d in resolved.dependencies}),
             )
             publish = store.replace if replace else store.publish
             entry = publish(

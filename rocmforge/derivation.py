@@ -10,6 +10,7 @@ from __future__ import annotations
 import platform
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from rocmforge.recipe.model import Recipe
@@ -49,6 +50,29 @@ def _build(recipe: Recipe) -> dict[str, Any]:
     return out
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Dependency:
+    """An entry of another recipe this build needs (``[requirements] recipes``, transitively).
+
+    It enters the derivation by ``name``, ``version`` and input ``hash`` only; ``wheels`` (its
+    built wheels, empty while provisional) and ``check_wheels`` (the wheels of its own ``[check]
+    requirements``) are what the build and check venvs install. ``flags`` is the dependency's
+    ``[env]``, kept for audit and explain.
+    """
+
+    name: str
+    version: str
+    hash: str
+    recipe: Path
+    wheels: tuple[Path, ...] = ()
+    check_wheels: tuple[Path, ...] = ()
+    provisional: bool = False
+
+    def to_json(self) -> dict[str, str]:
+        """Return the derivation record of this dependency: name, version, input hash."""
+        return {"name": self.name, "version": self.version, "hash": self.hash}
+
+
 def make_derivation(
     recipe: Recipe,
     *,
@@ -57,11 +81,14 @@ def make_derivation(
     requirements: Sequence[ResolvedRequirement],
     inputs: Mapping[str, Any] | None = None,
     provisional: Sequence[str] = (),
+    dependencies: Sequence[Dependency] = (),
 ) -> Derivation:
     """Assemble the derivation document for ``recipe`` from its resolved inputs and hash it.
 
     ``inputs`` (name -> identity of each ``[inputs.NAME]``) is present only when the recipe has
-    some; ``provisional`` lists what ``plan`` could not resolve, which makes the hash provisional.
+    some; ``dependencies`` (the recipes it is built against, by input hash) likewise under
+    ``recipes``; ``provisional`` lists what ``plan`` could not resolve, which makes the hash
+    provisional.
     """
     data: dict[str, Any] = {
         "builder": BUILDER,
@@ -78,6 +105,10 @@ def make_derivation(
         data["build"]["repair"] = {"tool": build.repair, "policy": build.repair_policy}
     if inputs:
         data["inputs"] = dict(inputs)
+    if dependencies:
+        data["recipes"] = sorted(
+            (d.to_json() for d in dependencies), key=lambda d: (d["name"], d["hash"])
+        )
     if provisional:
         data["provisional"] = list(provisional)
     return Derivation(

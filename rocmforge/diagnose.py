@@ -44,6 +44,28 @@ class Pattern:
 
 PATTERNS: tuple[Pattern, ...] = (
     Pattern(
+        id="torch-abi-mismatch",
+        regex=r"undefined symbol: (_ZN3c10\w*|_ZN2at\w*|_ZNK3c10\w*|_ZN5torch\w*)",
+        cause="a torch extension was built against another torch than the one it runs with "
+        "(missing symbol {0})",
+        fix="build it against the torch recipe it is used with: [requirements] recipes = "
+        '["mi300x.toml"], so its build and check venvs get exactly that wheel',
+    ),
+    Pattern(
+        id="torch-extension-op-missing",
+        regex=r"operator (torchvision|torchaudio)::(\w+) does not exist",
+        cause="{0}'s compiled ops did not load: {0} was built without its GPU ops or against "
+        "another torch",
+        fix="build {0} against the torch recipe it runs with ([requirements] recipes) and set "
+        'FORCE_CUDA = "1" in [env] on ROCm (lint RF191)',
+    ),
+    Pattern(
+        id="torch-not-in-build-venv",
+        regex=r"ModuleNotFoundError: No module named 'torch'",
+        cause="the build imports torch but no torch is installed in the build venv",
+        fix='add the torch recipe to [requirements] recipes (e.g. recipes = ["mi300x.toml"])',
+    ),
+    Pattern(
         id="hipify-missing",
         regex=r"HIPConfig\.h\.in does not exist|'cuda_runtime\.h' file not found"
         r"|cuda_runtime\.h: No such file or directory",

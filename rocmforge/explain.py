@@ -83,6 +83,11 @@ def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
         for item in value:
             if isinstance(item, list) and len(item) == 2:
                 out[f"{prefix}.{item[0]}"] = item[1]
+    elif isinstance(value, list) and prefix == "recipes":
+        for item in value:
+            if isinstance(item, Mapping) and "name" in item:
+                out[f"recipes.{item['name']}"] = item.get("hash")
+                out[f"recipes.{item['name']}.version"] = item.get("version")
     elif isinstance(value, list) and prefix == "requirements":
         for item in value:
             if isinstance(item, Mapping) and "name" in item:
@@ -122,6 +127,32 @@ def diff_derivations(a: Mapping[str, Any], b: Mapping[str, Any]) -> tuple[Differ
     )
 
 
+def descend(
+    differences: tuple[Difference, ...], store: Store, depth: int = 8
+) -> tuple[Difference, ...]:
+    """Replace a differing dependency (``recipes.NAME``: two input hashes) by what differs
+    inside it, as ``recipes.NAME -> env.KEY``, when both entries are in ``store``."""
+    out: list[Difference] = []
+    for d in differences:
+        name = d.key.removeprefix("recipes.")
+        hashes = isinstance(d.old, str) and isinstance(d.new, str)
+        if depth and hashes and d.key.startswith("recipes.") and "." not in name:
+            try:
+                a = read_derivation(store.resolve(d.old).path)
+                b = read_derivation(store.resolve(d.new).path)
+            except (StoreError, UsageError):
+                out.append(d)
+                continue
+            inner = descend(diff_derivations(a, b), store, depth - 1)
+            out.extend(
+                Difference(key=f"{d.key} -> {i.key}", old=i.old, new=i.new) for i in inner
+            )
+            if inner:
+                continue
+        out.append(d)
+    return tuple(out)
+
+
 def summarize(differences: tuple[Difference, ...], limit: int = MAX_SHOWN) -> str:
     """Return ``"key: a -> b; ..."`` with at most ``limit`` items (and how many more)."""
     shown = "; ".join(str(d) for d in differences[:limit])
@@ -154,10 +185,14 @@ def load_side(target: str, *, store: Store, fetcher: Fetcher | None) -> Side:
             raise UsageError(f"{target}: the wheel has no rocmforge stamp; nothing to compare")
         return Side(label=target, kind="wheel", hash=stamp.input_hash, derivation=stamp.derivation)
     if os.path.isfile(target) and not _inside(store.entries_dir, target):
-        from rocmforge.recipe.load import load_recipe
+        from rocmforge.graph import load_graph, plan_dependencies
         from rocmforge.resolve import resolve
 
-        drv = resolve(load_recipe(target), store=store, fetcher=fetcher).derivation
+        graph = load_graph([target])
+        [file] = graph.targets
+        deps = plan_dependencies(graph, file, store=store, fetcher=fetcher)
+        resolved = resolve(graph.recipes[file], store=store, fetcher=fetcher, dependencies=deps)
+        drv = resolved.derivation
         return Side(label=target, kind="recipe", hash=drv.hash, derivation=drv.data)
     entry = store.resolve(target)
     return Side(

@@ -124,12 +124,15 @@ def record(
     files: Iterable[str],
     trees: Iterable[str],
     result: dict[str, object],
+    depends: Iterable[str] = (),
 ) -> None:
     """Remember ``result`` for ``recipe`` while ``files`` and the ``trees`` stay unchanged.
 
     ``result`` holds ``hash``, ``name``, ``version``, ``path`` (the entry directory) and
     ``wheels`` relative to the store root, and ``sigs``: per wheel ``[size, mtime_ns]`` as
-    recorded at publish.
+    recorded at publish. ``depends`` names the recipes ``recipe`` is built against: their
+    remembered guards are guards of this result too (a dependency not remembered means nothing
+    is recorded).
     """
     key = memo_key(recipe, store_root)
     if key is None:
@@ -140,18 +143,69 @@ def record(
         if found is None:
             return
         guards.extend(found)
+    for dep in depends:
+        item = _load_item(store_root, dep)
+        theirs = item.get("guards") if item is not None else None
+        if not isinstance(theirs, list):
+            return
+        guards.extend(theirs)
+    guards = _unique(guards)  # a closure's guards overlap (shared dependencies)
+    _write_item(store_root, key, {"guards": guards, "result": result})
+
+
+def _load_item(store_root: str, recipe: str) -> dict[str, object] | None:
+    """Return the memo record of ``recipe`` in the store at ``store_root``, or None."""
+    key = memo_key(recipe, store_root)
+    if key is None:
+        return None
+    try:
+        with open(memo_path(store_root, key), "rb") as f:
+            memo = marshal.load(f)
+    except (OSError, EOFError, ValueError, TypeError):
+        return None
+    item = memo.get(key) if isinstance(memo, dict) else None
+    return item if isinstance(item, dict) else None
+
+
+def _write_item(store_root: str, key: str, item: dict[str, object]) -> None:
+    """Write the memo file of ``key`` holding ``item`` atomically (best effort)."""
     path = memo_path(store_root, key)
-    memo = {key: {"guards": guards, "result": result}}
-    tmp = f"{path}.{os.getpid()}.tmp"
+    tmp = f"{path}.{os.getpid()}.{id(item)}.tmp"
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(tmp, "wb") as out:
-            marshal.dump(memo, out)
+            marshal.dump({key: item}, out)
         os.replace(tmp, path)
     except OSError:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
 
+
+def _unique(guards: list[tuple[str, Sig | None, bool]]) -> list[tuple[str, Sig | None, bool]]:
+    """``guards`` without repeats (the first guard of each path and mode stays)."""
+    seen: dict[tuple[str, bool], tuple[str, Sig | None, bool]] = {}
+    for g in guards:
+        seen.setdefault((g[0], g[2]), g)
+    return list(seen.values())
+
+
+def record_stack(store_root: str, stack: str, recipes: Sequence[str]) -> None:
+    """Remember a stack file: its own stat guard plus every member's remembered guards and result.
+
+    Records nothing if a member is not remembered (its realize could not be memoised).
+    """
+    key = memo_key(stack, store_root)
+    if key is None:
+        return
+    guards: list[tuple[str, Sig | None, bool]] = [(os.path.abspath(stack), _sig(stack), True)]
+    results = []
+    for recipe in recipes:
+        item = _load_item(store_root, recipe)
+        if item is None or _valid(item) is None or not isinstance(item.get("guards"), list):
+            return
+        guards.extend(item["guards"])  # type: ignore[arg-type]
+        results.append(item["result"])
+    _write_item(store_root, key, {"guards": _unique(guards), "results": results})
 
 def touch_used(store_root: str, hash: str) -> None:
     """Record a use of entry ``hash`` now: set the mtime of ``used/<hash>`` (gc reads it).
@@ -232,20 +286,22 @@ def fast_realize(argv: Sequence[str]) -> int | None:
     recipes, store = parsed
     results = []
     for recipe in recipes:
-        key = memo_key(recipe, store)
-        if key is None:
-            return None
-        try:
-            with open(memo_path(store, key), "rb") as f:
-                memo = marshal.load(f)
-        except (OSError, EOFError, ValueError, TypeError):
-            return None
-        result = _valid(memo.get(key)) if isinstance(memo, dict) else None
-        # Without options a realize asks for bwrap: an entry built under a weaker sandbox (or
-        # remembered before the level was) goes to the full pipeline, which rebuilds it.
-        if result is None or result.get("sandbox") != FAST_SANDBOX:
-            return None
-        results.append(result)
+        item = _load_item(store, recipe)
+        if item is not None and "results" in item:  # a stack: one guard set, many results
+            members = item["results"]
+            found = None
+            if isinstance(members, list) and members:
+                head = {"guards": item.get("guards"), "result": members[0]}
+                if _valid(head):
+                    found = [_valid({"guards": [], "result": r}) for r in members]
+        else:
+            found = [_valid(item)]
+        for result in found or [None]:
+            # Without options a realize asks for bwrap: an entry built under a weaker sandbox
+            # (or remembered before the level was) goes to the full pipeline, which rebuilds it.
+            if result is None or result.get("sandbox") != FAST_SANDBOX:
+                return None
+            results.append(result)
     root = os.path.abspath(store)
     try:
         # Read-only is enough for a shared flock (and all a read-only store allows).

@@ -13,6 +13,7 @@ are made relative to it, and the absolute forms are kept in ``internalParameters
 
 from __future__ import annotations
 
+import hashlib
 import os
 import socket
 from collections.abc import Mapping, Sequence
@@ -202,6 +203,7 @@ def make_statement(
             }
         )
     deps.extend(_input_dependencies(resolved, cache))
+    deps.extend(dependency_records(resolved))
     external, local_paths = external_parameters(recipe)
     return {
         "_type": STATEMENT_TYPE,
@@ -250,6 +252,32 @@ def make_statement(
             },
         },
     }
+
+
+def dependency_records(resolved: Resolved) -> list[dict[str, Any]]:
+    """One ``resolvedDependencies`` record per wheel of each entry this build was built against.
+
+    Named ``recipes/<name>``, with the dependency's input hash and version, and the digest of
+    the wheel that was installed into the build venv.
+    """
+    out: list[dict[str, Any]] = []
+    for dep in resolved.dependencies:
+        for wheel in dep.wheels:
+            with open(wheel, "rb") as f:
+                sha = hashlib.file_digest(f, "sha256").hexdigest()
+            out.append(
+                {
+                    "name": f"recipes/{dep.name}",
+                    "uri": f"rocmforge:{dep.hash}",
+                    "digest": {"sha256": sha},
+                    "annotations": {
+                        "version": dep.version,
+                        "inputHash": dep.hash,
+                        "wheel": wheel.name,
+                    },
+                }
+            )
+    return out
 
 
 def write_statement(path: Path, statement: Mapping[str, Any]) -> None:

@@ -12,11 +12,12 @@ import re
 import stat
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rocmforge.derivation import Dependency
 from rocmforge.errors import UsageError
 from rocmforge.recipe.lints import Finding, LintFacts, describe, preflight
 from rocmforge.recipe.model import Recipe
@@ -109,15 +110,24 @@ def lint(recipe: Recipe, facts: LintFacts | None = None) -> tuple[Finding, ...]:
 
 
 def plan(
-    recipe: Recipe, *, store: Store, fetcher: Fetcher | None, facts: LintFacts | None = None
+    recipe: Recipe,
+    *,
+    store: Store,
+    fetcher: Fetcher | None,
+    facts: LintFacts | None = None,
+    dependencies: Sequence[Dependency] = (),
 ) -> PlanReport:
     """Lint and resolve ``recipe`` and report its derivation and hash, without building.
+
+    ``dependencies`` are its planned dependencies (:func:`rocmforge.graph.plan_dependencies`).
 
     Error lints raise :class:`~rocmforge.recipe.lints.LintError` before anything is fetched.
     """
     findings = lint(recipe, facts)
     with store.shared_lock():  # gc must not remove a source cache resolve is filling
-        r = resolve(recipe, store=store, fetcher=fetcher, provisional=True)
+        r = resolve(
+            recipe, store=store, fetcher=fetcher, provisional=True, dependencies=dependencies
+        )
         drv = r.derivation
         entry = store.lookup(drv.hash, drv.name, drv.version)
     return PlanReport(
@@ -265,6 +275,7 @@ def _remember(store: Store, r: Resolved, entry: Entry) -> None:
             *([str(recipe.source.path)] if recipe.source.kind == "path" else []),
             *(str(i.host) for i in r.inputs if i.kind == "tree"),
         ],
+        depends=[str(d.recipe) for d in r.dependencies],
         result={
             "hash": r.derivation.hash,
             "name": r.derivation.name,
@@ -363,8 +374,13 @@ def realize(
     sandbox: str = "bwrap",
     verify: bool = False,
     compiler_cache: bool = True,
+    dependencies: Sequence[Dependency] = (),
 ) -> RealizeReport:
     """Return the store entry for ``recipe``, building it in the sandbox on a miss.
+
+    ``dependencies`` are the built entries of the recipes it is built against (its closure, in
+    the order :mod:`rocmforge.graph` realized them); they are hashed into its derivation and
+    installed into its build and check venvs.
 
     ``lints`` are the findings of :func:`lint` when the caller already ran it (the CLI lints every
     recipe before building any); without them, the recipe is linted here. Either way the
@@ -394,7 +410,7 @@ def realize(
     try:
         with store.shared_lock():
             roots.set_busy(True)  # gc leaves source caches alone while we resolve and build
-        r = resolve(recipe, store=store, fetcher=fetcher)
+        r = resolve(recipe, store=store, fetcher=fetcher, dependencies=dependencies)
         drv = r.derivation
         with store.shared_lock():
             entry = store.lookup(drv.hash, drv.name, drv.version, verify=verify)
@@ -415,7 +431,7 @@ def realize(
             entry = store.lookup(drv.hash, drv.name, drv.version)
             weaker = entry is not None and not satisfies(entry.meta.sandbox, wanted)
             if entry is None or weaker:
-                from rocmforge.build import build
+                from rocmforge.build import build, closure_wheels
 
                 store.clean_leftovers()
                 if entry is not None:
@@ -451,7 +467,9 @@ def realize(
                     runner=runner,
                     reporter=reporter,
                     keep_failed=keep_failed,
-                    check_requirements=tuple(q.wheel for q in check_reqs),
+                    check_requirements=tuple(
+                        closure_wheels([q.wheel for q in check_reqs], r)
+                    ),
                     replace=weaker,
                     compiler_cache=compiler_cache,
                 )

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from rocmforge.derivation import Derivation, make_derivation
+from rocmforge.derivation import Dependency, Derivation, make_derivation
 from rocmforge.errors import FetchError, RequirementError, ToolchainError
 from rocmforge.recipe.model import Recipe, ToolchainSpec
 from rocmforge.sources.identity import SourceIdentity, identify_source, needs_fetch
@@ -39,6 +39,7 @@ class Resolved:
     derivation: Derivation
     inputs: tuple[ResolvedInput, ...] = ()
     provisional: tuple[str, ...] = ()
+    dependencies: tuple[Dependency, ...] = ()
 
 
 def _unresolved_toolchain(spec: ToolchainSpec, why: str) -> Toolchain:
@@ -80,6 +81,7 @@ def resolve(
     fetcher: Fetcher | None,
     url_fetcher: UrlFetcher | None = None,
     provisional: bool = False,
+    dependencies: Sequence[Dependency] = (),
 ) -> Resolved:
     """Resolve every input of ``recipe``; fetch what is missing through ``fetcher``.
 
@@ -89,10 +91,15 @@ def resolve(
     cache (never cloned just to plan), and - once anything is provisional - requirements and
     archive inputs not fetched yet. Such a hash names no real build.
 
+    ``dependencies`` are the entries of the recipes this one is built against (the whole
+    closure, see :mod:`rocmforge.graph`); a provisional one makes this hash provisional too.
+
     Fetched wheels are checked against the recipe's locked digests (:func:`check_digests`),
     unless something is provisional.
     """
-    notes: list[str] = []
+    notes: list[str] = [
+        f"recipes: {d.name} {d.version} is provisional" for d in dependencies if d.provisional
+    ]
     try:
         toolchain = resolve_toolchain(recipe.toolchain, cache_dir=store.cache_dir)
     except ToolchainError as exc:
@@ -142,6 +149,7 @@ def resolve(
         requirements=requirements,
         inputs={i.name: i.to_json() for i in inputs},
         provisional=notes,
+        dependencies=dependencies,
     )
     return Resolved(
         recipe=recipe,
@@ -151,4 +159,5 @@ def resolve(
         derivation=derivation,
         inputs=inputs,
         provisional=tuple(notes),
+        dependencies=tuple(dependencies),
     )

@@ -4,6 +4,7 @@ recipes; acknowledged lints do not stop a build; an error lint stops realize bef
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -108,6 +109,11 @@ ARCHS = 'archs = ["gfx942"]'
 BUILD_STEP = '"python setup.py bdist_wheel -d $OUT"'
 HIPIFY = '"python tools/amd_build/build_amd.py", '
 DEVELOP = '"python setup.py develop", "python setup.py bdist_wheel -d $OUT"'
+
+#: a torch recipe compiled for gfx90a only, for an extension to be built against
+TORCH_GFX90A = parse_recipe_text(
+    env("PYTORCH_ROCM_ARCH", "gfx90a")(GOOD), file=Path("/recipes/torch-gfx90a.toml")
+)
 
 # (lint id, expected severity, edit, facts, a word the message must contain)
 CASES: dict[str, tuple[str, str, Callable[[str], str], LintFacts, str]] = {
@@ -282,11 +288,35 @@ CASES: dict[str, tuple[str, str, Callable[[str], str], LintFacts, str]] = {
         "hashed",
     ),
     "compiler-cache-off": (
-        "RF191",
+        "RF194",
         "warning",
         sub('passthrough = ["MAX_JOBS"]', 'passthrough = ["MAX_JOBS"]\ncompiler-cache = false'),
         BIG,
         "--no-compiler-cache",
+    ),
+    "force-cuda": ("RF191", "error", sub('name = "torch"', 'name = "torchvision"'), BIG, "FORCE"),
+    "force-cuda-audio": (
+        "RF191",
+        "error",
+        chain(sub('name = "torch"', 'name = "torchaudio"'), drop("USE_ROCM")),
+        BIG,
+        "USE_ROCM",
+    ),
+    "extension-check-archs": (
+        "RF192",
+        "error",
+        chain(
+            sub('name = "torch"', 'name = "torchvision"'), env("FORCE_CUDA", "1"), drop("archs")
+        ),
+        BIG,
+        "CPU-only",
+    ),
+    "arch-not-in-torch": (
+        "RF193",
+        "error",
+        chain(sub('name = "torch"', 'name = "torchvision"'), env("FORCE_CUDA", "1")),
+        replace(BIG, dependencies=(TORCH_GFX90A,)),
+        "gfx942",
     ),
 }
 
@@ -376,7 +406,10 @@ def _shipped() -> list[Path]:
             bases.add((p.parent / base).resolve())
     # a recipe that others extend but that also builds something itself (mi300x) stays
     return [
-        p for p in paths if p.resolve() not in bases or "package" in tomllib.loads(p.read_text())
+        p
+        for p in paths
+        if (p.resolve() not in bases or "package" in tomllib.loads(p.read_text()))
+        and "stack" not in tomllib.loads(p.read_text())  # a stack file names recipes
     ]
 
 

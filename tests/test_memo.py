@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import marshal
 import os
 import shutil
 import subprocess
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from conftest import (
+    DATA,
     TINY_RECIPE,
     VISIBLE_PKG,
     commit_all,
@@ -427,6 +429,9 @@ KEY_CASES = {
     "build.repair.tool": "test_recipe_edit_is_seen",
     "build.repair.policy": "test_recipe_edit_is_seen",
     "builder": "test_code_change_is_seen",
+    "recipes[].name": "test_dependency_change_is_seen",
+    "recipes[].version": "test_dependency_change_is_seen",
+    "recipes[].hash": "test_dependency_change_is_seen",
     # The machine: a store shared between machines sees other toolchain executables (other
     # stat signatures), so the toolchain guards stand for it.
     "system": "test_toolchain_binary_change_is_seen",
@@ -518,6 +523,26 @@ def key_paths(value: object, prefix: str = "", depth: int = DEPTH) -> set[str]:
     return out
 
 
+def dependency(tmp_path: Path) -> Path:
+    """A tiny recipe (package ``tinydep``) for another recipe to be built against."""
+    src = tmp_path / "dep-src"
+    (src / "tinydep").mkdir(parents=True)
+    shutil.copy(DATA / "mkwheel.py", src / "mkwheel.py")
+    (src / "tinydep" / "__init__.py").write_text("VALUE = 7\n")
+    recipe = tmp_path / "dep.toml"
+    recipe.write_text(TINY_RECIPE.replace("tiny", "tinydep").format(src=src))
+    return recipe
+
+
+@pytest.mark.slow
+def test_dependency_change_is_seen(tiny_recipe: Path, tmp_path: Path, store: Path) -> None:
+    dep = dependency(tmp_path)
+    tiny_recipe.write_text(tiny_recipe.read_text() + f'\n[requirements]\nrecipes = ["{dep}"]\n')
+    assert_change_is_seen(
+        tiny_recipe, store, lambda: dep.write_text(dep.read_text() + '\n[env]\nF = "2"\n')
+    )
+
+
 def full_recipe(tmp_path: Path, tiny_src: Path) -> tuple[Path, dict[str, str]]:
     """A recipe using every feature a derivation records, and the env to plan it with."""
     (tmp_path / "base").mkdir()
@@ -542,7 +567,7 @@ def full_recipe(tmp_path: Path, tiny_src: Path) -> tuple[Path, dict[str, str]]:
             "[source]\n", f'[source]\npatches = ["{patch}"]\n'
         )
         + f'\n[toolchain]\nkind = "rocm"\nrocm = "6.2"\nroot = "{root}"\ncc = "rfcc"\n'
-        + '\n[requirements]\nbuild = ["rfmemo==1.0"]\n'
+        + f'\n[requirements]\nbuild = ["rfmemo==1.0"]\nrecipes = ["{dependency(tmp_path)}"]\n'
         + f'\n[inputs.data]\npath = "{data}"\nenv = "DATA"\n'
         + f'\n[inputs.more]\npath = "{archive}"\nenv = "MORE"\nsubdir = "top"\n'
     )
@@ -622,3 +647,43 @@ def test_git_source_hit_is_answered_by_the_memo(
     )
     assert rf("realize", recipe, "--store", store).returncode == 0
     assert answered_by_memo(recipe, store)
+
+
+@pytest.mark.slow
+def test_stack_is_answered_by_the_memo_and_guarded_by_its_members(
+    tiny_recipe: Path, tmp_path: Path, store: Path
+) -> None:
+    dep = dependency(tmp_path)
+    stack = tmp_path / "stack.toml"
+    stack.write_text(f'schema = 1\n[stack]\nname = "s"\nrecipes = ["{dep}", "{tiny_recipe}"]\n')
+    first = rf("realize", stack, "--store", store)
+    assert first.returncode == 0, first.stderr
+    assert answered_by_memo(stack, store)
+    again = rf("realize", stack, "--store", store)
+    assert again.stdout == first.stdout and len(again.stdout.split()) == 2
+    dep.write_text(dep.read_text() + '\n[env]\nF = "3"\n')  # a member changes
+    assert not answered_by_memo(stack, store)
+    third = rf("realize", stack, "--store", store)
+    assert third.stdout.split()[0] != first.stdout.split()[0]
+    assert third.stdout.split()[1] == first.stdout.split()[1]
+    stack.write_text(stack.read_text().replace(f', "{tiny_recipe}"', ""))  # the stack changes
+    assert not answered_by_memo(stack, store)
+
+
+def test_closure_guards_are_recorded_once_each(tmp_path: Path) -> None:
+    from rocmforge import memo
+
+    store = tmp_path / "store"
+    store.mkdir()
+    files = []
+    for i in range(30):  # a chain: node i is built against every node before it
+        f = tmp_path / f"n{i}.toml"
+        f.write_text(f"# {i}\n")
+        files.append(str(f))
+        result = {"hash": "0" * 32, "name": f"n{i}", "version": "1", "path": "/x", "wheels": []}
+        memo.record(str(store), str(f), files=[str(f)], trees=[], result=result, depends=files[:-1])
+    key = memo.memo_key(files[-1], str(store))
+    assert key is not None
+    with open(memo.memo_path(str(store), key), "rb") as fh:
+        data = marshal.load(fh)
+    assert len(data[key]["guards"]) == 30  # linear, not 2**29

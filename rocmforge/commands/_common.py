@@ -109,11 +109,6 @@ def open_store(args: argparse.Namespace, *, create: bool = False) -> Store:
     return store
 
 
-def is_recipe_target(target: str) -> bool:
-    """True when a command's TARGET names a recipe file (rather than a hash, entry or path)."""
-    return target.endswith(".toml") and os.path.isfile(target)
-
-
 def entry_of(store: Store, target: str) -> Entry:
     """Return the entry a TARGET names: a recipe (the entry of its current input hash), an input
     hash (prefix), an entry name or a path in the store. The one place commands resolve targets.
@@ -263,3 +258,37 @@ class ConsoleReporter:
         """Stop the ticker (or heartbeat) and erase the status line."""
         self._stop.set()
         self.clear()
+
+
+def is_recipe_target(target: str) -> bool:
+    """Whether ``target`` names a recipe or stack file (a ``.toml`` file), not a store entry."""
+    return target.endswith(".toml") and os.path.isfile(target)
+
+
+def stack_entries(store: Store, target: str) -> list[tuple[str, Any]]:
+    """The cached entries of a recipe or stack file and its closure: ``(package name, Entry)``.
+
+    Every node must be built: one that is not (or is provisional) raises
+    :class:`~rocmforge.errors.UsageError` naming it.
+    """
+    from rocmforge.errors import UsageError
+    from rocmforge.graph import load_graph, plan_graph
+
+    graph = load_graph([target])
+    out = []
+    for node in plan_graph(graph, store=store, fetcher=None):
+        if node.path is None:
+            raise UsageError(
+                f"{target}: {node.name} {node.version} ({node.recipe.name}) is not built in "
+                f"{store.root}; run `rocmforge realize {target}` first"
+            )
+        out.append((node.name, store.load(node.path)))
+    return out
+
+
+def resolve_targets(store: Store, target: str) -> list[Any]:
+    """The entries a TARGET names: a store entry (hash, prefix, path) or, for a recipe or stack
+    file, every entry of its closure (see :func:`stack_entries`)."""
+    if is_recipe_target(target):
+        return [entry for _, entry in stack_entries(store, target)]
+    return [store.resolve(target)]

@@ -150,6 +150,11 @@ def _print(report: Any) -> None:
         add("  sha256", inp.get("sha256"))
     build = facts["build"] or {}
     add("build", "; ".join(build.get("steps", [])) or ("PEP 517" if build else None))
+    for dep in report.dependencies:
+        add("built on", f"{dep['name']} {dep['version']} {dep['hash']}")
+        env = dep.get("env")
+        add("", "  env " + (" ".join(f"{k}={v!r}" for k, v in sorted(env.items())) or "(none)")
+            if env is not None else "  (not in this store)")  # fmt: skip
     run_ = facts["run"]
     add("sandbox", run_.get("sandbox"))
     if run_.get("started"):

@@ -26,7 +26,7 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """``rocmforge explain A B``: print one line per differing key; 0 in either case."""
-    from rocmforge.explain import diff_derivations, load_side
+    from rocmforge.explain import descend, diff_derivations, load_side
     from rocmforge.sources.requirements import PipFetcher
 
     # Comparing recipes plans them (fetching requirements into the store's caches).
@@ -35,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
     fetcher = PipFetcher()
     a = load_side(args.a, store=store, fetcher=fetcher)
     b = load_side(args.b, store=store, fetcher=fetcher)
-    diffs = diff_derivations(a.derivation, b.derivation)
+    diffs = descend(diff_derivations(a.derivation, b.derivation), store)
     if args.json:
         emit_json(
             {

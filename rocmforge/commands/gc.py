@@ -60,6 +60,13 @@ def register(sub: Any) -> None:
         help="only the compiler cache: trim each toolchain's cache to its max size (default), "
         "or clear it",
     )
+    p.add_argument(
+        "--keep",
+        action="append",
+        default=[],
+        metavar="TARGET",
+        help="also keep this stack's (or recipe's, or entry's) entries in this run; repeatable",
+    )
     add_json_option(p)
     p.set_defaults(func=run)
 
@@ -88,12 +95,19 @@ def run(args: argparse.Namespace) -> int:
     if args.failed:
         return _run_failed(args, store, older)
     policies = Policies(keep_last=args.keep_last, older_than=older, max_size=size)
+    from rocmforge.commands._common import resolve_targets
+
+    extra: dict[str, list[str]] = {}
+    for target in args.keep:
+        for entry in resolve_targets(store, target):
+            extra.setdefault(entry.hash, []).append(f"--keep {target}")
     report = collect_garbage(
         store,
         policies,
         entry_refs=entry_refs,
         dry_run=args.dry_run,
         keep_sources=args.keep_sources,
+        extra_roots=extra,
     )
     if args.json:
         emit_json(report.to_json())

@@ -10,7 +10,9 @@ from rocmforge.commands._common import (
     add_store_option,
     emit_json,
     entry_of,
+    is_recipe_target,
     open_store,
+    stack_entries,
 )
 
 
@@ -19,7 +21,10 @@ def register(sub: Any) -> None:
     p = sub.add_parser("pin", help="keep an entry through every gc under a name")
     p.add_argument("name", metavar="NAME", help="pin name (letters, digits, '.', '_', '-')")
     p.add_argument(
-        "target", metavar="TARGET", help="recipe file, input hash (prefix), entry dir or path"
+        "target",
+        metavar="TARGET",
+        help="input hash (prefix), entry dir or path; or a stack (or recipe) file: NAME.<package> "
+        "for each built entry of its closure",
     )
     add_store_option(p)
     add_json_option(p)
@@ -32,6 +37,16 @@ def run(args: argparse.Namespace) -> int:
 
     check_pin_name(args.name)
     store = open_store(args)
+    if is_recipe_target(args.target):
+        entries = stack_entries(store, args.target)
+        with store.shared_lock():
+            made_all = [pin(store, f"{args.name}.{name}", e) for name, e in entries]
+        if args.json:
+            emit_json([{"name": m.name, "entry": m.entry, "path": str(m.path)} for m in made_all])
+        else:
+            for m in made_all:
+                print(f"pinned {m.name} -> {m.entry}")
+        return 0
     with store.shared_lock():  # the entry cannot be collected between resolving and pinning
         made = pin(store, args.name, entry_of(store, args.target))
     if args.json:

@@ -1,4 +1,4 @@
-"""``rocmforge plan RECIPE``: the derivation, the input hash and whether the store has it."""
+"""``rocmforge plan TARGET``: the derivation, the input hash and whether the store has it."""
 
 from __future__ import annotations
 
@@ -13,7 +13,12 @@ from rocmforge.commands._common import add_json_option, add_store_option, emit_j
 def register(sub: Any) -> None:
     """Add the ``plan`` command."""
     p = sub.add_parser("plan", help="show the derivation and input hash, without building")
-    p.add_argument("recipe", metavar="RECIPE")
+    p.add_argument("recipe", metavar="TARGET", help="a recipe or a stack file")
+    p.add_argument(
+        "--graph",
+        action="store_true",
+        help="show the graph of recipes it is built against: each node's hash, cached or not",
+    )
     add_store_option(p)
     add_json_option(p)
     p.set_defaults(func=run)
@@ -43,15 +48,21 @@ def _left_out(recipe: Any) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    """``rocmforge plan RECIPE``: show the derivation, the hash and whether it is cached."""
+    """``rocmforge plan TARGET``: show the derivation, the hash and whether it is cached."""
+    from rocmforge.graph import lint_facts_for, load_graph, plan_dependencies
     from rocmforge.realize import plan
     from rocmforge.recipe.lints import describe
-    from rocmforge.recipe.load import load_recipe
     from rocmforge.sources.requirements import PipFetcher
 
     store = open_store(args, create=True)
-    recipe = load_recipe(args.recipe)
-    report = plan(recipe, store=store, fetcher=PipFetcher())
+    graph = load_graph([args.recipe])
+    if args.graph or graph.stacks:
+        return _graph(args, graph, store)
+    [file] = graph.targets
+    recipe = graph.recipes[file]
+    deps = plan_dependencies(graph, file, store=store, fetcher=PipFetcher())
+    facts = lint_facts_for(graph, file)
+    report = plan(recipe, store=store, fetcher=PipFetcher(), dependencies=deps, facts=facts)
     for finding in report.lints:
         if finding.allowed is None:
             print(f"warning: {describe(recipe, finding)}", file=sys.stderr)
@@ -98,3 +109,31 @@ def derivation_lines(value: Any, *, indent: int = 0) -> list[str]:
         else:
             out.append(f"{pad}{label} {json.dumps(v, sort_keys=True)}")
     return out
+
+
+def _graph(args: argparse.Namespace, graph: Any, store: Any) -> int:
+    """Print the DAG: one line per node (dependencies first), its edges indented below it."""
+    from rocmforge.graph import plan_graph
+    from rocmforge.sources.requirements import PipFetcher
+
+    nodes = plan_graph(graph, store=store, fetcher=PipFetcher())
+    if args.json:
+        emit_json(
+            {
+                "targets": [str(t) for t in graph.targets],
+                "stacks": [{"name": s.name, "file": str(s.file)} for s in graph.stacks],
+                "nodes": [n.to_json() for n in nodes],
+            }
+        )
+        return 0
+    by_hash = {n.hash: n for n in nodes}
+    lines = []
+    for n in nodes:
+        state = "cached" if n.cached else "missing"
+        if n.provisional:
+            state += ", provisional"
+        mark = "*" if n.target else " "
+        lines.append(f"{mark} {n.hash} {n.name} {n.version} ({state}) {n.recipe.name}")
+        lines.extend(f"    <- {by_hash[d].name} {d}" for d in n.deps)
+    print("\n".join(lines))
+    return 0

@@ -23,6 +23,11 @@ def register(sub: Any) -> None:
         help="hashed env flag equal to VALUE, or containing SUBSTR (repeatable: all must match)",
     )
     p.add_argument("--since", metavar="WHEN", help="built since: a duration (7d, 12h) or a date")
+    p.add_argument(
+        "--built-against",
+        metavar="HASH",
+        help="entries built against this entry (hash, prefix or path), directly or transitively",
+    )
     add_store_option(p)
     add_json_option(p)
     p.set_defaults(func=run)
@@ -35,7 +40,14 @@ def run(args: argparse.Namespace) -> int:
     filters = [parse_env_filter(e) for e in args.env]
     since = parse_since(args.since) if args.since else None
     store = open_store(args)
-    found = query_entries(store, name=args.name, version=args.version, env=filters, since=since)
+    found = query_entries(
+        store,
+        name=args.name,
+        version=args.version,
+        env=filters,
+        since=since,
+        built_against=args.built_against,
+    )
     if args.json:
         emit_json([e.to_json() for e in found])
     else:

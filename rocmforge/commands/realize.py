@@ -1,4 +1,4 @@
-"""``rocmforge realize RECIPE...``: build (or reuse) and print the wheel paths."""
+"""``rocmforge realize TARGET...``: build (or reuse) a recipe graph and print the wheel paths."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from rocmforge.commands._common import (
     ConsoleReporter,
     add_json_option,
     add_store_option,
+    count,
     emit_json,
     open_store,
 )
-from rocmforge.errors import RocmforgeError
 
 
 def register(sub: Any) -> None:
@@ -58,25 +58,41 @@ def register(sub: Any) -> None:
         help=f"off a terminal, print a progress line every SECONDS (default {HEARTBEAT_SECONDS:.0f}"
         "; 0: never)",
     )
+    p.add_argument(
+        "-j", "--jobs", type=count, default=1, metavar="N",
+        help="build up to N independent recipes of the graph at once (default 1)",
+    )  # fmt: skip
+    p.add_argument(
+        "--keep-going", action="store_true",
+        help="after a failure, still build what does not depend on it",
+    )  # fmt: skip
+    p.add_argument("--all", action="store_true", help="print the wheels of every dependency too")
     add_json_option(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    """``rocmforge realize RECIPE...``: build (or fetch from the store) and print wheel paths."""
-    from rocmforge.realize import check_link, lint, realize
-    from rocmforge.recipe.load import load_recipe
-    from rocmforge.sources.requirements import PipFetcher
+    """``rocmforge realize TARGET...``: build (or fetch from the store) and print wheel paths.
 
-    recipes = [load_recipe(p) for p in args.recipes]  # every recipe is checked before any build
+    Each TARGET is a recipe or a stack file; every recipe they are built against
+    (``[requirements] recipes``) is realized first, in topological order.
+    """
+    from rocmforge.graph import lint_facts_for, load_graph, realize_graph
+    from rocmforge.realize import check_link, lint, realize
+
+    graph = load_graph(args.recipes)  # every recipe is checked before any build
     # Error lints of any recipe stop all of them; realize reports the warnings, without linting
     # (or probing the machine) again.
-    lints = [lint(recipe) for recipe in recipes]
-    links = [_link(args.out_link, i) for i in range(len(recipes))] if args.out_link else []
-    for out in links:  # a bad -o LINK stops before any build, not after
+    lints = {
+        f: lint(graph.recipes[f], lint_facts_for(graph, f)) for f in graph.closure_of_targets()
+    }
+    links: dict[Path, Path] = {}
+    if args.out_link:
+        links = {f: _link(args.out_link, i) for i, f in enumerate(graph.targets)}
+    for out in links.values():  # a bad -o LINK stops before any build, not after
         check_link(out)
     store = open_store(args, create=True)
-    fetcher = PipFetcher()
+    from rocmforge.sources.requirements import PipFetcher
 
     def runner_factory() -> Any:
         from rocmforge.sandbox import detect_runner
@@ -84,46 +100,68 @@ def run(args: argparse.Namespace) -> int:
         return detect_runner(args.sandbox)
 
     if args.check:
-        return _check(args, recipes, store, fetcher, runner_factory)
+        targets = [graph.recipes[f] for f in graph.targets]
+        return _check(args, targets, store, PipFetcher(), runner_factory)
 
-    from rocmforge.store.roots import TempRoots
-
-    # Every entry printed stays rooted until the output is out (the flock dies with us anyway).
-    temp_roots = TempRoots(store)
-    reports = []
-    for i, recipe in enumerate(recipes):
-        link = links[i] if links else None
-        reporter = ConsoleReporter(
+    def reporter_factory(recipe: Any) -> ConsoleReporter:
+        return ConsoleReporter(
             sys.stderr, label=recipe.package.name, verbose=args.verbose, heartbeat=args.heartbeat
         )
-        try:
-            report = realize(
-                recipe,
-                store=store,
-                fetcher=fetcher,
-                runner_factory=runner_factory,
-                reporter=reporter,
-                keep_failed=args.keep_failed,
-                link=link,
-                lints=lints[i],
-                temp_roots=temp_roots,
-                sandbox="none" if args.sandbox == "none" else "bwrap",
-                verify=args.verify,
-                compiler_cache=not args.no_compiler_cache,
-            )
-        except RocmforgeError as exc:
-            if exc.recipe_file is None:
-                exc.recipe_file = recipe.file  # named by the CLI
-            raise
-        finally:
-            reporter.close()
-        reports.append(report)
+
+    def on_done(report: Any) -> None:
         if not args.json:
             how = (
                 "cached" if report.cached else f"built in {report.seconds:.1f} s ({report.sandbox})"
             )
             how += _cache_note(report)
             print(f"rocmforge: {report.name} {report.version} {report.hash} {how}", file=sys.stderr)
+
+    from rocmforge.store.roots import TempRoots
+
+    # Every entry printed stays rooted until the output is out (the flock dies with us anyway).
+    temp_roots = TempRoots(store)
+    result = realize_graph(
+        graph,
+        realize=realize,
+        store=store,
+        fetcher=PipFetcher(),
+        runner_factory=runner_factory,
+        reporter_factory=reporter_factory,
+        lints=lints,
+        temp_roots=temp_roots,
+        jobs=max(1, args.jobs),
+        keep_going=args.keep_going,
+        keep_failed=args.keep_failed,
+        links=links,
+        sandbox="none" if args.sandbox == "none" else "bwrap",
+        sandbox_option=args.sandbox,
+        on_done=on_done,
+        options={"verify": args.verify, "compiler_cache": not args.no_compiler_cache},
+        child_args=[
+            *(["--verify"] if args.verify else []),
+            *(["--no-compiler-cache"] if args.no_compiler_cache else []),
+        ],
+    )
+    if not result.ok:
+        for f in result.order:
+            why = result.failed.get(f) or result.skipped.get(f)
+            if why is not None:
+                name = graph.recipes[f].package.name
+                print(f"rocmforge: {name} ({f.name}): {why}", file=sys.stderr)
+        if result.errors:
+            raise result.errors[0]
+        from rocmforge.errors import BuildError
+
+        raise BuildError(f"{len(result.failed)} of {len(result.order)} recipes failed to build")
+    if graph.stacks:
+        from rocmforge import memo
+
+        for stack in graph.stacks:
+            memo.record_stack(str(store.root), str(stack.file), [str(r) for r in stack.recipes])
+    shown = list(graph.targets)
+    if args.all:
+        shown = [f for f in result.order if f not in graph.targets] + shown
+    reports = [result.reports[f] for f in shown]
     if args.json:
         emit_json([r.to_json() for r in reports])
     else:

@@ -18,8 +18,15 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """``rocmforge unpin NAME``: remove the pin ``NAME``."""
-    from rocmforge.store.roots import unpin
+    from rocmforge.store.roots import pins, unpin
 
-    removed = unpin(open_store(args), args.name)
+    store = open_store(args)
+    members = [p.name for p in pins(store) if p.name.startswith(f"{args.name}.")]
+    if members and args.name not in {p.name for p in pins(store)}:  # a stack's pins
+        for name in members:
+            removed = unpin(store, name)
+            print(f"unpinned {removed.name} (was {removed.entry or 'dangling'})")
+        return 0
+    removed = unpin(store, args.name)
     print(f"unpinned {removed.name} (was {removed.entry or 'dangling'})")
     return 0

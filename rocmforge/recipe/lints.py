@@ -84,6 +84,8 @@ class LintFacts:
     ram_bytes: int | None = None
     cpu_count: int | None = None
     host_env: Mapping[str, str] = field(default_factory=dict)
+    #: the recipes this one is built against (``[requirements] recipes``, transitively)
+    dependencies: tuple[Recipe, ...] = ()
 
 
 class LintError(RecipeError):
@@ -160,8 +162,14 @@ RULES: dict[str, Rule] = {
              summary="MAX_JOBS x 4 GB exceeds the machine's RAM"),
         Rule(id="RF182", name="max-jobs-hashed", severity="warning",
              summary="MAX_JOBS in [env] puts parallelism into the hash"),
-        Rule(id="RF191", name="compiler-cache-off", severity="warning",
+        Rule(id="RF194", name="compiler-cache-off", severity="warning",
              summary="a ROCm build with the compiler cache turned off"),
+        Rule(id="RF191", name="force-cuda", severity="error",
+             summary="torchvision/torchaudio on ROCm without a GPU build CPU-only ops silently"),
+        Rule(id="RF192", name="extension-check-archs", severity="error",
+             summary="a ROCm torch extension without [check] archs passes a CPU-only wheel"),
+        Rule(id="RF193", name="arch-not-in-torch", severity="error",
+             summary="the extension's PYTORCH_ROCM_ARCH is not a subset of its torch's"),
     )
 }  # fmt: skip
 
@@ -790,13 +798,59 @@ def _lint_max_jobs(recipe: Recipe, facts: LintFacts) -> Iterator[Finding]:
 def _lint_compiler_cache(recipe: Recipe, facts: LintFacts) -> Iterator[Finding]:
     if is_rocm(recipe) and recipe.build.compiler_cache == "off":
         yield _emit(
-            "RF191",
+            "RF194",
             "build.compiler-cache",
             "the compiler cache is off: every rebuild of this ROCm build (a new commit, a changed "
             "flag) compiles all of its thousands of translation units again; the cache never "
             "changes the hash or the wheel's bytes",
             'remove compiler-cache = false (PyTorch: compiler-cache = "cmake-launcher"), or '
             "pass --no-compiler-cache for one build",
+        )
+
+
+#: torch extensions and the [env] switch that makes their setup.py build the GPU ops without a
+#: visible GPU (torchvision: ``torch.cuda.is_available() or FORCE_CUDA``; torchaudio: USE_ROCM,
+#: which otherwise follows ``torch.version.hip``, or FORCE_CUDA).
+GPU_SWITCH: dict[str, tuple[str, ...]] = {
+    "torchvision": ("FORCE_CUDA",),
+    "torchaudio": ("USE_ROCM", "FORCE_CUDA"),
+}
+
+
+def _lint_torch_extension(recipe: Recipe, facts: LintFacts) -> Iterator[Finding]:
+    name = recipe.package.name.lower()
+    if name not in GPU_SWITCH or not is_rocm(recipe):
+        return
+    switches = GPU_SWITCH[name]
+    if not any(_flag(recipe.env, s) for s in switches):
+        yield _emit(
+            "RF191",
+            f"env.{switches[0]}",
+            f"{name}'s setup.py builds its GPU ops only when it sees a GPU or {switches[0]}=1; the "
+            "sandbox shows no GPU, so the wheel would silently hold CPU-only ops",
+            f'set {switches[0]} = "1" in [env]',
+        )
+    if not recipe.check.archs:
+        yield _emit(
+            "RF192",
+            "check.archs",
+            "without [check] archs a CPU-only build (no HIP code in the wheel) passes the check",
+            'set [check] archs = ["gfx942"] (the archs in PYTORCH_ROCM_ARCH)',
+        )
+    torch = next((d for d in facts.dependencies if is_torch(d)), None)
+    if torch is None or "PYTORCH_ROCM_ARCH" not in recipe.env:
+        return
+    have = {_base(t) for t in split_archs(torch.env.get("PYTORCH_ROCM_ARCH", ""))}
+    want = {_base(t) for t in split_archs(recipe.env["PYTORCH_ROCM_ARCH"])}
+    extra = sorted(want - have)
+    if have and extra:
+        yield _emit(
+            "RF193",
+            "env.PYTORCH_ROCM_ARCH",
+            f"{', '.join(extra)} not in the archs of the torch it is built against "
+            f"({torch.file.name}: {', '.join(sorted(have))}); those kernels would have no torch "
+            "to run with",
+            f"use a subset of {', '.join(sorted(have))}, or add the arch to the torch recipe",
         )
 
 
@@ -815,6 +869,7 @@ LINTS: tuple[Callable[[Recipe, LintFacts], Iterator[Finding]], ...] = (
     _lint_build_version,
     _lint_max_jobs,
     _lint_compiler_cache,
+    _lint_torch_extension,
 )
 
 

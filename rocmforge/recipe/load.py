@@ -209,6 +209,9 @@ def _parse(file: Path, text: str) -> dict[str, Any]:
         for spec in inputs.values():
             if isinstance(spec, dict) and isinstance(spec.get("path"), str):
                 spec["path"] = _absolute(base, spec["path"])
+    reqs = data.get("requirements")
+    if isinstance(reqs, dict) and isinstance(reqs.get("recipes"), list):
+        reqs["recipes"] = [_absolute(base, p) if isinstance(p, str) else p for p in reqs["recipes"]]
     return data
 
 

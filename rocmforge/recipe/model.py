@@ -95,6 +95,8 @@ class RequirementsSpec:
     def needs_lock(self) -> bool:
         """True if the closure comes from a lock file (specifiers or the source's own list)."""
         return self.build_system or not all(is_exact_pin(s) for s in self.specifiers)
+    #: ``recipes``: other recipes (absolute once loaded) whose wheels this build needs.
+    recipes: tuple[Path, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -205,7 +207,7 @@ _KEYS: dict[str, tuple[str, ...]] = {
                "enclosing-ignores"),
     "toolchain": ("kind", "python", "cc", "cxx", "rocm", "root", "packages", "hip-clang",
                   "device-libs", "rust"),
-    "requirements": ("build", "digests", "build-system"),
+    "requirements": ("build", "digests", "build-system", "recipes"),
     "build": ("steps", "passthrough", "timeout", "repair", "repair-policy",
               "compiler-cache", "config-settings", "reproducible"),
     "check": ("import", "archs", "requirements", "portable"),
@@ -508,14 +510,21 @@ def _toolchain(c: _Checker, data: Mapping[str, Any], base: Path) -> ToolchainSpe
 def _requirements(c: _Checker, data: Mapping[str, Any]) -> RequirementsSpec:
     t = c.table(data, "requirements")
     specifiers = _specifiers(c, t)
+    recipes = tuple(Path(p) for _, p in c.strings(t, "requirements", "recipes"))
     build_system = c.boolean(t, "requirements", "build-system")
     if build_system or not all(is_exact_pin(s) for s in specifiers):
         return RequirementsSpec(
-            specifiers=tuple(specifiers), build_system=build_system, digests=_digests(c, t, [])
+            specifiers=tuple(specifiers),
+            build_system=build_system,
+            digests=_digests(c, t, []),
+            recipes=recipes,
         )
     exact = [re.sub(r"\s+", "", s) for s in specifiers]
     return RequirementsSpec(
-        build=tuple(exact), specifiers=tuple(specifiers), digests=_digests(c, t, exact)
+        build=tuple(exact),
+        specifiers=tuple(specifiers),
+        digests=_digests(c, t, exact),
+        recipes=recipes,
     )
 
 

@@ -133,7 +133,7 @@ class WheelRecord:
 _KNOWN = frozenset(
     {"hash", "name", "version", "created", "size", "wheels", "sandbox", "build_seconds",
      "sources", "files", "archs", "links", "seal", "steps", "compiler_cache",
-     "portability"}
+     "portability", "built_against"}
 )  # fmt: skip
 
 
@@ -168,6 +168,9 @@ class EntryMeta:
     #: None when the build ran without the cache.
     compiler_cache: Mapping[str, Any] | None = None
     portability: tuple[Mapping[str, str], ...] | None = None
+    #: ``built_against``: input hashes of the entries this one was built against (its closure
+    #: of ``[requirements] recipes``); gc keeps them while this entry stays.
+    built_against: tuple[str, ...] = ()
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     @property
@@ -249,6 +252,9 @@ class EntryMeta:
             ):
                 raise _fail(file, "portability", "a list of {file, flag} tables", portability)
             portability = tuple(portability)
+        against = data.get("built_against", [])
+        if not isinstance(against, list) or not all(isinstance(h, str) for h in against):
+            raise _fail(file, "built_against", "a list of input hashes", against)
         return cls(
             hash=hash_,
             name=name,
@@ -269,6 +275,7 @@ class EntryMeta:
             steps=steps,
             compiler_cache=compiler_cache,
             portability=portability,
+            built_against=tuple(against),
             extra={k: v for k, v in data.items() if k not in _KNOWN},
         )
 
@@ -305,6 +312,7 @@ class EntryMeta:
             "portability": (
                 [dict(p) for p in self.portability] if self.portability is not None else None
             ),
+            "built_against": list(self.built_against) or None,
         }
         out.update((k, v) for k, v in optional.items() if v is not None)
         return out
@@ -338,6 +346,7 @@ def build_fields(
     steps: Sequence[StepTiming] | None = None,
     compiler_cache: Mapping[str, Any] | None = None,
     portability: Sequence[Mapping[str, str]] = (),
+    built_against: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Return what a build knows of its entry's ``meta.json``, under the file's keys, for
     :meth:`~rocmforge.store.store.Store.publish` (which adds hash, name, version, created and
@@ -359,6 +368,8 @@ def build_fields(
         out["compiler_cache"] = dict(compiler_cache)
     if portability:
         out["portability"] = [dict(p) for p in portability]
+    if built_against:
+        out["built_against"] = list(built_against)
     return out
 
 

@@ -88,6 +88,8 @@ class EntryInfo:
     size: int
     created: float
     last_used: float
+    #: input hashes of the entries this one was built against (kept while it stays)
+    built_against: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """Return JSON-ready data."""
@@ -167,6 +169,31 @@ def _ordinal(n: int) -> str:
     return f"{n}{suffix}"
 
 
+def _keep_closures(
+    entries: Sequence[EntryInfo],
+    kept: dict[str, tuple[str, ...]],
+    doomed: dict[str, tuple[str, ...]],
+) -> None:
+    """Keep every entry a kept entry was built against (transitively), like Nix's references."""
+    by_hash = {e.hash: e for e in entries}
+    todo = [h for h in kept]
+    while todo:
+        e = by_hash[todo.pop()]
+        for h in e.built_against:
+            if h not in by_hash:
+                continue
+            why = f"kept: dependency of {e.name} {e.version}"
+            if h in doomed:
+                del doomed[h]
+                kept[h] = (why,)
+                todo.append(h)
+            elif why not in kept.get(h, ()):
+                first = h not in kept
+                kept[h] = (*kept.get(h, ()), why)
+                if first:
+                    todo.append(h)
+
+
 def plan_gc(
     entries: Sequence[EntryInfo],
     roots: Mapping[str, Sequence[str]],
@@ -213,6 +240,7 @@ def plan_gc(
             kept[e.hash] = tuple(stay)
         else:
             doomed[e.hash] = tuple(go)
+    _keep_closures(entries, kept, doomed)
     total = sum(e.size for e in entries)
     remaining = total - sum(e.size for e in entries if e.hash in doomed)
     over_by = 0
@@ -222,9 +250,15 @@ def plan_gc(
             key=lambda e: (e.last_used, e.created, e.hash),
         )
         limit = format_size(policies.max_size)
+        dependents: dict[str, list[str]] = defaultdict(list)
+        for e in entries:
+            for h in e.built_against:
+                dependents[h].append(e.hash)
         for e in lru:
             if remaining <= policies.max_size:
                 break
+            if any(d not in doomed for d in dependents.get(e.hash, ())):
+                continue  # a kept entry was built against it
             doomed[e.hash] = (
                 f"max-size {limit}: least recently used (last used {format_age(now - e.last_used)}"
                 f" ago) while the entries hold {format_size(remaining)}",
@@ -339,6 +373,7 @@ def gather_entries(store: Store) -> tuple[list[EntryInfo], list[str]]:
                 size=meta.size + len(raw),
                 created=meta.created,
                 last_used=last,
+                built_against=meta.built_against,
             )
         )
     return entries, warnings
@@ -549,8 +584,11 @@ def collect_garbage(
     now: float | None = None,
     dry_run: bool = False,
     keep_sources: bool = False,
+    extra_roots: Mapping[str, Sequence[str]] | None = None,
 ) -> GcReport:
     """Plan and (unless ``dry_run``) delete, all under the store's exclusive lock.
+
+    ``extra_roots`` (input hash -> why) root entries for this run only (``gc --keep STACK``).
 
     ``entry_refs`` says which source caches one kept entry uses (see :data:`EntryRefs`).
 
@@ -561,7 +599,10 @@ def collect_garbage(
         now = time.time() if now is None else now
         entries, warnings = gather_entries(store)
         roots: RootSet = collect_roots(store)
-        plan = plan_gc(entries, roots.by_hash, policies, now)
+        by_hash = dict(roots.by_hash)
+        for h, why in (extra_roots or {}).items():
+            by_hash[h] = (*by_hash.get(h, ()), *why)
+        plan = plan_gc(entries, by_hash, policies, now)
         sources: tuple[SourceItem, ...] = ()
         because: str | None = None
         if keep_sources:

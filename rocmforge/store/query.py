@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from rocmforge.errors import UsageError
+from rocmforge.errors import RocmforgeError, UsageError
 from rocmforge.store import layout
 from rocmforge.store.entry import Entry, read_derivation
 from rocmforge.store.index import IndexRow
@@ -123,8 +123,13 @@ def query_entries(
     version: str | None = None,
     env: Sequence[EnvFilter] = (),
     since: float | None = None,
+    built_against: str | None = None,
 ) -> list[Listed]:
-    """Return the indexed entries matching every filter, oldest first."""
+    """Return the indexed entries matching every filter, oldest first.
+
+    ``built_against`` (a hash, prefix or entry path) keeps the entries built against that entry,
+    directly or through another dependency (``meta.json`` ``built_against``).
+    """
     rows = store.index.query(
         name=name,
         version=version,
@@ -132,6 +137,17 @@ def query_entries(
         env_contains=[(f.key, f.value) for f in env if f.substring],
         since=since,
     )
+    if built_against is not None:
+        wanted = store.resolve(built_against).hash
+        kept = []
+        for row in rows:
+            try:
+                entry = store.load(row.path)
+            except (OSError, RocmforgeError):
+                continue  # damaged or gone: verify reports it
+            if wanted in entry.meta.built_against:
+                kept.append(row)
+        rows = kept
     found = _listed(store, rows)
     if not env:
         return found
