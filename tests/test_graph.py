@@ -368,7 +368,7 @@ def test_rocm_stack_plans_anywhere_without_cloning(tmp_path: Path) -> None:
 
 
 def test_extension_arch_outside_torch_stops_before_fetch(tmp_path: Path) -> None:
-    for name in ("mi300x.toml", "rocm-6.2.toml", "torchvision-mi300x.toml"):
+    for name in ("mi300x.toml", "rocm-6.2.toml", "rocm-6.2.lock", "torchvision-mi300x.toml"):
         shutil.copy(REPO / "recipes" / name, tmp_path / name)
     tv = tmp_path / "torchvision-mi300x.toml"
     tv.write_text(
