@@ -410,12 +410,23 @@ def _build_in(
         version=resolved.toolchain.fingerprint["python"]["version"],
     )
     inside_venv = runner.sandbox_path(Mount(host=root / "venv", inside="/build/venv"))
-    install_wheels(
-        [r.wheel for r in resolved.requirements],
-        root / "venv",
-        interpreter=f"{inside_venv}/bin/python",
-        error=RequirementError,
-    )
+    if runner.level == "bwrap":  # the venv is mounted read-only: share installed trees
+        from rocmforge.wheelcache import install_linked
+
+        install_linked(
+            [(r.wheel, r.sha256) for r in resolved.requirements],
+            root / "venv",
+            sources_dir=store.sources_dir,
+            python_xy=".".join(resolved.toolchain.fingerprint["python"]["version"].split(".")[:2]),
+            interpreter=f"{inside_venv}/bin/python",
+        )
+    else:
+        install_wheels(
+            [r.wheel for r in resolved.requirements],
+            root / "venv",
+            interpreter=f"{inside_venv}/bin/python",
+            error=RequirementError,
+        )
     reporter.phase("build")
     extra: list[Mount] = []
     view = resolved.toolchain.view
