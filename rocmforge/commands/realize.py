@@ -61,8 +61,9 @@ def run(args: argparse.Namespace) -> int:
 
     def runner_factory() -> Any:
         from rocmforge.sandbox import detect_runner
+        from rocmforge.store import layout
 
-        return detect_runner(args.sandbox)
+        return detect_runner(args.sandbox, probe_cache=store.cache_dir / layout.CACHE_BWRAP)
 
     if args.check:
         return _check(args, recipes, store, fetcher, runner_factory)

@@ -77,6 +77,8 @@ CACHE_PYPREFIX = "pyprefix.json"
 CACHE_ROCMROOT = "rocmroot.json"
 CACHE_VIEW = "view.json"
 CACHE_VIEWS = "views"
+#: A successful bwrap trial run, keyed by the binary's stat and the user-namespace settings.
+CACHE_BWRAP = "bwrap.json"
 #: Below ``sources/inputs``: downloaded archives and their unpacked trees.
 INPUTS_ARCHIVES = "archives"
 INPUTS_UNPACKED = "unpacked"
