@@ -354,7 +354,7 @@ def _stamp_derivation(wheel: Path) -> dict[str, Any] | None:
     try:
         with zipfile.ZipFile(wheel) as zf:
             stamp = read_stamp(zf, wheel)
-    except (OSError, zipfile.BadZipFile, StampError):
+    except (OSError, zipfile.BadZipFile, zlib.error, StampError):
         return None
     return dict(stamp.derivation) if stamp else None
 
@@ -381,7 +381,7 @@ def _audit_unverified(wheel: Path, *, store: Store | None, b3: str, size: int) -
             except StampError as exc:
                 return report(TAMPERED, [str(exc), *record_problems(zf)])
             problems = record_problems(zf)
-    except (zipfile.BadZipFile, OSError) as exc:
+    except (zipfile.BadZipFile, zlib.error, OSError) as exc:
         return report(UNKNOWN, [f"not a readable wheel (zip) archive: {exc}"])
     if stamp is None:
         problems.insert(0, "no rocmforge stamp: not built by rocmforge, or the stamp was removed")

@@ -572,12 +572,28 @@ def _build_in(
         version=resolved.toolchain.fingerprint["python"]["version"],
     )
     inside_venv = runner.sandbox_path(Mount(host=root / "venv", inside="/build/venv"))
-    install_wheels(
-        _build_wheels(resolved),
-        root / "venv",
-        interpreter=f"{inside_venv}/bin/python",
-        error=RequirementError,
-    )
+    wheels = _build_wheels(resolved)
+    rest = wheels
+    if runner.level == "bwrap":  # the venv is mounted read-only: share installed trees
+        from rocmforge.wheelcache import install_linked
+
+        python_xy = ".".join(resolved.toolchain.fingerprint["python"]["version"].split(".")[:2])
+        install_linked(
+            [(r.wheel, r.sha256) for r in resolved.requirements],
+            root / "venv",
+            sources_dir=store.sources_dir,
+            python_xy=python_xy,
+            interpreter=f"{inside_venv}/bin/python",
+        )
+        own = {r.wheel for r in resolved.requirements}
+        rest = [w for w in wheels if w not in own]  # the dependencies' wheels (a graph)
+    if rest:
+        install_wheels(
+            rest,
+            root / "venv",
+            interpreter=f"{inside_venv}/bin/python",
+            error=RequirementError,
+        )
     reporter.phase("build")
     extra: list[Mount] = []
     view = resolved.toolchain.view

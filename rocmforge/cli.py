@@ -31,15 +31,21 @@ from rocmforge.util.fsutil import disk_full_error, is_disk_full
 EXIT_BROKEN_PIPE = 141
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """Return the argument parser of the ``rocmforge`` command."""
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """Return the argument parser of the ``rocmforge`` command.
+
+    With ``argv``, only the commands named by one of its words are registered (the command run
+    is always one of them): importing and building all sixteen sub-parsers costs every command
+    start. Without a command word (``--help``, a typo) every command is registered.
+    """
+    named = [n for n in COMMANDS if argv is not None and n in argv]
     parser = argparse.ArgumentParser(
         prog="rocmforge", description="Reproducible, content-addressed builds of Python wheels."
     )
     parser.add_argument("--version", action="version", version=f"rocmforge {__version__}")
     add_global_options(parser)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name in COMMANDS:
+    for name in named or COMMANDS:
         importlib.import_module(f"rocmforge.commands.{name}").register(sub)
     return parser
 
@@ -108,7 +114,9 @@ def _store_of(args: argparse.Namespace) -> Path:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line with ``argv``; return the exit code."""
     try:
-        parser = build_parser()
+        if argv is None:
+            argv = sys.argv[1:]
+        parser = build_parser(argv)
         args = parser.parse_args(argv)
         if args.json and not getattr(args, "json_supported", False):
             parser.error(f"{args.command} has no --json")

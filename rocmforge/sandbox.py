@@ -291,15 +291,18 @@ def _send_env(fd: int, env: Mapping[str, str]) -> None:
         os.close(fd)
 
 
-def detect_runner(level: str | None = None) -> Runner:
+def detect_runner(level: str | None = None, *, probe_cache: Path | None = None) -> Runner:
     """Return the runner for ``level``; None or ``"auto"`` means bwrap.
 
     ``auto`` never falls back to a weaker level: if bwrap is unusable it raises
     :class:`SandboxError` with the reason and how to choose ``none`` knowingly. Raises it too for
     an unknown level, for the removed ``unshare``, or for a level this machine cannot provide.
+    With ``probe_cache`` (a JSON file), a successful trial run of bwrap is remembered there under
+    the stat of the bwrap binary, the user and the kernel's user-namespace settings, and skipped
+    while none of them changed; a failure is never remembered.
     """
     if level is None or level == "auto":
-        runner, reason = _candidate("bwrap")
+        runner, reason = _candidate("bwrap", probe_cache)
         if runner is None:
             raise SandboxError(
                 f"no sandbox available: {reason}; install bubblewrap (or allow unprivileged "
@@ -312,23 +315,65 @@ def detect_runner(level: str | None = None) -> Runner:
         raise SandboxError(
             f"unknown sandbox level {level!r}; expected one of: auto, {', '.join(LEVELS)}"
         )
-    runner, reason = _candidate(level)
+    runner, reason = _candidate(level, probe_cache)
     if runner is None:
         raise SandboxError(f"sandbox level {level!r} is not available: {reason}")
     return runner
 
 
-def _candidate(level: str) -> tuple[Runner | None, str]:
+def _candidate(level: str, probe_cache: Path | None = None) -> tuple[Runner | None, str]:
     if level == "none":
         return NoneRunner(), ""
     executable = shutil.which(level)
     if executable is None:
         return None, f"{level!r} not found on PATH"
     runner = BwrapRunner(executable)
+    key = _probe_key(executable) if probe_cache is not None else None
+    if probe_cache is not None and key is not None:
+        try:
+            if json.loads(probe_cache.read_bytes()) == key:
+                return runner, ""
+        except (OSError, ValueError):
+            pass
     failure = runner.unavailable_reason()
     if failure is None:
+        if probe_cache is not None and key is not None:
+            from rocmforge.util.fsutil import write_atomic
+
+            with contextlib.suppress(OSError):
+                write_atomic(probe_cache, json.dumps(key).encode())
         return runner, ""
     return None, failure
+
+
+#: Kernel settings that decide whether an unprivileged user may create namespaces.
+_USERNS_SETTINGS = (
+    "/proc/sys/kernel/unprivileged_userns_clone",
+    "/proc/sys/user/max_user_namespaces",
+    "/proc/sys/kernel/apparmor_restrict_unprivileged_userns",
+)
+
+
+def _probe_key(executable: str) -> dict[str, object] | None:
+    """What a successful bwrap trial run depends on, or None if it cannot be read."""
+    try:
+        real = os.path.realpath(executable)
+        st = os.stat(real)
+    except OSError:
+        return None
+    settings: dict[str, str] = {}
+    for path in _USERNS_SETTINGS:
+        try:
+            with open(path, encoding="ascii") as f:
+                settings[path] = f.read().strip()
+        except OSError:
+            settings[path] = "-"
+    return {
+        "bwrap": real,
+        "stat": [st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode],
+        "uid": os.getuid(),
+        "settings": settings,
+    }
 
 
 def _probe(cmd: list[str]) -> str | None:

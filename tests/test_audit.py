@@ -224,3 +224,33 @@ def test_same_hash_other_bytes_is_diverged_not_tampered(tmp_path: Path, tiny_src
     assert text.returncode == 7 and "DIVERGED" in text.stdout and "TAMPERED" not in text.stdout
     # Diverged ranks above claimed and below tampered when several wheels are audited.
     assert rf("audit", wheel_b, built["a"]["wheels"][0], "--store", tmp_path / "a").returncode == 7
+
+
+def test_a_corrupt_deflate_stream_is_reported_not_an_internal_error(
+    tmp_path: Path, store: Path
+) -> None:
+    import random
+    import zlib
+
+    text = "".join(f"line {random.Random(i).random()}\n" for i in range(4000)).encode()
+    good = tmp_path / "good.whl"
+    with zipfile.ZipFile(good, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("x-1.dist-info/rocmforge.json", text)  # the stamp, read first
+        z.writestr("x-1.dist-info/RECORD", "")
+    data = good.read_bytes()
+    for offset in range(200, len(data) // 2, 97):  # find a flip that breaks the deflate stream
+        flipped = bytearray(data)
+        flipped[offset] ^= 0x40
+        bad = tmp_path / "x-1-py3-none-any.whl"
+        bad.write_bytes(bytes(flipped))
+        try:
+            with zipfile.ZipFile(bad) as z:
+                z.read("x-1.dist-info/rocmforge.json")
+        except zlib.error:
+            break
+        except zipfile.BadZipFile:
+            continue
+    else:
+        pytest.skip("no flip gave a zlib error")
+    code, report = _audit(bad, store)
+    assert code != 4 and report["status"] in ("unknown", "tampered")

@@ -507,9 +507,10 @@ def test_unreferenced_source_caches_are_collected(
     assert (sources / mirrors[0]).is_dir()
     report = gc_json(store)
     kinds = sorted(s["kind"] for s in report["sources"])
-    assert kinds == ["git mirror", "git resolve cache", "requirement wheel"]
+    assert kinds == ["git mirror", "git resolve cache", "requirement wheel", "unpacked wheel"]
     assert not (sources / mirrors[0]).exists()
     assert list((sources / "wheels").glob("*.whl")) == []
+    assert list((sources / "wheels-unpacked").iterdir()) == []
     # The store still works: the next realize fetches again.
     proc = rf("realize", recipe, "--store", store, env=env)
     assert proc.returncode == 0, proc.stderr

@@ -395,3 +395,33 @@ def test_unshare_level_is_gone_with_a_reason() -> None:
 def test_detect_runner_rejects_unknown_level() -> None:
     with pytest.raises(SandboxError, match=r"unknown sandbox level 'docker'.*auto, bwrap, none"):
         detect_runner("docker")
+
+
+def test_a_successful_bwrap_probe_is_remembered_by_stat(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = shutil.which("bwrap")
+    if real is None:
+        pytest.skip("bubblewrap (bwrap) is not installed on this machine")
+    bindir, calls = tmp_path / "bin", tmp_path / "calls"
+    bindir.mkdir()
+    wrapper = bindir / "bwrap"
+    wrapper.write_text(f'#!/bin/sh\necho x >> {calls}\nexec {real} "$@"\n')
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}:/usr/bin:/bin")
+    cache = tmp_path / "cache" / "bwrap.json"
+
+    def probes() -> int:
+        return len(calls.read_text().splitlines()) if calls.exists() else 0
+
+    assert detect_runner(probe_cache=cache).level == "bwrap" and probes() == 1
+    assert detect_runner("bwrap", probe_cache=cache).level == "bwrap" and probes() == 1
+    assert detect_runner().level == "bwrap" and probes() == 2  # no cache given: always probed
+    os.utime(wrapper, ns=(1, 1))  # another binary (by stat): probed again
+    assert detect_runner(probe_cache=cache).level == "bwrap" and probes() == 3
+    # A failing bwrap is never remembered: each call probes and reports it.
+    wrapper.write_text(f"#!/bin/sh\necho x >> {calls}\necho broken >&2\nexit 1\n")
+    for n in (4, 5):
+        with pytest.raises(SandboxError, match="broken"):
+            detect_runner(probe_cache=cache)
+        assert probes() == n

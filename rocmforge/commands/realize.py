@@ -96,8 +96,9 @@ def run(args: argparse.Namespace) -> int:
 
     def runner_factory() -> Any:
         from rocmforge.sandbox import detect_runner
+        from rocmforge.store import layout
 
-        return detect_runner(args.sandbox)
+        return detect_runner(args.sandbox, probe_cache=store.cache_dir / layout.CACHE_BWRAP)
 
     if args.check:
         targets = [graph.recipes[f] for f in graph.targets]

@@ -18,8 +18,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from filelock import FileLock
-
 from rocmforge.errors import FetchError, SourceError
 from rocmforge.store import layout
 from rocmforge.util.hashing import blake3_hex
@@ -122,6 +120,8 @@ def ensure_mirror(url: str, rev: str, cache: Path) -> Path:
     """Return a bare mirror of ``url`` holding commit ``rev``; clone or fetch only if needed."""
     mirror = mirror_path(url, cache)
     mirror.parent.mkdir(parents=True, exist_ok=True)
+    from filelock import FileLock  # here: plan and path sources never need it (~20 ms import)
+
     with FileLock(os.fspath(mirror.with_suffix(layout.LOCK_SUFFIX))):
         if not mirror.exists():
             tmp = Path(tempfile.mkdtemp(prefix=".clone-", dir=mirror.parent))

@@ -279,7 +279,8 @@ def plan_gc(
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SourceItem:
     """One source cache under ``sources/``: ``git/<id>.git``, ``wheels/<file>``, ``trees/<id>``
-    (the ``.head`` and ``.files`` pair) or ``git-resolved/<key>.json`` (with its commit)."""
+    (the ``.head`` and ``.files`` pair), ``git-resolved/<key>.json`` (with its commit) or
+    ``wheels-unpacked/<wheel file>.<key>`` (kept while its wheel is referenced)."""
 
     rel: str
     size: int
@@ -294,6 +295,7 @@ class SourceItem:
             layout.SOURCES_WHEELS: "requirement wheel",
             layout.SOURCES_TREES: "tree stat cache",
             layout.SOURCES_GIT_RESOLVED: "git resolve cache",
+            layout.SOURCES_WHEELS_UNPACKED: "unpacked wheel",
         }.get(top, top)
 
     def to_json(self) -> dict[str, Any]:
@@ -314,6 +316,11 @@ class SourceRefs:
     complete: bool = True
 
 
+def _unpacked_wheel(rel: str) -> str:
+    """The wheel file name of ``wheels-unpacked/<wheel file name>.<key>``."""
+    return rel.split("/", 1)[1].rpartition(".")[0]
+
+
 def plan_sources(items: Iterable[SourceItem], refs: SourceRefs) -> tuple[SourceItem, ...]:
     """Return the source caches no kept entry references (pure)."""
     out = []
@@ -323,6 +330,8 @@ def plan_sources(items: Iterable[SourceItem], refs: SourceRefs) -> tuple[SourceI
             unused = item.commit is not None and item.commit not in refs.commits
         elif top == layout.SOURCES_WHEELS:
             unused = item.rel not in refs.refs
+        elif top == layout.SOURCES_WHEELS_UNPACKED:  # goes with the wheel it was unpacked from
+            unused = f"{layout.SOURCES_WHEELS}/{_unpacked_wheel(item.rel)}" not in refs.refs
         else:
             unused = refs.complete and item.rel not in refs.refs
         if unused:
@@ -400,6 +409,11 @@ def gather_sources(store: Store) -> list[SourceItem]:
     for n in names(wheels):
         if n.endswith(layout.WHEEL_SUFFIX):
             items.append(SourceItem(rel=f"{wheels}/{n}", size=os.lstat(src / wheels / n).st_size))
+    unpacked = layout.SOURCES_WHEELS_UNPACKED
+    for n in names(unpacked):
+        stem = n.rpartition(".")[0]
+        if stem.endswith(layout.WHEEL_SUFFIX):
+            items.append(SourceItem(rel=f"{unpacked}/{n}", size=tree_size(src / unpacked / n)))
     trees: dict[str, int] = defaultdict(int)
     for n in names(trees_dir):
         stem, dot, ext = n.rpartition(".")

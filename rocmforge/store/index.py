@@ -450,6 +450,17 @@ class Index:
         """Return every row, oldest first."""
         return self._rows("1", ())
 
+    def summary_rows(self) -> list[tuple[str, str, str, int, float, float]]:
+        """Return ``(hash, name, version, size, created, last_used)`` of every entry, oldest
+        first, as plain tuples (no wheels, no row objects): what ``list`` prints."""
+        try:
+            return self._db.execute(
+                "SELECT hash, name, version, size, created, last_used FROM entries "
+                "ORDER BY created, hash"
+            ).fetchall()
+        except sqlite3.Error as e:
+            raise self._fail("query", e) from e
+
     def journal_mode(self) -> str:
         """Return the database's journal mode (``"wal"`` when healthy)."""
         try:

@@ -14,6 +14,7 @@ Layout under the store root::
     failed/<entry name>.log.zst        logs of failed builds (and a .json diagnosis beside each)
     sources/git/  wheels/  trees/      source caches: git mirrors, requirement wheels, tree stat
     sources/git-resolved/  inputs/     caches, resolved remote refs, extra build inputs
+    sources/wheels-unpacked/           requirement wheels installed once, hard-linked into venvs
     cache/                             other caches (the realize memo)
     ccache/<namespace>/                compiler cache (ccache), one per toolchain fingerprint
     roots/auto/  roots/pins/           gc roots: result links, named pins,
@@ -82,6 +83,10 @@ SOURCES_WHEELS = "wheels"
 SOURCES_TREES = "trees"
 SOURCES_GIT_RESOLVED = "git-resolved"
 SOURCES_INPUTS = "inputs"
+#: Below ``sources/``: each requirement wheel installed once into a venv-shaped tree, named
+#: ``<wheel file name>.<key>`` (key: the wheel's sha256, the venv Python and the shebang), whose
+#: files are hard-linked into build venvs. Collected by gc with the wheel it came from.
+SOURCES_WHEELS_UNPACKED = "wheels-unpacked"
 #: Stat caches under ``cache/``: the toolchain probe, the system package manifest, the toolchain
 #: Python's prefix, a non-packaged ROCm root's content, declared views (and their farms).
 CACHE_TOOLCHAIN = "toolchain.json"
@@ -90,6 +95,8 @@ CACHE_PYPREFIX = "pyprefix.json"
 CACHE_ROCMROOT = "rocmroot.json"
 CACHE_VIEW = "view.json"
 CACHE_VIEWS = "views"
+#: A successful bwrap trial run, keyed by the binary's stat and the user-namespace settings.
+CACHE_BWRAP = "bwrap.json"
 #: Below ``sources/inputs``: downloaded archives and their unpacked trees.
 INPUTS_ARCHIVES = "archives"
 INPUTS_UNPACKED = "unpacked"

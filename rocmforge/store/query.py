@@ -160,6 +160,17 @@ def list_entries(store: Store) -> list[Listed]:
     return _listed(store, store.index.rows())
 
 
+def list_summary(store: Store) -> list[tuple[str, str, str, int, float, float, int]]:
+    """Return ``(hash, name, version, size, created, last_used, roots)`` of every indexed entry,
+    oldest first: what :func:`list_entries` gives, as plain tuples with a count of roots."""
+    used = store.used_times()
+    roots = _roots(store)
+    return [
+        (h, name, version, size, created, max(last, used.get(h, 0.0)), len(roots.get(h, ())))
+        for h, name, version, size, created, last in store.index.summary_rows()
+    ]
+
+
 def find_entry_dir(store: Store, target: str) -> Path:
     """Return the entry directory named by ``target``: a hash (prefix), entry name or path, or a
     wheel file whose digest the index knows (a copy made anywhere)."""
