@@ -603,6 +603,9 @@ def _build_in(
         usr = prepare_view(view["packages"], view["links"], cache_dir=store.cache_dir)
         extra.append(Mount(host=usr, inside="/usr"))
         log.write(f"rocmforge: /usr is the view of {len(view['packages'])} packages\n".encode())
+        if cache is not None:  # ccache and its libraries are not in a declared view of /usr
+            cache = None
+            log.write(b"rocmforge: compiler cache off: a declared view of /usr holds no ccache\n")
     repaired: dict[str, Any] = {}
     timings, setup = _run_steps(
         resolved,

@@ -57,6 +57,7 @@ def test_check_rebuilds_the_demo_byte_identical(tmp_path: Path, wheelhouse: Path
     recipe = tmp_path / "demo.toml"
     text = (REPO / "recipes" / "demo.toml").read_text()
     recipe.write_text(text.replace('path = "../examples/demo"', f'path = "{src}"'))
+    shutil.copy(REPO / "recipes" / "demo.lock", tmp_path / "demo.lock")  # its locked closure
     report, check = realize_then_check(recipe, tmp_path / "store")
     assert check.returncode == 0, check.stderr[-3000:]
     [result] = json.loads(check.stdout)
