@@ -19,6 +19,8 @@ import sys
 import tempfile
 import time
 import zipfile
+import zlib
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePath
@@ -54,6 +56,12 @@ COMPRESS_LEVEL = 6
 INSTALLER_NAME = b"rocmforge\n"
 
 _CHUNK = 1 << 20
+#: Members at least this big are probed before deflating (see :func:`_incompressible`).
+STORE_PROBE_MIN = 64 << 20
+#: How much of a big member is test-deflated to decide whether it is stored instead.
+STORE_PROBE_SIZE = 4 << 20
+#: A probe that deflates to more than this fraction of its size marks the member incompressible.
+STORE_PROBE_RATIO = 0.95
 _WEAK_HASHES = frozenset({"md5", "sha1"})
 _UNSIGNED_RECORD_FILES = ("RECORD", "RECORD.jws", "RECORD.p7s")
 
@@ -289,10 +297,31 @@ def _urlsafe_b64(digest: bytes) -> str:
     return base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
 
 
-def _copy_member(src: IO[bytes], dst: IO[bytes], algorithm: str | None) -> tuple[str | None, int]:
-    """Copy one member, hashing while streaming; return (urlsafe digest or None, size)."""
+def _incompressible(head: bytes) -> bool:
+    """Return True if ``head`` (the start of a big member) does not deflate to less than 95 %.
+
+    Deflating already-compressed or random data is slow (~40 MB/s) and gains nothing; such big
+    members are stored. The decision depends only on the member's bytes, so it is reproducible.
+    """
+    deflater = zlib.compressobj(COMPRESS_LEVEL, zlib.DEFLATED, -15)
+    packed = len(deflater.compress(head)) + len(deflater.flush())
+    return packed > STORE_PROBE_RATIO * len(head)
+
+
+def _copy_member(
+    src: IO[bytes], dst: IO[bytes], algorithm: str | None, *, head: bytes = b""
+) -> tuple[str | None, int]:
+    """Copy ``head`` then the rest of one member, hashing while streaming.
+
+    Memory stays bounded by the chunk size (plus ``head``); returns (urlsafe digest or None, size).
+    """
     h = hashlib.new(algorithm) if algorithm else None
     size = 0
+    if head:
+        if h is not None:
+            h.update(head)
+        dst.write(head)
+        size += len(head)
     while chunk := src.read(_CHUNK):
         if h is not None:
             h.update(chunk)
@@ -306,10 +335,12 @@ def normalize_wheel(path: Path, *, epoch: int) -> None:
 
     Entries are sorted (``.dist-info`` files after the payload, RECORD last), every timestamp is
     ``max(epoch, 1980-01-01)`` in UTC, permissions are 0644 or 0755 (executable bit kept), entries
-    are deflated at a fixed level with no extra fields and no comments. File contents are not
+    are deflated at a fixed level with no extra fields and no comments (a member of 64 MiB or
+    more whose first 4 MiB do not deflate below 95 % is stored instead). File contents are not
     changed. RECORD is verified on the way (every file listed, digest and size matching); on any
     mismatch CheckError is raised and the original wheel is left untouched. The byte identity holds
-    for a given Python ``zipfile`` and zlib.
+    for a given Python ``zipfile`` and zlib. The wheel is streamed member by member (memory does
+    not grow with its size) and ZIP64 records are written where sizes or offsets need them.
     """
     date_time = _zip_date_time(epoch)
     directory = path.parent
@@ -353,7 +384,7 @@ def _rewrite_zip(
     """Copy every member of ``src`` into a new zip on ``out`` in normalized form."""
     infos = src.infolist()
     names = [i.filename for i in infos]
-    duplicates = sorted({n for n in names if names.count(n) > 1})
+    duplicates = sorted(n for n, k in Counter(names).items() if k > 1)
     if duplicates:
         raise CheckError(f"{path}: duplicate zip entries: {duplicates}")
     dist_info = _dist_info_dir(names, path)
@@ -382,11 +413,14 @@ def _rewrite_zip(
             new.file_size = info.file_size  # lets zipfile decide zip64 from the real size
             row = record.get(info.filename)
             seen.add(info.filename)
-            with (
-                src.open(info) as stream,
-                dst.open(new, "w") as sink,
-            ):
-                digest, size = _copy_member(stream, sink, row.algorithm if row else None)
+            with src.open(info) as stream:
+                head = stream.read(STORE_PROBE_SIZE) if info.file_size >= STORE_PROBE_MIN else b""
+                if head and _incompressible(head):
+                    new.compress_type = zipfile.ZIP_STORED
+                with dst.open(new, "w") as sink:
+                    digest, size = _copy_member(
+                        stream, sink, row.algorithm if row else None, head=head
+                    )
             if info.filename in unsigned:
                 continue
             if row is None:
@@ -421,6 +455,19 @@ def wheel_digests(path: Path) -> dict[str, str]:
     return {"sha256": sha, "blake3": b3}
 
 
+def _same_bytes(
+    za: zipfile.ZipFile, x: zipfile.ZipInfo, zb: zipfile.ZipFile, y: zipfile.ZipInfo
+) -> bool:
+    """Return True if members ``x`` of ``za`` and ``y`` of ``zb`` hold the same bytes (streamed)."""
+    with za.open(x) as fa, zb.open(y) as fb:
+        while True:
+            ca, cb = fa.read(_CHUNK), fb.read(_CHUNK)
+            if ca != cb:
+                return False
+            if not ca:
+                return True
+
+
 def differing_members(a: Path, b: Path) -> list[str]:
     """Return the members whose bytes (or presence) differ between wheels ``a`` and ``b``.
 
@@ -436,7 +483,7 @@ def differing_members(a: Path, b: Path) -> list[str]:
             out += [f"{n} (only in B)" for n in sorted(ib.keys() - ia.keys())]
             for name in sorted(ia.keys() & ib.keys()):
                 x, y = ia[name], ib[name]
-                if x.CRC != y.CRC or x.file_size != y.file_size or za.read(x) != zb.read(y):
+                if x.CRC != y.CRC or x.file_size != y.file_size or not _same_bytes(za, x, zb, y):
                     out.append(name)
                 elif (x.date_time, x.external_attr, x.compress_type) != (
                     y.date_time,
