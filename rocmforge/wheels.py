@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import csv
 import hashlib
+import io
 import os
 import stat
 import subprocess
@@ -21,7 +22,7 @@ import time
 import zipfile
 import zlib
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePath
 from typing import IO
@@ -330,7 +331,7 @@ def _copy_member(
     return (_urlsafe_b64(h.digest()) if h is not None else None), size
 
 
-def normalize_wheel(path: Path, *, epoch: int) -> None:
+def normalize_wheel(path: Path, *, epoch: int, add: Mapping[str, bytes] | None = None) -> None:
     """Rewrite the wheel at ``path`` in place so that its bytes are reproducible.
 
     Entries are sorted (``.dist-info`` files after the payload, RECORD last), every timestamp is
@@ -341,6 +342,8 @@ def normalize_wheel(path: Path, *, epoch: int) -> None:
     mismatch CheckError is raised and the original wheel is left untouched. The byte identity holds
     for a given Python ``zipfile`` and zlib. The wheel is streamed member by member (memory does
     not grow with its size) and ZIP64 records are written where sizes or offsets need them.
+    ``add`` (names inside ``.dist-info`` to bytes, e.g. the rocmforge stamp) is written in the
+    same pass and listed in RECORD, giving the same bytes as adding it first and normalizing after.
     """
     date_time = _zip_date_time(epoch)
     directory = path.parent
@@ -348,7 +351,7 @@ def normalize_wheel(path: Path, *, epoch: int) -> None:
     tmp = Path(tmp_name)
     try:
         with os.fdopen(fd, "wb") as out:
-            mode = _rewrite(path, out, date_time)
+            mode = _rewrite(path, out, date_time, add)
             out.flush()
             os.fsync(out.fileno())
         os.chmod(tmp, mode)
@@ -359,7 +362,12 @@ def normalize_wheel(path: Path, *, epoch: int) -> None:
     fsync_path(directory, directory=True)
 
 
-def _rewrite(path: Path, out: IO[bytes], date_time: tuple[int, int, int, int, int, int]) -> int:
+def _rewrite(
+    path: Path,
+    out: IO[bytes],
+    date_time: tuple[int, int, int, int, int, int],
+    add: Mapping[str, bytes] | None = None,
+) -> int:
     """Write the normalized form of the wheel at ``path`` to ``out``, verifying RECORD.
 
     ``path`` is opened only if it is a regular file itself (a build may have left a symlink or
@@ -367,7 +375,7 @@ def _rewrite(path: Path, out: IO[bytes], date_time: tuple[int, int, int, int, in
     """
     try:
         with open_regular(path) as raw, zipfile.ZipFile(raw) as src:
-            _rewrite_zip(path, src, out, date_time)
+            _rewrite_zip(path, src, out, date_time, add)
             return stat.S_IMODE(os.fstat(raw.fileno()).st_mode)
     except zipfile.BadZipFile as exc:
         raise CheckError(f"{path}: not a valid zip archive: {exc}") from exc
@@ -380,8 +388,13 @@ def _rewrite_zip(
     src: zipfile.ZipFile,
     out: IO[bytes],
     date_time: tuple[int, int, int, int, int, int],
+    add: Mapping[str, bytes] | None = None,
 ) -> None:
-    """Copy every member of ``src`` into a new zip on ``out`` in normalized form."""
+    """Copy every member of ``src`` into a new zip on ``out`` in normalized form.
+
+    ``add`` maps file names inside the ``.dist-info`` directory to bytes written in the same pass
+    (replacing a member of that name) and listed in the rewritten RECORD.
+    """
     infos = src.infolist()
     names = [i.filename for i in infos]
     duplicates = sorted(n for n, k in Counter(names).items() if k > 1)
@@ -391,8 +404,19 @@ def _rewrite_zip(
     record_path = f"{dist_info}/RECORD"
     if record_path not in names:
         raise CheckError(f"{path}: {record_path} is missing")
-    record = _parse_record(src.read(record_path).decode("utf-8"), path, record_path)
+    record_text = src.read(record_path).decode("utf-8")
+    contents: dict[str, bytes] = {f"{dist_info}/{n}": data for n, data in (add or {}).items()}
+    if contents:
+        record_text = _record_with(record_text, contents)
+        contents[record_path] = record_text.encode("utf-8")
+    record = _parse_record(record_text, path, record_path)
     unsigned = {f"{dist_info}/{n}" for n in _UNSIGNED_RECORD_FILES}
+    infos = [i for i in infos if i.filename not in contents]
+    for name, data in contents.items():
+        made = zipfile.ZipInfo(name)
+        made.external_attr = (stat.S_IFREG | 0o644) << 16
+        made.file_size = len(data)
+        infos.append(made)
     problems: list[str] = []
     seen: set[str] = set()
     with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as dst:
@@ -413,7 +437,8 @@ def _rewrite_zip(
             new.file_size = info.file_size  # lets zipfile decide zip64 from the real size
             row = record.get(info.filename)
             seen.add(info.filename)
-            with src.open(info) as stream:
+            opened = io.BytesIO(contents[info.filename]) if info.filename in contents else None
+            with opened if opened is not None else src.open(info) as stream:
                 head = stream.read(STORE_PROBE_SIZE) if info.file_size >= STORE_PROBE_MIN else b""
                 if head and _incompressible(head):
                     new.compress_type = zipfile.ZIP_STORED
@@ -436,6 +461,18 @@ def _rewrite_zip(
         if problems:
             raise CheckError(f"{path}: RECORD does not match the archive: " + "; ".join(problems))
         dst.comment = b""
+
+
+def _record_with(record: str, members: Mapping[str, bytes]) -> str:
+    """Return RECORD text listing ``members`` (replacing their old rows), RECORD's own row last."""
+    rows = [r for r in csv.reader(record.splitlines()) if r and r[0] not in members]
+    record_rows = [r for r in rows if r[0].endswith(".dist-info/RECORD")]
+    rows = [r for r in rows if r not in record_rows]
+    for name, data in members.items():
+        rows.append([name, f"sha256={_urlsafe_b64(hashlib.sha256(data).digest())}", str(len(data))])
+    out = io.StringIO()
+    csv.writer(out, lineterminator="\n").writerows([*rows, *record_rows])
+    return out.getvalue()
 
 
 def _set_compress_level(info: zipfile.ZipInfo, level: int) -> None:

@@ -30,11 +30,11 @@ VERSION = "1.0"
 POSTPROCESS = """
 import json, resource, sys
 from pathlib import Path
-from rocmforge.stamp import stamp_wheel
+from rocmforge.stamp import STAMP_NAME, stamp_bytes
 from rocmforge.wheels import normalize_wheel, wheel_digests
 w = Path(sys.argv[1])
-stamp_wheel(w, input_hash="0" * 64, derivation={"name": "bigwheel"})
-normalize_wheel(w, epoch=0)
+stamp = stamp_bytes("0" * 64, {"name": "bigwheel"})
+normalize_wheel(w, epoch=0, add={STAMP_NAME: stamp})  # as build.py does
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 print(json.dumps({"digests": wheel_digests(w), "peak_kib": peak}))
 """
@@ -182,3 +182,26 @@ def test_big_compressible_member_is_deflated(tmp_path: Path) -> None:
     with zipfile.ZipFile(wheel) as zf:
         info = zf.getinfo(f"{NAME}/big.bin")
         assert info.compress_type == zipfile.ZIP_DEFLATED and info.compress_size < (1 << 20)
+
+
+def test_stamping_while_normalizing_equals_stamping_first(tmp_path: Path) -> None:
+    from rocmforge.stamp import STAMP_NAME, read_wheel_stamp, stamp_bytes, stamp_wheel
+    from rocmforge.wheels import install_wheels, normalize_wheel
+
+    one = make_big_wheel(tmp_path, big=1 << 16, small=20)
+    two = tmp_path / "two" / one.name
+    two.parent.mkdir()
+    shutil.copyfile(one, two)
+    derivation = {"name": "bigwheel", "n": 1}
+    stamp_wheel(one, input_hash="a" * 64, derivation=derivation)
+    normalize_wheel(one, epoch=0)
+    normalize_wheel(two, epoch=0, add={STAMP_NAME: stamp_bytes("a" * 64, derivation)})
+    assert one.read_bytes() == two.read_bytes()
+    # Re-stamping replaces the old stamp and its RECORD row.
+    normalize_wheel(two, epoch=0, add={STAMP_NAME: stamp_bytes("b" * 64, derivation)})
+    stamp = read_wheel_stamp(two)
+    assert stamp is not None and stamp.input_hash == "b" * 64
+    venv = tmp_path / "venv"
+    (venv / "lib" / "python3.11" / "site-packages").mkdir(parents=True)
+    (venv / "pyvenv.cfg").write_text("version = 3.11.0\n")
+    install_wheels([two], venv, interpreter=sys.executable)  # RECORD verifies
