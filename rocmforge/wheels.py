@@ -379,6 +379,8 @@ def _rewrite(
             return stat.S_IMODE(os.fstat(raw.fileno()).st_mode)
     except zipfile.BadZipFile as exc:
         raise CheckError(f"{path}: not a valid zip archive: {exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise CheckError(f"{path}: RECORD is not UTF-8: {exc}") from exc
     except OSError as exc:
         raise CheckError(f"{path}: cannot rewrite wheel: {exc}") from exc
 

@@ -205,3 +205,18 @@ def test_stamping_while_normalizing_equals_stamping_first(tmp_path: Path) -> Non
     (venv / "lib" / "python3.11" / "site-packages").mkdir(parents=True)
     (venv / "pyvenv.cfg").write_text("version = 3.11.0\n")
     install_wheels([two], venv, interpreter=sys.executable)  # RECORD verifies
+
+
+def test_a_record_that_is_not_utf8_is_a_check_error(tmp_path: Path) -> None:
+    from rocmforge.errors import CheckError
+    from rocmforge.stamp import STAMP_NAME
+    from rocmforge.wheels import normalize_wheel
+
+    wheel = tmp_path / f"{NAME}-{VERSION}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        zf.writestr(f"{NAME}/__init__.py", b"")
+        zf.writestr(f"{NAME}-{VERSION}.dist-info/RECORD", b"\xff\xfe,,\n")
+    before = wheel.read_bytes()
+    with pytest.raises(CheckError, match="RECORD is not UTF-8"):
+        normalize_wheel(wheel, epoch=0, add={STAMP_NAME: b"{}"})
+    assert wheel.read_bytes() == before
