@@ -39,7 +39,7 @@ from rocmforge.scm import source_env
 from rocmforge.signing import sign_entry
 from rocmforge.sources.identity import materialize_source
 from rocmforge.sources.refs import used_sources
-from rocmforge.stamp import stamp_wheel
+from rocmforge.stamp import STAMP_NAME, stamp_bytes
 from rocmforge.store import layout
 from rocmforge.store.entry import Entry, StepTiming, WheelRecord, build_fields
 from rocmforge.store.store import Store
@@ -373,9 +373,9 @@ def _stage(
         raise BuildError("the build finished but wrote no wheel into $OUT")
     warn_foreign_runpaths(resolved, wheels, reporter, log)
     for w in wheels:
-        # The stamp goes in before normalizing, so the final bytes (and RECORD) include it.
-        stamp_wheel(w, input_hash=resolved.derivation.hash, derivation=resolved.derivation.data)
-        normalize_wheel(w, epoch=resolved.source.epoch)
+        # The stamp goes in while normalizing (one streamed pass), so RECORD includes it.
+        stamp = stamp_bytes(resolved.derivation.hash, resolved.derivation.data)
+        normalize_wheel(w, epoch=resolved.source.epoch, add={STAMP_NAME: stamp})
     reporter.phase("check")
     found = check_wheels(
         wheels,

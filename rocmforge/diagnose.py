@@ -214,6 +214,22 @@ PATTERNS: tuple[Pattern, ...] = (
         "finds it through that input's env variable)",
     ),
     Pattern(
+        id="setup-py-removed",
+        regex=r"can't open file '[^']*setup\.py'|'python setup\.py \w+' is no longer supported",
+        cause="this source has no setup.py: torch moved to scikit-build-core and removed it on "
+        "2026-07-20 (pytorch#189758)",
+        fix='build with PEP 517: "python -m build --wheel --no-isolation --outdir $OUT" and the '
+        "release's requirements-build.txt in [requirements] build (lint RF154)",
+    ),
+    Pattern(
+        id="hip-invalid-image",
+        regex=r"hipErrorInvalidImage|device kernel image is invalid",
+        cause="no code object for this GPU: the wheel was not built for its arch, or the ROCm SDK "
+        "device wheel for it (rocm-sdk-device-<gfx>) is not installed",
+        fix="add the GPU's arch to PYTORCH_ROCM_ARCH and [check] archs, and install the matching "
+        "device wheel where the program runs",
+    ),
+    Pattern(
         id="arch-not-supported",
         regex=r"invalid target ID '(gfx\w+)|cannot find ROCm device library for (?:target )?"
         r"'?(gfx\w+)",

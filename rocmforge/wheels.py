@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import csv
 import hashlib
+import io
 import os
 import stat
 import subprocess
@@ -19,7 +20,9 @@ import sys
 import tempfile
 import time
 import zipfile
-from collections.abc import Sequence
+import zlib
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePath
 from typing import IO
@@ -54,6 +57,12 @@ COMPRESS_LEVEL = 6
 INSTALLER_NAME = b"rocmforge\n"
 
 _CHUNK = 1 << 20
+#: Members at least this big are probed before deflating (see :func:`_incompressible`).
+STORE_PROBE_MIN = 64 << 20
+#: How much of a big member is test-deflated to decide whether it is stored instead.
+STORE_PROBE_SIZE = 4 << 20
+#: A probe that deflates to more than this fraction of its size marks the member incompressible.
+STORE_PROBE_RATIO = 0.95
 _WEAK_HASHES = frozenset({"md5", "sha1"})
 _UNSIGNED_RECORD_FILES = ("RECORD", "RECORD.jws", "RECORD.p7s")
 
@@ -289,10 +298,31 @@ def _urlsafe_b64(digest: bytes) -> str:
     return base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
 
 
-def _copy_member(src: IO[bytes], dst: IO[bytes], algorithm: str | None) -> tuple[str | None, int]:
-    """Copy one member, hashing while streaming; return (urlsafe digest or None, size)."""
+def _incompressible(head: bytes) -> bool:
+    """Return True if ``head`` (the start of a big member) does not deflate to less than 95 %.
+
+    Deflating already-compressed or random data is slow (~40 MB/s) and gains nothing; such big
+    members are stored. The decision depends only on the member's bytes, so it is reproducible.
+    """
+    deflater = zlib.compressobj(COMPRESS_LEVEL, zlib.DEFLATED, -15)
+    packed = len(deflater.compress(head)) + len(deflater.flush())
+    return packed > STORE_PROBE_RATIO * len(head)
+
+
+def _copy_member(
+    src: IO[bytes], dst: IO[bytes], algorithm: str | None, *, head: bytes = b""
+) -> tuple[str | None, int]:
+    """Copy ``head`` then the rest of one member, hashing while streaming.
+
+    Memory stays bounded by the chunk size (plus ``head``); returns (urlsafe digest or None, size).
+    """
     h = hashlib.new(algorithm) if algorithm else None
     size = 0
+    if head:
+        if h is not None:
+            h.update(head)
+        dst.write(head)
+        size += len(head)
     while chunk := src.read(_CHUNK):
         if h is not None:
             h.update(chunk)
@@ -301,15 +331,19 @@ def _copy_member(src: IO[bytes], dst: IO[bytes], algorithm: str | None) -> tuple
     return (_urlsafe_b64(h.digest()) if h is not None else None), size
 
 
-def normalize_wheel(path: Path, *, epoch: int) -> None:
+def normalize_wheel(path: Path, *, epoch: int, add: Mapping[str, bytes] | None = None) -> None:
     """Rewrite the wheel at ``path`` in place so that its bytes are reproducible.
 
     Entries are sorted (``.dist-info`` files after the payload, RECORD last), every timestamp is
     ``max(epoch, 1980-01-01)`` in UTC, permissions are 0644 or 0755 (executable bit kept), entries
-    are deflated at a fixed level with no extra fields and no comments. File contents are not
+    are deflated at a fixed level with no extra fields and no comments (a member of 64 MiB or
+    more whose first 4 MiB do not deflate below 95 % is stored instead). File contents are not
     changed. RECORD is verified on the way (every file listed, digest and size matching); on any
     mismatch CheckError is raised and the original wheel is left untouched. The byte identity holds
-    for a given Python ``zipfile`` and zlib.
+    for a given Python ``zipfile`` and zlib. The wheel is streamed member by member (memory does
+    not grow with its size) and ZIP64 records are written where sizes or offsets need them.
+    ``add`` (names inside ``.dist-info`` to bytes, e.g. the rocmforge stamp) is written in the
+    same pass and listed in RECORD, giving the same bytes as adding it first and normalizing after.
     """
     date_time = _zip_date_time(epoch)
     directory = path.parent
@@ -317,7 +351,7 @@ def normalize_wheel(path: Path, *, epoch: int) -> None:
     tmp = Path(tmp_name)
     try:
         with os.fdopen(fd, "wb") as out:
-            mode = _rewrite(path, out, date_time)
+            mode = _rewrite(path, out, date_time, add)
             out.flush()
             os.fsync(out.fileno())
         os.chmod(tmp, mode)
@@ -328,7 +362,12 @@ def normalize_wheel(path: Path, *, epoch: int) -> None:
     fsync_path(directory, directory=True)
 
 
-def _rewrite(path: Path, out: IO[bytes], date_time: tuple[int, int, int, int, int, int]) -> int:
+def _rewrite(
+    path: Path,
+    out: IO[bytes],
+    date_time: tuple[int, int, int, int, int, int],
+    add: Mapping[str, bytes] | None = None,
+) -> int:
     """Write the normalized form of the wheel at ``path`` to ``out``, verifying RECORD.
 
     ``path`` is opened only if it is a regular file itself (a build may have left a symlink or
@@ -336,10 +375,12 @@ def _rewrite(path: Path, out: IO[bytes], date_time: tuple[int, int, int, int, in
     """
     try:
         with open_regular(path) as raw, zipfile.ZipFile(raw) as src:
-            _rewrite_zip(path, src, out, date_time)
+            _rewrite_zip(path, src, out, date_time, add)
             return stat.S_IMODE(os.fstat(raw.fileno()).st_mode)
     except zipfile.BadZipFile as exc:
         raise CheckError(f"{path}: not a valid zip archive: {exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise CheckError(f"{path}: RECORD is not UTF-8: {exc}") from exc
     except OSError as exc:
         raise CheckError(f"{path}: cannot rewrite wheel: {exc}") from exc
 
@@ -349,19 +390,35 @@ def _rewrite_zip(
     src: zipfile.ZipFile,
     out: IO[bytes],
     date_time: tuple[int, int, int, int, int, int],
+    add: Mapping[str, bytes] | None = None,
 ) -> None:
-    """Copy every member of ``src`` into a new zip on ``out`` in normalized form."""
+    """Copy every member of ``src`` into a new zip on ``out`` in normalized form.
+
+    ``add`` maps file names inside the ``.dist-info`` directory to bytes written in the same pass
+    (replacing a member of that name) and listed in the rewritten RECORD.
+    """
     infos = src.infolist()
     names = [i.filename for i in infos]
-    duplicates = sorted({n for n in names if names.count(n) > 1})
+    duplicates = sorted(n for n, k in Counter(names).items() if k > 1)
     if duplicates:
         raise CheckError(f"{path}: duplicate zip entries: {duplicates}")
     dist_info = _dist_info_dir(names, path)
     record_path = f"{dist_info}/RECORD"
     if record_path not in names:
         raise CheckError(f"{path}: {record_path} is missing")
-    record = _parse_record(src.read(record_path).decode("utf-8"), path, record_path)
+    record_text = src.read(record_path).decode("utf-8")
+    contents: dict[str, bytes] = {f"{dist_info}/{n}": data for n, data in (add or {}).items()}
+    if contents:
+        record_text = _record_with(record_text, contents)
+        contents[record_path] = record_text.encode("utf-8")
+    record = _parse_record(record_text, path, record_path)
     unsigned = {f"{dist_info}/{n}" for n in _UNSIGNED_RECORD_FILES}
+    infos = [i for i in infos if i.filename not in contents]
+    for name, data in contents.items():
+        made = zipfile.ZipInfo(name)
+        made.external_attr = (stat.S_IFREG | 0o644) << 16
+        made.file_size = len(data)
+        infos.append(made)
     problems: list[str] = []
     seen: set[str] = set()
     with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as dst:
@@ -382,11 +439,15 @@ def _rewrite_zip(
             new.file_size = info.file_size  # lets zipfile decide zip64 from the real size
             row = record.get(info.filename)
             seen.add(info.filename)
-            with (
-                src.open(info) as stream,
-                dst.open(new, "w") as sink,
-            ):
-                digest, size = _copy_member(stream, sink, row.algorithm if row else None)
+            opened = io.BytesIO(contents[info.filename]) if info.filename in contents else None
+            with opened if opened is not None else src.open(info) as stream:
+                head = stream.read(STORE_PROBE_SIZE) if info.file_size >= STORE_PROBE_MIN else b""
+                if head and _incompressible(head):
+                    new.compress_type = zipfile.ZIP_STORED
+                with dst.open(new, "w") as sink:
+                    digest, size = _copy_member(
+                        stream, sink, row.algorithm if row else None, head=head
+                    )
             if info.filename in unsigned:
                 continue
             if row is None:
@@ -402,6 +463,18 @@ def _rewrite_zip(
         if problems:
             raise CheckError(f"{path}: RECORD does not match the archive: " + "; ".join(problems))
         dst.comment = b""
+
+
+def _record_with(record: str, members: Mapping[str, bytes]) -> str:
+    """Return RECORD text listing ``members`` (replacing their old rows), RECORD's own row last."""
+    rows = [r for r in csv.reader(record.splitlines()) if r and r[0] not in members]
+    record_rows = [r for r in rows if r[0].endswith(".dist-info/RECORD")]
+    rows = [r for r in rows if r not in record_rows]
+    for name, data in members.items():
+        rows.append([name, f"sha256={_urlsafe_b64(hashlib.sha256(data).digest())}", str(len(data))])
+    out = io.StringIO()
+    csv.writer(out, lineterminator="\n").writerows([*rows, *record_rows])
+    return out.getvalue()
 
 
 def _set_compress_level(info: zipfile.ZipInfo, level: int) -> None:
@@ -421,6 +494,19 @@ def wheel_digests(path: Path) -> dict[str, str]:
     return {"sha256": sha, "blake3": b3}
 
 
+def _same_bytes(
+    za: zipfile.ZipFile, x: zipfile.ZipInfo, zb: zipfile.ZipFile, y: zipfile.ZipInfo
+) -> bool:
+    """Return True if members ``x`` of ``za`` and ``y`` of ``zb`` hold the same bytes (streamed)."""
+    with za.open(x) as fa, zb.open(y) as fb:
+        while True:
+            ca, cb = fa.read(_CHUNK), fb.read(_CHUNK)
+            if ca != cb:
+                return False
+            if not ca:
+                return True
+
+
 def differing_members(a: Path, b: Path) -> list[str]:
     """Return the members whose bytes (or presence) differ between wheels ``a`` and ``b``.
 
@@ -436,7 +522,7 @@ def differing_members(a: Path, b: Path) -> list[str]:
             out += [f"{n} (only in B)" for n in sorted(ib.keys() - ia.keys())]
             for name in sorted(ia.keys() & ib.keys()):
                 x, y = ia[name], ib[name]
-                if x.CRC != y.CRC or x.file_size != y.file_size or za.read(x) != zb.read(y):
+                if x.CRC != y.CRC or x.file_size != y.file_size or not _same_bytes(za, x, zb, y):
                     out.append(name)
                 elif (x.date_time, x.external_attr, x.compress_type) != (
                     y.date_time,

@@ -216,6 +216,16 @@ CASES: dict[str, tuple[str, str, Callable[[str], str], LintFacts, str]] = {
         BIG,
         "pytorch#152276",
     ),
+    "setup-py-removed": (
+        "RF154",
+        "error",
+        chain(
+            sub('version = "2.5.1+rocm6.2"', 'version = "2.13.0"'),
+            env("PYTORCH_BUILD_VERSION", "2.13.0"),
+        ),
+        BIG,
+        "scikit-build-core",
+    ),
     "setuptools-unpinned": (
         "RF153",
         "warning",
@@ -589,6 +599,15 @@ GATES: dict[str, tuple[Callable[[str], str], list[str]]] = {
             sub("setuptools==75.6.0", "setuptools==80.9.0"),
             sub(BUILD_STEP, DEVELOP),
             drop("PYTORCH_BUILD"),
+        ),
+        [],
+    ),
+    "setup-py-2.12-still-works": (_torch("2.12.0"), []),
+    "setup-py-2.13-removed": (_torch("2.13.0"), ["RF154"]),
+    "setup-py-2.13-pre-release": (_torch("2.13.0rc1"), ["RF154"]),
+    "setup-py-2.13-pep517-build": (
+        chain(
+            _torch("2.13.0"), sub(BUILD_STEP, '"python -m build --wheel --no-isolation -o $OUT"')
         ),
         [],
     ),

@@ -150,6 +150,8 @@ RULES: dict[str, Rule] = {
              summary="PyTorch <= 2.6 does not configure with CMake >= 4"),
         Rule(id="RF153", name="setuptools-80", severity="error",
              summary="torch's setup.py develop/install need setuptools < 80"),
+        Rule(id="RF154", name="setup-py-removed", severity="error",
+             summary="torch >= 2.13 has no setup.py (scikit-build-core): use the PEP 517 build"),
         Rule(id="RF161", name="aotriton-input", severity="error",
              summary="torch >= 2.3: flash / memory-efficient attention need AOTriton as an input"),
         Rule(id="RF162", name="aotriton-arch", severity="warning",
@@ -244,6 +246,13 @@ _SETUP_DEVELOP = re.compile(r"setup\.py\b[^;&|]*\b(develop|install)\b")
 #: RF151: torch releases before this need the hipify step in the recipe; from it on, torch's
 #: own build (setup.py / its PEP 517 backend) runs hipify itself.
 HIPIFY_BY_TORCH_SINCE = "2.9"
+#: RF154: the first torch release without setup.py. The switch to scikit-build-core and the removal
+#: of setup.py landed on main on 2026-07-20 (pytorch#189758, #180247, #180248); release/2.12 was
+#: branched before and still builds with setuptools (TheRock#6537 built it with ``python -m build``
+#: through the setuptools backend), so 2.13 is the first release without it.
+SETUP_PY_REMOVED_SINCE = "2.13"
+#: Any step that runs torch's setup.py.
+_SETUP_PY = re.compile(r"\bsetup\.py\b")
 #: RF161: ROCm flash / memory-efficient attention (built on AOTriton) arrived in torch 2.3
 #: (pytorch#115981); older torch builds them off on ROCm and downloads nothing.
 AOTRITON_SINCE = "2.3"
@@ -638,6 +647,18 @@ def _lint_steps(recipe: Recipe, facts: LintFacts) -> Iterator[Finding]:
                 "hipify runs after the build step; it must come before it",
                 fix,
             )
+    if torch_in_range(recipe, since=SETUP_PY_REMOVED_SINCE):
+        for i, step in enumerate(steps):
+            if _SETUP_PY.search(step):
+                yield _emit(
+                    "RF154",
+                    f"build.steps[{i}]",
+                    f"torch {recipe.package.version} has no setup.py: it builds with "
+                    "scikit-build-core since 2026-07-20 (pytorch#189758), so this step fails",
+                    'use the PEP 517 build: "python -m build --wheel --no-isolation --outdir $OUT" '
+                    "with the release's requirements-build.txt in [requirements] build",
+                )
+                break
     if is_torch(recipe) and any(_SETUP_DEVELOP.search(s) for s in steps):
         pins = _pins(recipe)
         if "setuptools" not in pins:

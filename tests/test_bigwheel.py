@@ -1,0 +1,222 @@
+"""Wheels of torch size: post-processing a > 4 GiB wheel streams and writes ZIP64 that installs.
+
+The wheel is made here (one incompressible member of 4 GiB + 64 MiB, many small ones), run through
+what realize does after a build (stamp, normalize, digests) in a child process whose peak RSS is
+read back, and installed by ``zipfile``, pip (``--no-deps --target``) and uv (from PyPI; its zip
+reader is strict). Everything lives in a temp dir that is removed as soon as it is not needed.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import hashlib
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+BIG = (4 << 30) + (64 << 20)
+SMALL = 3000
+NAME = "bigwheel"
+VERSION = "1.0"
+
+POSTPROCESS = """
+import json, resource, sys
+from pathlib import Path
+from rocmforge.stamp import STAMP_NAME, stamp_bytes
+from rocmforge.wheels import normalize_wheel, wheel_digests
+w = Path(sys.argv[1])
+stamp = stamp_bytes("0" * 64, {"name": "bigwheel"})
+normalize_wheel(w, epoch=0, add={STAMP_NAME: stamp})  # as build.py does
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(json.dumps({"digests": wheel_digests(w), "peak_kib": peak}))
+"""
+
+
+def _b64(digest: bytes) -> str:
+    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+
+
+def make_big_wheel(
+    directory: Path, big: int = BIG, small: int = SMALL, *, block: bytes | None = None
+) -> Path:
+    """Write a valid, stored (uncompressed) wheel with one ``big``-byte member and ``small`` files.
+
+    The big member repeats ``block`` (default one random MiB: deflate's 32 KiB window cannot
+    compress it).
+    """
+    wheel = directory / f"{NAME}-{VERSION}-py3-none-any.whl"
+    block = os.urandom(1 << 20) if block is None else block
+    rows: list[list[str]] = []
+    with zipfile.ZipFile(wheel, "w", compression=zipfile.ZIP_STORED) as zf:
+        info = zipfile.ZipInfo(f"{NAME}/big.bin", date_time=(2026, 1, 1, 0, 0, 0))
+        info.file_size = big
+        h = hashlib.sha256()
+        with zf.open(info, "w") as out:
+            left = big
+            while left:
+                chunk = block[: min(left, len(block))]
+                out.write(chunk)
+                h.update(chunk)
+                left -= len(chunk)
+        rows.append([info.filename, f"sha256={_b64(h.digest())}", str(big)])
+        for i in range(small):
+            data = f"# small file {i}\nVALUE = {i}\n".encode()
+            name = f"{NAME}/small/m{i:05d}.py"
+            zf.writestr(name, data)
+            rows.append([name, f"sha256={_b64(hashlib.sha256(data).digest())}", str(len(data))])
+        zf.writestr(f"{NAME}/__init__.py", b"")
+        rows.append([f"{NAME}/__init__.py", f"sha256={_b64(hashlib.sha256(b'').digest())}", "0"])
+        dist = f"{NAME}-{VERSION}.dist-info"
+        meta = {
+            "METADATA": f"Metadata-Version: 2.1\nName: {NAME}\nVersion: {VERSION}\n".encode(),
+            "WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+            b"Tag: py3-none-any\n",
+        }
+        for fname, data in meta.items():
+            zf.writestr(f"{dist}/{fname}", data)
+            rows.append(
+                [f"{dist}/{fname}", f"sha256={_b64(hashlib.sha256(data).digest())}", str(len(data))]
+            )
+        rows.append([f"{dist}/RECORD", "", ""])
+        text = io.StringIO()
+        csv.writer(text, lineterminator="\n").writerows(rows)
+        zf.writestr(f"{dist}/RECORD", text.getvalue())
+    return wheel
+
+
+def _eocd64(wheel: Path) -> bool:
+    """Return True if the archive ends with a ZIP64 end-of-central-directory locator."""
+    with wheel.open("rb") as f:
+        f.seek(-(22 + 20), os.SEEK_END)
+        return f.read(4) == b"PK\x06\x07"
+
+
+@pytest.mark.slow
+def test_post_processing_a_wheel_over_4_gib_streams_and_installs(tmp_path: Path) -> None:
+    if shutil.disk_usage(tmp_path).free < 4 * BIG + (2 << 30):
+        pytest.skip("needs ~18 GiB free for the wheel, its temp copy and two installs")
+    wheel = make_big_wheel(tmp_path)
+    assert wheel.stat().st_size > 4 << 30
+    done = subprocess.run(
+        [sys.executable, "-c", POSTPROCESS, os.fspath(wheel)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["peak_kib"] < 300 * 1024, f"peak RSS {report['peak_kib']} KiB"
+    with wheel.open("rb") as f:
+        assert report["digests"]["sha256"] == hashlib.file_digest(f, "sha256").hexdigest()
+    assert not list(tmp_path.glob(".*.tmp")) and not list(tmp_path.glob(".*.stamp"))
+    assert _eocd64(wheel)
+
+    with zipfile.ZipFile(wheel) as zf:
+        infos = {i.filename: i for i in zf.infolist()}
+        big = infos[f"{NAME}/big.bin"]
+        assert big.file_size == BIG and big.compress_type == zipfile.ZIP_STORED
+        assert len(infos) == SMALL + 6  # big, small files, __init__, METADATA, WHEEL, stamp, RECORD
+        names = list(infos)
+        assert names[-1] == f"{NAME}-{VERSION}.dist-info/RECORD"
+        assert f"{NAME}-{VERSION}.dist-info/rocmforge.json" in infos
+        # Members after the 4 GiB one sit at offsets only ZIP64 can express.
+        last = infos[f"{NAME}/small/m{SMALL - 1:05d}.py"]
+        assert last.header_offset > 0xFFFFFFFF
+        assert zf.read(last) == f"# small file {SMALL - 1}\nVALUE = {SMALL - 1}\n".encode()
+        small = infos[f"{NAME}/small/m00000.py"]
+        assert small.compress_type == zipfile.ZIP_DEFLATED
+
+    target = tmp_path / "pip-target"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index",
+         "--disable-pip-version-check", "--target", os.fspath(target), os.fspath(wheel)],
+        check=True,
+    )  # fmt: skip
+    assert (target / NAME / "big.bin").stat().st_size == BIG
+    assert (target / NAME / "small" / f"m{SMALL - 1:05d}.py").is_file()
+    shutil.rmtree(target)
+
+    uv = shutil.which("uv", path=os.path.dirname(sys.executable)) or shutil.which("uv")
+    assert uv is not None, "uv (from PyPI) is a dev dependency"
+    target = tmp_path / "uv-target"
+    env = {**os.environ, "UV_CACHE_DIR": os.fspath(tmp_path / "uv-cache"), "UV_NO_CONFIG": "1"}
+    subprocess.run(
+        [uv, "pip", "install", "-q", "--offline", "--no-deps", "--python", sys.executable,
+         "--target", os.fspath(target), os.fspath(wheel)],
+        check=True,
+        env=env,
+    )  # fmt: skip
+    assert (target / NAME / "big.bin").stat().st_size == BIG
+    assert (target / NAME / "small" / f"m{SMALL - 1:05d}.py").is_file()
+
+
+def test_big_incompressible_member_is_stored_reproducibly(tmp_path: Path) -> None:
+    from rocmforge.wheels import STORE_PROBE_MIN, differing_members, normalize_wheel
+
+    one = make_big_wheel(tmp_path, big=STORE_PROBE_MIN, small=5)
+    two = tmp_path / "two" / one.name
+    two.parent.mkdir()
+    shutil.copyfile(one, two)
+    normalize_wheel(one, epoch=0)
+    normalize_wheel(two, epoch=0)
+    assert one.read_bytes() == two.read_bytes()
+    with zipfile.ZipFile(one) as zf:
+        assert zf.getinfo(f"{NAME}/big.bin").compress_type == zipfile.ZIP_STORED
+        assert zf.getinfo(f"{NAME}/small/m00000.py").compress_type == zipfile.ZIP_DEFLATED
+    assert differing_members(one, two) == []
+
+
+def test_big_compressible_member_is_deflated(tmp_path: Path) -> None:
+    from rocmforge.wheels import STORE_PROBE_MIN, normalize_wheel
+
+    wheel = make_big_wheel(tmp_path, big=STORE_PROBE_MIN, small=1, block=b"\0" * (1 << 20))
+    normalize_wheel(wheel, epoch=0)
+    with zipfile.ZipFile(wheel) as zf:
+        info = zf.getinfo(f"{NAME}/big.bin")
+        assert info.compress_type == zipfile.ZIP_DEFLATED and info.compress_size < (1 << 20)
+
+
+def test_stamping_while_normalizing_equals_stamping_first(tmp_path: Path) -> None:
+    from rocmforge.stamp import STAMP_NAME, read_wheel_stamp, stamp_bytes, stamp_wheel
+    from rocmforge.wheels import install_wheels, normalize_wheel
+
+    one = make_big_wheel(tmp_path, big=1 << 16, small=20)
+    two = tmp_path / "two" / one.name
+    two.parent.mkdir()
+    shutil.copyfile(one, two)
+    derivation = {"name": "bigwheel", "n": 1}
+    stamp_wheel(one, input_hash="a" * 64, derivation=derivation)
+    normalize_wheel(one, epoch=0)
+    normalize_wheel(two, epoch=0, add={STAMP_NAME: stamp_bytes("a" * 64, derivation)})
+    assert one.read_bytes() == two.read_bytes()
+    # Re-stamping replaces the old stamp and its RECORD row.
+    normalize_wheel(two, epoch=0, add={STAMP_NAME: stamp_bytes("b" * 64, derivation)})
+    stamp = read_wheel_stamp(two)
+    assert stamp is not None and stamp.input_hash == "b" * 64
+    venv = tmp_path / "venv"
+    (venv / "lib" / "python3.11" / "site-packages").mkdir(parents=True)
+    (venv / "pyvenv.cfg").write_text("version = 3.11.0\n")
+    install_wheels([two], venv, interpreter=sys.executable)  # RECORD verifies
+
+
+def test_a_record_that_is_not_utf8_is_a_check_error(tmp_path: Path) -> None:
+    from rocmforge.errors import CheckError
+    from rocmforge.stamp import STAMP_NAME
+    from rocmforge.wheels import normalize_wheel
+
+    wheel = tmp_path / f"{NAME}-{VERSION}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        zf.writestr(f"{NAME}/__init__.py", b"")
+        zf.writestr(f"{NAME}-{VERSION}.dist-info/RECORD", b"\xff\xfe,,\n")
+    before = wheel.read_bytes()
+    with pytest.raises(CheckError, match="RECORD is not UTF-8"):
+        normalize_wheel(wheel, epoch=0, add={STAMP_NAME: b"{}"})
+    assert wheel.read_bytes() == before
