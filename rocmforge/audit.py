@@ -70,6 +70,8 @@ class AuditReport:
     links: tuple[Mapping[str, str], ...] = ()
     #: The entry's DSSE signature, checked against the trusted keys (verified wheels only).
     signature: SignatureCheck | None = None
+    #: Where a substituted entry came from (meta.json ``origin``): None when built in this store.
+    origin: Mapping[str, Any] | None = None
 
     @property
     def exit_code(self) -> int:
@@ -135,6 +137,7 @@ class AuditReport:
             "archs": dict(self.archs) if self.archs is not None else None,
             "links": [dict(link) for link in self.links],
             "signature": self.signature.to_json() if self.signature else None,
+            "origin": dict(self.origin) if self.origin is not None else None,
             "derivation": dict(self.derivation) if self.derivation else None,
         }
 
@@ -238,6 +241,7 @@ def audit_wheel(wheel: Path, *, store: Store | None) -> AuditReport:
         derivation = statement = None
         archs = None
         links: tuple[Mapping[str, str], ...] = ()
+        meta = None
         if os.path.isdir(row.path):
             derivation = read_derivation(row.path)
             statement = read_statement(row.path / layout.PROVENANCE)
@@ -271,6 +275,7 @@ def audit_wheel(wheel: Path, *, store: Store | None) -> AuditReport:
             statement=statement,
             archs=archs,
             links=links,
+            origin=meta.origin if meta is not None else None,
         )
     return _audit_unverified(wheel, store=store, b3=b3, size=size)
 

@@ -22,4 +22,5 @@ COMMANDS = (
     "pins",
     "du",
     "key",
+    "push",
 )

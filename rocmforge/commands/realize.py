@@ -43,6 +43,25 @@ def register(sub: Any) -> None:
         action="store_true",
         help="build without the compiler cache (ccache); the hash and the wheel are the same",
     )
+    p.add_argument(
+        "--cache",
+        action="append",
+        metavar="URL",
+        help="on a miss, substitute from this binary cache (file://DIR); repeatable, asked "
+        "before $ROCMFORGE_CACHES",
+    )
+    p.add_argument(
+        "--no-substitute",
+        "--offline",
+        dest="no_substitute",
+        action="store_true",
+        help="ask no binary cache: build every miss here",
+    )
+    p.add_argument(
+        "--require-substitute",
+        action="store_true",
+        help="fail (exit 1) instead of building when no cache provides a missing entry",
+    )
     p.add_argument("-v", "--verbose", action="store_true", help="echo build output (non-TTY)")
     p.add_argument(
         "--check",
@@ -90,6 +109,13 @@ def run(args: argparse.Namespace) -> int:
 
     # Every entry printed stays rooted until the output is out (the flock dies with us anyway).
     temp_roots = TempRoots(store)
+    from rocmforge.cache.backend import configured_caches
+
+    caches = [] if args.no_substitute else configured_caches(args.cache)
+    if args.no_substitute and args.require_substitute:
+        from rocmforge.errors import UsageError
+
+        raise UsageError("--require-substitute and --no-substitute/--offline contradict")
     reports = []
     for i, recipe in enumerate(recipes):
         link = links[i] if links else None
@@ -110,6 +136,8 @@ def run(args: argparse.Namespace) -> int:
                 sandbox="none" if args.sandbox == "none" else "bwrap",
                 verify=args.verify,
                 compiler_cache=not args.no_compiler_cache,
+                caches=caches,
+                require_substitute=args.require_substitute,
             )
         except RocmforgeError as exc:
             if exc.recipe_file is None:
@@ -122,6 +150,8 @@ def run(args: argparse.Namespace) -> int:
             how = (
                 "cached" if report.cached else f"built in {report.seconds:.1f} s ({report.sandbox})"
             )
+            if report.substituted:
+                how = f"substituted from {report.substituted} in {report.seconds:.1f} s"
             how += _cache_note(report)
             print(f"rocmforge: {report.name} {report.version} {report.hash} {how}", file=sys.stderr)
     if args.json:

@@ -132,7 +132,8 @@ class WheelRecord:
 
 _KNOWN = frozenset(
     {"hash", "name", "version", "created", "size", "wheels", "sandbox", "build_seconds",
-     "sources", "files", "archs", "links", "seal", "steps", "compiler_cache"}
+     "sources", "files", "archs", "links", "seal", "steps", "compiler_cache",
+     "origin"}
 )  # fmt: skip
 
 
@@ -166,6 +167,8 @@ class EntryMeta:
     #: The build's compiler-cache counters (compiles, hits, misses, uncacheable, namespace);
     #: None when the build ran without the cache.
     compiler_cache: Mapping[str, Any] | None = None
+    #: Where a substituted entry came from (``cache``, ``keyid``, ``substituted``); None when built.
+    origin: Mapping[str, Any] | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     @property
@@ -239,6 +242,11 @@ class EntryMeta:
         ):
             what = "a table of compiles/hits/misses/uncacheable counts"
             raise _fail(file, "compiler_cache", what, compiler_cache)
+        origin = data.get("origin")
+        if origin is not None and not (
+            isinstance(origin, dict) and isinstance(origin.get("cache"), str)
+        ):
+            raise _fail(file, "origin", "a table with a 'cache' URL", origin)
         return cls(
             hash=hash_,
             name=name,
@@ -258,6 +266,7 @@ class EntryMeta:
             seal=seal,
             steps=steps,
             compiler_cache=compiler_cache,
+            origin=origin,
             extra={k: v for k, v in data.items() if k not in _KNOWN},
         )
 
@@ -291,6 +300,7 @@ class EntryMeta:
             "seal": self.seal,
             "steps": [t.to_json() for t in self.steps] if self.steps is not None else None,
             "compiler_cache": self.compiler_cache,
+            "origin": self.origin,
         }
         out.update((k, v) for k, v in optional.items() if v is not None)
         return out

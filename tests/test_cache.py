@@ -1,0 +1,182 @@
+"""Binary caches: push entries to a ``file://`` cache and substitute them into another store."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import rf
+
+
+def _generate(env: dict[str, str], name: str) -> str:
+    proc = rf("key", "generate", "--json", "--name", name, env=env)
+    assert proc.returncode == 0, proc.stderr
+    return str(json.loads(proc.stdout)["public_key"])
+
+
+def _realize(recipe: Path, store: Path, env: dict[str, str], *args: str | Path):
+    proc = rf("realize", recipe, "--store", store, "--json", *args, env=env)
+    return proc
+
+
+@pytest.fixture
+def pushed(tmp_path: Path, tiny_recipe: Path) -> dict:
+    """Store A (machine A, with its signing key) built the tiny recipe and pushed it."""
+    env_a = {"XDG_CONFIG_HOME": str(tmp_path / "config-a")}
+    public = _generate(env_a, "builder-a")
+    store_a = tmp_path / "store-a"
+    proc = _realize(tiny_recipe, store_a, env_a)
+    assert proc.returncode == 0, proc.stderr
+    (report,) = json.loads(proc.stdout)
+    cache = tmp_path / "cache"
+    proc = rf("push", f"file://{cache}", "--store", store_a, "--json", env=env_a)
+    assert proc.returncode == 0, proc.stderr
+    (entry,) = json.loads(proc.stdout)["entries"]
+    assert entry["hash"] == report["hash"] and not entry["present"] and entry["signed"]
+    # Machine B trusts A's key and has no signing key of its own.
+    env_b = {
+        "XDG_CONFIG_HOME": str(tmp_path / "config-b"),
+        "ROCMFORGE_TRUSTED_KEYS": public,
+    }
+    return {"env_a": env_a, "env_b": env_b, "cache": cache, "report": report, "public": public}
+
+
+def _manifest(cache: Path, hash: str) -> Path:
+    return cache / "entries" / f"{hash}.json"
+
+
+def _rewrite(path: Path, data: bytes) -> None:
+    os.chmod(path, 0o644)
+    path.write_bytes(data)
+
+
+@pytest.mark.slow
+def test_store_b_substitutes_what_store_a_pushed(pushed: dict, tiny_recipe: Path, tmp_path: Path):
+    cache, report, env_b = pushed["cache"], pushed["report"], pushed["env_b"]
+    store_a = tmp_path / "store-a"
+    # Pushing again uploads nothing: the manifest is there.
+    again = rf("push", f"file://{cache}", report["hash"], "--store", store_a, "--json")
+    assert json.loads(again.stdout)["entries"][0]["present"] is True
+    blobs = sorted(p.name for p in (cache / "blobs" / "sha256").iterdir())
+    assert len(blobs) >= 4 and not [p for p in cache.rglob(".tmp-*")]
+
+    store_b = tmp_path / "store-b"
+    proc = _realize(tiny_recipe, store_b, env_b, "--cache", f"file://{cache}")
+    assert proc.returncode == 0, proc.stderr
+    (got,) = json.loads(proc.stdout)
+    assert got["hash"] == report["hash"] and got["substituted"] == f"file://{cache}"
+    assert got["sandbox"] is None and not got["cached"]  # nothing was built here
+    assert ": publish (" not in proc.stderr and ": build" not in proc.stderr
+    assert "substitute from" in proc.stderr
+    wheel_a, wheel_b = Path(report["wheels"][0]), Path(got["wheels"][0])
+    assert wheel_b.read_bytes() == wheel_a.read_bytes()
+    meta = json.loads((Path(got["path"]) / "meta.json").read_text())
+    assert meta["origin"]["cache"] == f"file://{cache}"
+    assert meta["origin"]["keyid"] == "builder-a"
+    # audit in B: verified, signed with A's key, built on A's host.
+    proc = rf("audit", wheel_b, "--store", store_b, "--json", env=env_b)
+    (audit,) = json.loads(proc.stdout)
+    assert proc.returncode == 0, proc.stderr
+    assert audit["status"] == "verified"
+    assert audit["signature"] == {"status": "valid", "keyid": "builder-a", "detail": ""}
+    assert audit["origin"]["cache"] == f"file://{cache}" and audit["origin"]["host"]
+    text = rf("audit", wheel_b, "--store", store_b, env=env_b).stdout
+    assert f"substituted  from file://{cache}" in text
+    # A second realize in B is a plain cache hit.
+    proc = _realize(tiny_recipe, store_b, env_b, "--cache", f"file://{cache}")
+    assert json.loads(proc.stdout)[0]["cached"] is True
+
+
+def _refused(tiny_recipe: Path, tmp_path: Path, pushed: dict, env: dict, why: str) -> None:
+    """B refuses the cache's entry with ``why``, warns naming the cache, and builds instead."""
+    cache = pushed["cache"]
+    store_b = tmp_path / "store-b"
+    shutil.rmtree(store_b, ignore_errors=True)
+    strict = _realize(
+        tiny_recipe, store_b, env, "--cache", f"file://{cache}", "--require-substitute"
+    )
+    assert strict.returncode == 1, strict.stderr
+    assert f"cache file://{cache}: refused" in strict.stderr and why in strict.stderr
+    assert not list((store_b / "entries").iterdir())  # no partial entry
+    proc = _realize(tiny_recipe, store_b, env, "--cache", f"file://{cache}")
+    assert proc.returncode == 0, proc.stderr
+    assert f"cache file://{cache}: refused" in proc.stderr and "building instead" in proc.stderr
+    (got,) = json.loads(proc.stdout)
+    assert got["substituted"] is None and got["sandbox"] is not None  # built
+
+
+@pytest.mark.slow
+def test_refusals_fall_back_to_building(pushed: dict, tiny_recipe: Path, tmp_path: Path):
+    cache, report, env_b = pushed["cache"], pushed["report"], pushed["env_b"]
+    manifest_path = _manifest(cache, report["hash"])
+    original = manifest_path.read_bytes()
+    manifest = json.loads(original)
+    # An untrusted key: B trusts nobody.
+    nobody = {**env_b, "ROCMFORGE_TRUSTED_KEYS": ""}
+    _refused(tiny_recipe, tmp_path, pushed, nobody, "signed by no trusted key")
+    # A swapped wheel under a valid signature: a new blob, the manifest points at it.
+    wheel = next(f for f in manifest["files"] if f["name"].endswith(".whl"))
+    evil = cache / "evil.whl"
+    evil.write_bytes(Path(report["wheels"][0]).read_bytes() + b"\0")
+    import hashlib
+
+    digest = hashlib.sha256(evil.read_bytes()).hexdigest()
+    shutil.copy(evil, cache / "blobs" / "sha256" / digest)
+    swapped = json.loads(original)
+    for f in swapped["files"]:
+        if f["name"] == wheel["name"]:
+            f.update(sha256=digest, size=evil.stat().st_size)
+    _rewrite(manifest_path, json.dumps(swapped).encode())
+    _refused(tiny_recipe, tmp_path, pushed, env_b, "does not match the signed statement")
+    # A file name escaping the entry.
+    escaping = json.loads(original)
+    escaping["files"][0]["name"] = "../../escape"
+    _rewrite(manifest_path, json.dumps(escaping).encode())
+    _refused(tiny_recipe, tmp_path, pushed, env_b, "unsafe file '../../escape'")
+    escaping["files"][0]["name"] = "/etc/passwd"
+    _rewrite(manifest_path, json.dumps(escaping).encode())
+    _refused(tiny_recipe, tmp_path, pushed, env_b, "unsafe file '/etc/passwd'")
+    # The cache answers with another hash.
+    other = json.loads(original)
+    other["hash"] = "0" * 32
+    _rewrite(manifest_path, json.dumps(other).encode())
+    _refused(tiny_recipe, tmp_path, pushed, env_b, f"the cache answered with {'0' * 32}")
+    # A truncated blob.
+    _rewrite(manifest_path, original)
+    blob = cache / "blobs" / "sha256" / wheel["sha256"]
+    whole = blob.read_bytes()
+    _rewrite(blob, whole[: len(whole) // 2])
+    _refused(tiny_recipe, tmp_path, pushed, env_b, "truncated")
+    _rewrite(blob, whole)
+    # Unsigned: the envelope is left out of the manifest.
+    unsigned = json.loads(original)
+    unsigned["files"] = [f for f in unsigned["files"] if f["name"] != "provenance.dsse.json"]
+    _rewrite(manifest_path, json.dumps(unsigned).encode())
+    _refused(tiny_recipe, tmp_path, pushed, env_b, "unsigned")
+
+
+@pytest.mark.slow
+def test_no_substitute_and_environment_variable(pushed: dict, tiny_recipe: Path, tmp_path: Path):
+    cache, env_b = pushed["cache"], pushed["env_b"]
+    store_b = tmp_path / "store-b"
+    env = {**env_b, "ROCMFORGE_CACHES": f"file://{cache}"}
+    proc = _realize(tiny_recipe, store_b, env, "--offline")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)[0]["substituted"] is None  # built: no cache was asked
+    shutil.rmtree(store_b)
+    proc = _realize(tiny_recipe, store_b, env)
+    assert json.loads(proc.stdout)[0]["substituted"] == f"file://{cache}"
+    bad = _realize(tiny_recipe, store_b, env, "--offline", "--require-substitute")
+    assert bad.returncode == 2 and "contradict" in bad.stderr
+
+
+def test_cache_miss_without_cache_entry_and_bad_url(tmp_path: Path) -> None:
+    from rocmforge.cache.backend import open_backend
+
+    backend = open_backend(f"file://{tmp_path / 'empty'}")
+    assert backend.get_manifest("ab" * 16) is None
+    proc = rf("push", "s3://bucket", "--store", tmp_path / "s")
+    assert proc.returncode == 2 and "unsupported scheme 's3'" in proc.stderr
