@@ -174,7 +174,7 @@ def test_no_substitute_and_environment_variable(pushed: dict, tiny_recipe: Path,
 
 
 def test_cache_miss_without_cache_entry_and_bad_url(tmp_path: Path) -> None:
-    from rocmforge.cache.backend import open_backend
+    from rocmforge.cache.urls import open_backend
 
     backend = open_backend(f"file://{tmp_path / 'empty'}")
     assert backend.get_manifest("ab" * 16) is None

@@ -16,10 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
-from rocmforge.errors import RocmforgeError, UsageError
+from rocmforge.errors import RocmforgeError
 
-#: Environment variable with cache URLs (space-separated), asked in order after ``--cache``.
-CACHES_ENV = "ROCMFORGE_CACHES"
 BLOBS = "blobs"
 ENTRIES = "entries"
 MANIFEST_SUFFIX = ".json"
@@ -169,32 +167,6 @@ class FileCache:
                 except FileNotFoundError:
                     continue
                 yield ManifestInfo(n[: -len(MANIFEST_SUFFIX)], st.st_size, st.st_mtime)
-
-
-def open_backend(url: str) -> Backend:
-    """Return the backend for a cache ``url`` (``file://DIR``; a bare path means ``file://``)."""
-    if url.startswith("file://"):
-        path = url[len("file://") :]
-    elif "://" in url:
-        scheme = url.split("://", 1)[0]
-        raise UsageError(f"cache {url}: unsupported scheme {scheme!r} (supported: file://)")
-    else:
-        path = url
-    if not path:
-        raise UsageError(f"cache {url!r}: no directory")
-    root = Path(path).expanduser().absolute()
-    return FileCache(root, f"file://{root}")
-
-
-def configured_caches(flags: list[str] | None) -> list[str]:
-    """Return the cache URLs to ask, in order: ``--cache`` flags, then ``$ROCMFORGE_CACHES``."""
-    urls = list(flags or [])
-    urls += os.environ.get(CACHES_ENV, "").split()
-    seen: list[str] = []
-    for u in urls:
-        if u not in seen:
-            seen.append(u)
-    return seen
 
 
 def now() -> float:

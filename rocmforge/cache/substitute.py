@@ -12,6 +12,7 @@ refusal is a warning naming the cache and the reason, and the next cache (or a b
 from __future__ import annotations
 
 import hashlib
+import http.client
 import json
 import os
 from collections.abc import Sequence
@@ -19,8 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rocmforge.cache.backend import Backend, CacheError, now, open_backend
+from rocmforge.cache.backend import Backend, CacheError, now
 from rocmforge.cache.manifest import Manifest, ManifestProblem, parse_manifest
+from rocmforge.cache.urls import open_backend
 from rocmforge.errors import RocmforgeError
 from rocmforge.signing import trusted_keys, verify_envelope
 from rocmforge.store import layout
@@ -140,7 +142,7 @@ def _try(store: Store, backend: Backend, want: Wanted, reporter: Reporter) -> En
             raise CacheError(f"cannot create {dest}: {exc}") from None
         try:
             _download(backend, manifest, dest)
-        except OSError as exc:  # a read cut short, a full disk: nothing was published
+        except (OSError, http.client.HTTPException) as exc:  # cut short, disk full: no entry
             raise CacheError(f"cannot download {want.hash}: {exc}") from None
         keyid, statement = _check(manifest, dest, want)
         internal = statement["predicate"]["buildDefinition"]["internalParameters"]

@@ -27,9 +27,9 @@ def register(sub: Any) -> None:
         "push",
         help="upload store entries to a binary cache (only what it lacks)",
         description="Push entries (by recipe, hash, entry name or path; default: all) to CACHE "
-        "(file://DIR). Entries are pushed with their signed provenance; see docs/sharing.md.",
+        "(file://DIR or oci://HOST/REPO), with their signed provenance; see docs/sharing.md.",
     )
-    p.add_argument("cache", metavar="CACHE", help="cache URL: file://DIR")
+    p.add_argument("cache", metavar="CACHE", help="cache URL: file://DIR or oci://HOST[:PORT]/REPO")
     p.add_argument("targets", nargs="*", metavar="TARGET", help="entries to push (default: all)")
     add_store_option(p)
     add_json_option(p)
@@ -38,8 +38,8 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """``rocmforge push CACHE [TARGET...]``."""
-    from rocmforge.cache.backend import open_backend
     from rocmforge.cache.push import push_entries
+    from rocmforge.cache.urls import open_backend
 
     backend = open_backend(args.cache)
     store = open_store(args)

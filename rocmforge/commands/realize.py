@@ -47,8 +47,8 @@ def register(sub: Any) -> None:
         "--cache",
         action="append",
         metavar="URL",
-        help="on a miss, substitute from this binary cache (file://DIR); repeatable, asked "
-        "before $ROCMFORGE_CACHES",
+        help="on a miss, substitute from this binary cache (file://DIR, oci://HOST/REPO); "
+        "repeatable, asked before $ROCMFORGE_CACHES",
     )
     p.add_argument(
         "--no-substitute",
@@ -109,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
 
     # Every entry printed stays rooted until the output is out (the flock dies with us anyway).
     temp_roots = TempRoots(store)
-    from rocmforge.cache.backend import configured_caches
+    from rocmforge.cache.urls import configured_caches
 
     caches = [] if args.no_substitute else configured_caches(args.cache)
     if args.no_substitute and args.require_substitute:
