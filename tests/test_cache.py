@@ -180,3 +180,66 @@ def test_cache_miss_without_cache_entry_and_bad_url(tmp_path: Path) -> None:
     assert backend.get_manifest("ab" * 16) is None
     proc = rf("push", "s3://bucket", "--store", tmp_path / "s")
     assert proc.returncode == 2 and "unsupported scheme 's3'" in proc.stderr
+
+
+def _fake_entry(backend, tmp_path: Path, name: str, version: str, content: bytes) -> str:
+    """Put a manifest of one blob into ``backend`` (gc and ls read manifests, not wheels)."""
+    import hashlib
+
+    from rocmforge.cache.manifest import FileRef, Manifest
+
+    blob = tmp_path / f"{name}-{version}.whl"
+    blob.write_bytes(content)
+    digest = hashlib.sha256(content).hexdigest()
+    backend.put_blob(digest, blob)
+    h = hashlib.sha256(f"{name}{version}".encode()).hexdigest()[:32]
+    files = (FileRef(f"{name}-{version}-py3-none-any.whl", digest, len(content)),)
+    backend.put_manifest(h, Manifest(h, name, version, files, {}).to_bytes())
+    return h
+
+
+def test_cache_ls_and_gc_keep_last_and_older_than(tmp_path: Path) -> None:
+    from rocmforge.cache.urls import open_backend
+
+    root = tmp_path / "cache"
+    url = f"file://{root}"
+    backend = open_backend(url)
+    hashes = {}
+    for i, (name, version) in enumerate([("a", "1"), ("a", "2"), ("a", "3"), ("b", "1")]):
+        hashes[name, version] = _fake_entry(
+            backend, tmp_path, name, version, f"{name}{version}".encode() * 100
+        )
+        day = 86400.0
+        age = time_now() - (10 - i) * day  # a-1 oldest ... b-1 newest, 7 days old
+        os.utime(root / "entries" / f"{hashes[name, version]}.json", (age, age))
+    for blob in (root / "blobs" / "sha256").iterdir():
+        os.utime(blob, (0, 0))  # past the grace a push in flight gets
+    proc = rf("cache", "ls", url, "--json")
+    assert proc.returncode == 0, proc.stderr
+    listed = json.loads(proc.stdout)["entries"]
+    assert [(e["name"], e["version"]) for e in listed] == [
+        ("b", "1"),
+        ("a", "3"),
+        ("a", "2"),
+        ("a", "1"),
+    ]
+    assert "4 entries in" in rf("cache", "ls", url).stdout
+    assert rf("cache", "gc", url).returncode == 2  # no policy: refuse to empty the cache
+    dry = json.loads(rf("cache", "gc", url, "--keep-last", "1", "--dry-run", "--json").stdout)
+    assert {e["version"] for e in dry["deleted"]} == {"1", "2"} and dry["blobs"] == 2
+    assert len(list((root / "entries").iterdir())) == 4
+    # keep-last 1 keeps a-3 and b-1; older-than 9d12h also keeps a-2 (pushed 9 days ago).
+    proc = rf("cache", "gc", url, "--keep-last", "1", "--older-than", "9d12h", "--json")
+    report = json.loads(proc.stdout)
+    assert [(e["name"], e["version"]) for e in report["deleted"]] == [("a", "1")]
+    assert report["kept"] == 3 and report["blobs"] == 1
+    left = {e["version"] for e in json.loads(rf("cache", "ls", url, "--json").stdout)["entries"]}
+    assert left == {"1", "2", "3"} and len(list((root / "blobs" / "sha256").iterdir())) == 3
+    assert backend.get_manifest(hashes["a", "1"]) is None
+
+
+def time_now() -> float:
+    """The wall clock (the cache records push times by it)."""
+    import time
+
+    return time.time()

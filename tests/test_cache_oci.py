@@ -30,7 +30,8 @@ class Registry:
         config = root / "config.yml"
         config.write_text(
             "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n"
-            f"    rootdirectory: {self.data}\nhttp:\n  addr: 127.0.0.1:{self.port}\n"
+            f"    rootdirectory: {self.data}\n  delete:\n    enabled: true\n"
+            f"http:\n  addr: 127.0.0.1:{self.port}\n"
         )
         assert REGISTRY is not None
         self.proc = subprocess.Popen(
@@ -141,3 +142,22 @@ def test_oci_push_substitute_audit_and_faults(registry: Registry, tiny_recipe: P
     assert proc.returncode == 0, proc.stderr
     assert f"cache {url}: {url}: cannot reach the registry" in proc.stderr
     assert json.loads(proc.stdout)[0]["sandbox"] is not None
+
+
+def test_oci_cache_ls_and_gc(registry: Registry, tmp_path: Path) -> None:
+    from test_cache import _fake_entry
+
+    from rocmforge.cache.urls import open_backend
+
+    url = registry.url("team/gc")
+    backend = open_backend(url)
+    for version in ("1", "2", "3"):
+        _fake_entry(backend, tmp_path, "a", version, version.encode() * 100)
+    listed = json.loads(rf("cache", "ls", url, "--json").stdout)["entries"]
+    assert sorted(e["version"] for e in listed) == ["1", "2", "3"]
+    assert all(e["size"] == 100 for e in listed)
+    proc = rf("cache", "gc", url, "--keep-last", "1", "--json")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert len(report["deleted"]) == 2 and report["kept"] == 1
+    assert len(json.loads(rf("cache", "ls", url, "--json").stdout)["entries"]) == 1

@@ -68,6 +68,17 @@ class Backend(Protocol):
         """List the manifests the cache holds."""
         ...
 
+    def delete_manifest(self, hash: str) -> None:
+        """Remove the manifest of ``hash`` (its blobs stay until :meth:`prune_blobs`)."""
+        ...
+
+    def prune_blobs(self, referenced: set[str], *, grace: float, dry_run: bool) -> tuple[int, int]:
+        """Delete blobs no manifest references and older than ``grace`` seconds.
+
+        Return (count, bytes). A backend whose store collects its own garbage returns (0, 0).
+        """
+        ...
+
 
 def _check_digest(sha256: str) -> None:
     if len(sha256) != 64 or any(c not in "0123456789abcdef" for c in sha256):
@@ -167,6 +178,44 @@ class FileCache:
                 except FileNotFoundError:
                     continue
                 yield ManifestInfo(n[: -len(MANIFEST_SUFFIX)], st.st_size, st.st_mtime)
+
+    def delete_manifest(self, hash: str) -> None:
+        """Unlink ``entries/<hash>.json``."""
+        try:
+            os.unlink(self._manifest_path(hash))
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise CacheError(f"{self.url}: cannot delete the manifest of {hash}: {exc}") from None
+
+    def prune_blobs(self, referenced: set[str], *, grace: float, dry_run: bool) -> tuple[int, int]:
+        """Unlink unreferenced blobs older than ``grace`` seconds (a push in flight writes its
+        blobs before its manifest: the grace keeps them)."""
+        d = self.root / BLOBS / "sha256"
+        count = size = 0
+        limit = time.time() - grace
+        try:
+            names = os.listdir(d)
+        except FileNotFoundError:
+            return 0, 0
+        except OSError as exc:
+            raise CacheError(f"{self.url}: cannot list {d}: {exc}") from None
+        for n in names:
+            if n in referenced or n.startswith("."):
+                continue
+            try:
+                st = os.stat(d / n)
+                if st.st_mtime > limit:
+                    continue
+                if not dry_run:
+                    os.unlink(d / n)
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                raise CacheError(f"{self.url}: cannot delete blob {n}: {exc}") from None
+            count += 1
+            size += st.st_size
+        return count, size
 
 
 def now() -> float:

@@ -286,6 +286,26 @@ class OciCache:
         resp = self._request("GET", f"{self.base}/blobs/sha256:{sha256}")
         return resp  # type: ignore[no-any-return]
 
+    def delete_manifest(self, hash: str) -> None:
+        """Delete the artifact tagged ``hash`` by its digest (the registry must allow deletes)."""
+        resp = self._request(
+            "HEAD",
+            f"{self.base}/manifests/{hash}",
+            headers={"Accept": MANIFEST_TYPE},
+            missing_ok=True,
+        )
+        if resp is None:
+            return
+        digest = resp.headers.get("Docker-Content-Digest", "")
+        resp.close()
+        if not digest:
+            raise CacheError(f"{self.url}: the registry gave no digest for {hash}")
+        self._request("DELETE", f"{self.base}/manifests/{digest}", ok=(200, 202)).close()
+
+    def prune_blobs(self, referenced: set[str], *, grace: float, dry_run: bool) -> tuple[int, int]:
+        """Nothing: a registry frees unreferenced blobs with its own garbage collection."""
+        return 0, 0
+
     def manifests(self) -> Iterator[ManifestInfo]:
         """List the tags that are input hashes, with each artifact's size and creation time."""
         resp = self._request("GET", f"{self.base}/tags/list", missing_ok=True)

@@ -23,4 +23,5 @@ COMMANDS = (
     "du",
     "key",
     "push",
+    "cache",
 )
