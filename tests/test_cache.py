@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -93,8 +95,8 @@ def test_store_b_substitutes_what_store_a_pushed(pushed: dict, tiny_recipe: Path
 def _refused(tiny_recipe: Path, tmp_path: Path, pushed: dict, env: dict, why: str) -> None:
     """B refuses the cache's entry with ``why``, warns naming the cache, and builds instead."""
     cache = pushed["cache"]
-    store_b = tmp_path / "store-b"
-    shutil.rmtree(store_b, ignore_errors=True)
+    # A fresh store each time: a deleted store's memo must not answer for its successor.
+    store_b = Path(tempfile.mkdtemp(dir=tmp_path, prefix="store-b-")) / "store"
     strict = _realize(
         tiny_recipe, store_b, env, "--cache", f"file://{cache}", "--require-substitute"
     )
@@ -166,10 +168,11 @@ def test_no_substitute_and_environment_variable(pushed: dict, tiny_recipe: Path,
     proc = _realize(tiny_recipe, store_b, env, "--offline")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)[0]["substituted"] is None  # built: no cache was asked
-    shutil.rmtree(store_b)
-    proc = _realize(tiny_recipe, store_b, env)
-    assert json.loads(proc.stdout)[0]["substituted"] == f"file://{cache}"
-    bad = _realize(tiny_recipe, store_b, env, "--offline", "--require-substitute")
+    store_c = tmp_path / "store-c"  # a fresh store (not store-b deleted: its memo could answer)
+    proc = _realize(tiny_recipe, store_c, env)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)[0]["substituted"] == f"file://{cache}", proc.stderr
+    bad = _realize(tiny_recipe, store_c, env, "--offline", "--require-substitute")
     assert bad.returncode == 2 and "contradict" in bad.stderr
 
 
@@ -243,3 +246,97 @@ def time_now() -> float:
     import time
 
     return time.time()
+
+
+def _signed_synthetic_entry(cache_url: str, tmp_path: Path, size: int):
+    """Push a synthetic signed entry (no build) to ``cache_url``; return (Wanted, public key)."""
+    import hashlib
+
+    from nacl.signing import SigningKey
+
+    from rocmforge.cache.manifest import FileRef, Manifest
+    from rocmforge.cache.substitute import Wanted
+    from rocmforge.cache.urls import open_backend
+    from rocmforge.signing import PublicKey, SecretKey, sign_payload
+    from rocmforge.store.entry import input_hash
+
+    d = tmp_path / "synthetic"
+    d.mkdir()
+    wheel = d / "syn-1.0-py3-none-any.whl"
+    wheel.write_bytes(os.urandom(size))
+    derivation = {"package": {"name": "syn", "version": "1.0"}, "env": {}, "toolchain": {}}
+    (d / "derivation.json").write_text(json.dumps(derivation))
+    h = input_hash(derivation)
+    sha = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    statement = {
+        "_type": "https://in-toto.io/Statement/v1",
+        "subject": [{"name": wheel.name, "digest": {"sha256": sha}}],
+        "predicateType": "https://slsa.dev/provenance/v1",
+        "predicate": {
+            "buildDefinition": {
+                "buildType": "https://rocmforge.dev/build/v1",
+                "externalParameters": {},
+                "internalParameters": {
+                    "inputHash": h,
+                    "host": "x",
+                    "localPaths": {"repository": str(d)},
+                },
+                "resolvedDependencies": [],
+            },
+            "runDetails": {"builder": {"id": "https://rocmforge.dev/builder/v1"}},
+        },
+    }
+    payload = json.dumps(statement).encode()
+    (d / "provenance.json").write_bytes(payload)
+    seed = os.urandom(32)
+    pub = bytes(SigningKey(seed).verify_key)
+    key = SecretKey("syn", seed, PublicKey("syn", pub))
+    (d / "provenance.dsse.json").write_text(json.dumps(sign_payload(payload, key)))
+    backend = open_backend(cache_url)
+    refs = []
+    for p in sorted(d.iterdir()):
+        digest = hashlib.sha256(p.read_bytes()).hexdigest()
+        backend.put_blob(digest, p)
+        refs.append(FileRef(p.name, digest, p.stat().st_size))
+    backend.put_manifest(h, Manifest(h, "syn", "1.0", tuple(refs), {}).to_bytes())
+    return Wanted(h, "syn", "1.0"), "syn:" + base64.b64encode(pub).decode()
+
+
+def _substitute_in(store_dir: str, url: str, want, out) -> None:  # run in a child process
+    from rocmforge.cache.substitute import substitute
+    from rocmforge.store.store import open_store
+    from rocmforge.util.progress import NullReporter
+
+    store = open_store(Path(store_dir))
+    entry = substitute(store, [url], want, NullReporter(), require=True)
+    out.put(str(entry.path) if entry else None)
+
+
+def test_concurrent_substitutions_publish_one_entry(tmp_path: Path, monkeypatch) -> None:
+    import multiprocessing
+
+    url = f"file://{tmp_path / 'cache'}"
+    want, public = _signed_synthetic_entry(url, tmp_path, 8 << 20)
+    monkeypatch.setenv("ROCMFORGE_TRUSTED_KEYS", public)
+    from rocmforge.store.store import open_store
+
+    for s in ("shared", "other"):
+        open_store(tmp_path / s).close()
+    ctx = multiprocessing.get_context("fork")
+    out = ctx.Queue()
+    targets = [tmp_path / "shared", tmp_path / "shared", tmp_path / "shared", tmp_path / "other"]
+    procs = [ctx.Process(target=_substitute_in, args=(str(t), url, want, out)) for t in targets]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    paths = sorted(out.get(timeout=5) for _ in procs)
+    shared = [p for p in paths if "/shared/" in p]
+    assert len(set(shared)) == 1 and len(shared) == 3
+    for s in ("shared", "other"):
+        entries = list((tmp_path / s / "entries").iterdir())
+        assert [e.name for e in entries] == [f"{want.hash}-syn-1.0"]
+        assert not [n for n in os.listdir(tmp_path / s / "tmp") if not n.endswith(".lock")]
+        meta = json.loads((entries[0] / "meta.json").read_text())
+        assert meta["origin"]["keyid"] == "syn" and meta["sources"] == []

@@ -53,10 +53,16 @@ class Wanted:
 
 
 def _download(backend: Backend, manifest: Manifest, dest: str) -> dict[str, str]:
-    """Stream every blob into ``dest``, checking size and sha256 on the way; return digests."""
+    """Stream every blob into ``dest``, checking size and sha256 on the way.
+
+    Return each wheel's blake3, computed in the same pass (publish then reads nothing again).
+    """
+    import blake3
+
     got = {}
     for f in manifest.files:
         h = hashlib.sha256()
+        b3 = blake3.blake3() if f.name.endswith(layout.WHEEL_SUFFIX) else None
         size = 0
         path = os.path.join(dest, f.name)
         with backend.open_blob(f.sha256) as src, open(path, "xb") as out:
@@ -65,12 +71,15 @@ def _download(backend: Backend, manifest: Manifest, dest: str) -> dict[str, str]
                 if size > f.size:
                     raise Refused(f"blob of {f.name} is longer than the manifest says")
                 h.update(chunk)
+                if b3 is not None:
+                    b3.update(chunk)
                 out.write(chunk)
         if size != f.size:
             raise Refused(f"blob of {f.name} is truncated ({size} of {f.size} bytes)")
         if h.hexdigest() != f.sha256:
             raise Refused(f"blob of {f.name} does not match its digest")
-        got[f.name] = f.sha256
+        if b3 is not None:
+            got[f.name] = b3.hexdigest()
     return got
 
 
@@ -120,6 +129,11 @@ def _check(manifest: Manifest, dest: str, want: Wanted) -> tuple[str, dict[str, 
     return str(check.keyid), statement
 
 
+def manifest_size(manifest: Manifest, name: str) -> int:
+    """Return the size the manifest gives the file ``name``."""
+    return next(f.size for f in manifest.files if f.name == name)
+
+
 def _try(store: Store, backend: Backend, want: Wanted, reporter: Reporter) -> Entry | None:
     raw = backend.get_manifest(want.hash)
     if raw is None:
@@ -141,12 +155,17 @@ def _try(store: Store, backend: Backend, want: Wanted, reporter: Reporter) -> En
         except OSError as exc:
             raise CacheError(f"cannot create {dest}: {exc}") from None
         try:
-            _download(backend, manifest, dest)
+            blake3s = _download(backend, manifest, dest)
         except (OSError, http.client.HTTPException) as exc:  # cut short, disk full: no entry
             raise CacheError(f"cannot download {want.hash}: {exc}") from None
         keyid, statement = _check(manifest, dest, want)
         internal = statement["predicate"]["buildDefinition"]["internalParameters"]
         meta: dict[str, Any] = dict(manifest.meta)
+        sha = {f.name: f.sha256 for f in manifest.files}
+        meta["wheels"] = [
+            {"file": n, "sha256": sha[n], "blake3": b, "size": manifest_size(manifest, n)}
+            for n, b in sorted(blake3s.items())
+        ]
         meta["sandbox"] = internal.get("sandbox")
         meta["sources"] = []  # nothing here depends on local source caches
         meta["origin"] = {
