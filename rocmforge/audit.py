@@ -74,6 +74,8 @@ class AuditReport:
     #: the entries it was built against: name, version, hash, wheel sha256, and their env flags
     #: when this store has them (see :func:`dependency_facts`)
     dependencies: tuple[Mapping[str, Any], ...] = ()
+    #: Where a substituted entry came from (meta.json ``origin``): None when built in this store.
+    origin: Mapping[str, Any] | None = None
 
     @property
     def exit_code(self) -> int:
@@ -140,6 +142,7 @@ class AuditReport:
             "archs": dict(self.archs) if self.archs is not None else None,
             "links": [dict(link) for link in self.links],
             "signature": self.signature.to_json() if self.signature else None,
+            "origin": dict(self.origin) if self.origin is not None else None,
             "derivation": dict(self.derivation) if self.derivation else None,
             "built_against": [dict(d) for d in self.dependencies],
         }
@@ -302,6 +305,7 @@ def audit_wheel(wheel: Path, *, store: Store | None) -> AuditReport:
         derivation = statement = None
         archs = None
         links: tuple[Mapping[str, str], ...] = ()
+        meta = None
         if os.path.isdir(row.path):
             derivation = read_derivation(row.path)
             statement = read_statement(row.path / layout.PROVENANCE)
@@ -336,6 +340,7 @@ def audit_wheel(wheel: Path, *, store: Store | None) -> AuditReport:
             archs=archs,
             links=links,
             dependencies=dependency_facts(derivation, statement, store) if store else (),
+            origin=meta.origin if meta is not None else None,
         )
     return _audit_unverified(wheel, store=store, b3=b3, size=size)
 

@@ -82,6 +82,8 @@ class RealizeReport:
     seconds: float = 0.0
     link: Path | None = None
     warnings: tuple[str, ...] = field(default=())
+    #: The cache URL the entry was substituted from on this realize (None: built or cached).
+    substituted: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """Return the report as JSON-ready data."""
@@ -96,6 +98,7 @@ class RealizeReport:
             "sandbox": self.sandbox,
             "seconds": round(self.seconds, 3),
             "link": str(self.link) if self.link else None,
+            "substituted": self.substituted,
         }
 
 
@@ -332,6 +335,7 @@ def _finish(
     *,
     started: float,
     sandbox: str | None,
+    substituted: str | None = None,
 ) -> RealizeReport:
     """Protect, link, remember and report ``entry``; call under the shared lock."""
     from rocmforge import memo
@@ -353,8 +357,9 @@ def _finish(
         version=drv.version,
         path=entry.path,
         wheels=entry.wheels,
-        cached=sandbox is None,
+        cached=sandbox is None and substituted is None,
         sandbox=sandbox,
+        substituted=substituted,
         seconds=time.monotonic() - started,
         link=made,
     )
@@ -375,6 +380,8 @@ def realize(
     verify: bool = False,
     compiler_cache: bool = True,
     dependencies: Sequence[Dependency] = (),
+    caches: Sequence[str] = (),
+    require_substitute: bool = False,
 ) -> RealizeReport:
     """Return the store entry for ``recipe``, building it in the sandbox on a miss.
 
@@ -398,6 +405,8 @@ def realize(
     a damaged entry is quarantined and rebuilt (:meth:`Store.lookup`).
 
     ``compiler_cache`` False builds without the compiler cache (it never changes the hash).
+    ``caches`` (URLs) are asked in order on a miss before building (:mod:`rocmforge.cache`);
+    ``require_substitute`` fails instead of building when none provides the entry.
     """
     reporter = reporter or NullReporter()
     if lints is None:
@@ -427,8 +436,16 @@ def realize(
             roots.add(drv.hash)  # what we are about to build and publish
         wanted = sandbox
         built: str | None = None
+        fetched: str | None = None
         with store.build_lock(drv.hash, on_busy=waiting_reporter(store, drv, reporter)):
             entry = store.lookup(drv.hash, drv.name, drv.version)
+            if entry is None and (caches or require_substitute):
+                from rocmforge.cache.substitute import Wanted, substitute
+
+                want = Wanted(drv.hash, drv.name, drv.version)
+                entry = substitute(store, caches, want, reporter, require=require_substitute)
+                if entry is not None and entry.meta.origin is not None:
+                    fetched = str(entry.meta.origin["cache"])
             weaker = entry is not None and not satisfies(entry.meta.sandbox, wanted)
             if entry is None or weaker:
                 from rocmforge.build import build, closure_wheels
@@ -475,7 +492,9 @@ def realize(
                 )
                 entry, built = outcome.entry, outcome.sandbox
         with store.shared_lock():
-            return _finish(store, r, entry, roots, link, started=started, sandbox=built)
+            return _finish(
+                store, r, entry, roots, link, started=started, sandbox=built, substituted=fetched
+            )
     except BaseException:
         if temp_roots is not None:
             with store.shared_lock():

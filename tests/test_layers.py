@@ -40,6 +40,7 @@ _SUBPACKAGE_LAYER = {
     "store": 2,
     "sources": 3,
     "toolchain": 3,
+    "cache": 4,
     "commands": 5,
 }
 _TOP_LAYER = {"__init__": 0, "errors": 0, "cli": 6, "console": 7, "__main__": 7}

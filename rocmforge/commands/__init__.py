@@ -23,4 +23,6 @@ COMMANDS = (
     "du",
     "key",
     "export",
+    "push",
+    "cache",
 )

@@ -177,6 +177,10 @@ def _print(report: Any) -> None:
     if sig is not None:
         add("signature", f"{sig.status}" + (f" (key {sig.keyid})" if sig.keyid else "")
             + (f": {sig.detail}" if sig.detail else ""))
+    origin = report.origin
+    if origin is not None:
+        add("substituted", f"from {origin.get('cache')}"
+            + (f", built on {origin['host']}" if origin.get("host") else ""))
     add("store path", report.entry_path)
     for label, value in rows:
         print(f"  {label:<13}{value}")

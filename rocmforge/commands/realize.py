@@ -43,6 +43,25 @@ def register(sub: Any) -> None:
         action="store_true",
         help="build without the compiler cache (ccache); the hash and the wheel are the same",
     )
+    p.add_argument(
+        "--cache",
+        action="append",
+        metavar="URL",
+        help="on a miss, substitute from this binary cache (file://DIR, oci://HOST/REPO); "
+        "repeatable, asked before $ROCMFORGE_CACHES",
+    )
+    p.add_argument(
+        "--no-substitute",
+        "--offline",
+        dest="no_substitute",
+        action="store_true",
+        help="ask no binary cache: build every miss here",
+    )
+    p.add_argument(
+        "--require-substitute",
+        action="store_true",
+        help="fail (exit 1) instead of building when no cache provides a missing entry",
+    )
     p.add_argument("-v", "--verbose", action="store_true", help="echo build output (non-TTY)")
     p.add_argument(
         "--check",
@@ -114,11 +133,19 @@ def run(args: argparse.Namespace) -> int:
             how = (
                 "cached" if report.cached else f"built in {report.seconds:.1f} s ({report.sandbox})"
             )
+            if report.substituted:
+                how = f"substituted from {report.substituted} in {report.seconds:.1f} s"
             how += _cache_note(report)
             print(f"rocmforge: {report.name} {report.version} {report.hash} {how}", file=sys.stderr)
 
+    from rocmforge.cache.urls import configured_caches
     from rocmforge.store.roots import TempRoots
 
+    caches = [] if args.no_substitute else configured_caches(args.cache)
+    if args.no_substitute and args.require_substitute:
+        from rocmforge.errors import UsageError
+
+        raise UsageError("--require-substitute and --no-substitute/--offline contradict")
     # Every entry printed stays rooted until the output is out (the flock dies with us anyway).
     temp_roots = TempRoots(store)
     result = realize_graph(
@@ -137,10 +164,18 @@ def run(args: argparse.Namespace) -> int:
         sandbox="none" if args.sandbox == "none" else "bwrap",
         sandbox_option=args.sandbox,
         on_done=on_done,
-        options={"verify": args.verify, "compiler_cache": not args.no_compiler_cache},
+        options={
+            "verify": args.verify,
+            "compiler_cache": not args.no_compiler_cache,
+            "caches": caches,
+            "require_substitute": args.require_substitute,
+        },
         child_args=[
             *(["--verify"] if args.verify else []),
             *(["--no-compiler-cache"] if args.no_compiler_cache else []),
+            *(["--no-substitute"] if args.no_substitute else []),
+            *(a for url in (args.cache or []) for a in ("--cache", url)),
+            *(["--require-substitute"] if args.require_substitute else []),
         ],
     )
     if not result.ok:

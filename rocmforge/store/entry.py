@@ -133,7 +133,7 @@ class WheelRecord:
 _KNOWN = frozenset(
     {"hash", "name", "version", "created", "size", "wheels", "sandbox", "build_seconds",
      "sources", "files", "archs", "links", "seal", "steps", "compiler_cache",
-     "portability", "built_against"}
+     "portability", "built_against", "origin"}
 )  # fmt: skip
 
 
@@ -171,6 +171,8 @@ class EntryMeta:
     #: ``built_against``: input hashes of the entries this one was built against (its closure
     #: of ``[requirements] recipes``); gc keeps them while this entry stays.
     built_against: tuple[str, ...] = ()
+    #: Where a substituted entry came from (``cache``, ``keyid``, ``substituted``); None when built.
+    origin: Mapping[str, Any] | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     @property
@@ -255,6 +257,11 @@ class EntryMeta:
         against = data.get("built_against", [])
         if not isinstance(against, list) or not all(isinstance(h, str) for h in against):
             raise _fail(file, "built_against", "a list of input hashes", against)
+        origin = data.get("origin")
+        if origin is not None and not (
+            isinstance(origin, dict) and isinstance(origin.get("cache"), str)
+        ):
+            raise _fail(file, "origin", "a table with a 'cache' URL", origin)
         return cls(
             hash=hash_,
             name=name,
@@ -276,6 +283,7 @@ class EntryMeta:
             compiler_cache=compiler_cache,
             portability=portability,
             built_against=tuple(against),
+            origin=origin,
             extra={k: v for k, v in data.items() if k not in _KNOWN},
         )
 
@@ -313,6 +321,7 @@ class EntryMeta:
                 [dict(p) for p in self.portability] if self.portability is not None else None
             ),
             "built_against": list(self.built_against) or None,
+            "origin": self.origin,
         }
         out.update((k, v) for k, v in optional.items() if v is not None)
         return out

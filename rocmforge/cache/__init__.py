@@ -1,0 +1,1 @@
+"""Shared binary caches: push store entries to a cache and substitute them on a miss."""

@@ -1,0 +1,340 @@
+"""The ``oci://HOST[:PORT]/REPO`` backend: a small client for the OCI distribution API.
+
+Each entry is an OCI artifact tagged with its input hash: an image manifest with
+``artifactType`` :data:`ARTIFACT_TYPE`, the empty config, one layer per file (title annotation =
+file name, the layer digest = the file's sha256) and the entry's identity and informational meta
+in annotations, the way ORAS and Spack store non-image content. Blobs are shared by digest across
+entries. Plain ``urllib`` suffices (see docs/sharing.md for the measurement against ``oras``).
+
+Loopback hosts are spoken to over http, every other host over https. Credentials come from the
+usual places, never from recipes: ``$ROCMFORGE_OCI_USERNAME``/``$ROCMFORGE_OCI_PASSWORD``, else
+the docker config (``$DOCKER_CONFIG/config.json`` or ``~/.docker/config.json``, ``auths``); a
+registry asking for a bearer token gets one from its realm with those credentials.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import re
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from rocmforge.cache.backend import CacheError, ManifestInfo
+
+ARTIFACT_TYPE = "application/vnd.rocmforge.entry.v1+json"
+MANIFEST_TYPE = "application/vnd.oci.image.manifest.v1+json"
+EMPTY_TYPE = "application/vnd.oci.empty.v1+json"
+EMPTY = b"{}"
+EMPTY_DIGEST = "sha256:" + hashlib.sha256(EMPTY).hexdigest()
+LAYER_TYPE = "application/octet-stream"
+TITLE = "org.opencontainers.image.title"
+CREATED = "org.opencontainers.image.created"
+_PREFIX = "dev.rocmforge."
+_LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
+_TIMEOUT = 30.0
+
+
+def _credentials(host: str) -> tuple[str, str] | None:
+    user, password = (
+        os.environ.get("ROCMFORGE_OCI_USERNAME"),
+        os.environ.get("ROCMFORGE_OCI_PASSWORD"),
+    )
+    if user and password:
+        return user, password
+    cfg_dir = os.environ.get("DOCKER_CONFIG") or str(Path.home() / ".docker")
+    try:
+        with open(os.path.join(cfg_dir, "config.json"), "rb") as f:
+            auths = json.loads(f.read()).get("auths", {})
+    except (OSError, ValueError, AttributeError):
+        return None
+    for key in (host, f"https://{host}", f"http://{host}"):
+        auth = (auths.get(key) or {}).get("auth") if isinstance(auths, dict) else None
+        if auth:
+            try:
+                u, _, p = base64.b64decode(auth).decode().partition(":")
+            except (ValueError, UnicodeDecodeError):
+                return None
+            return u, p
+    return None
+
+
+class OciCache:
+    """A cache in an OCI distribution registry repository: ``oci://HOST[:PORT]/REPO``."""
+
+    def __init__(self, host: str, repo: str, url: str) -> None:
+        self.url = url
+        self.host = host
+        self.repo = repo
+        loopback = host.rsplit(":", 1)[0] in _LOOPBACK or host in _LOOPBACK
+        scheme = "http" if loopback else "https"
+        # A loopback registry is never reached through a proxy from the environment.
+        handlers = [urllib.request.ProxyHandler({})] if loopback else []
+        self._opener = urllib.request.build_opener(*handlers)
+        self.base = f"{scheme}://{host}/v2/{repo}"
+        self._auth: str | None = None
+        self._creds = _credentials(host)
+
+    # -- HTTP -------------------------------------------------------------------------------
+    def _request(
+        self,
+        method: str,
+        url: str,
+        *,
+        data: Any = None,
+        headers: Mapping[str, str] | None = None,
+        ok: tuple[int, ...] = (200,),
+        missing_ok: bool = False,
+    ) -> Any:
+        """Send one request (with auth on a 401 challenge); return the open response or None."""
+        for attempt in (0, 1):
+            req = urllib.request.Request(url, data=data, method=method, headers=dict(headers or {}))
+            if self._auth:
+                req.add_header("Authorization", self._auth)
+            try:
+                resp = self._opener.open(req, timeout=_TIMEOUT)
+            except urllib.error.HTTPError as exc:
+                if exc.code == 401 and attempt == 0 and self._authenticate(exc):
+                    continue
+                if exc.code == 404 and missing_ok:
+                    return None
+                body = exc.read(300).decode("utf-8", "replace").strip()
+                raise CacheError(
+                    f"{self.url}: {method} {urllib.parse.urlsplit(url).path}: HTTP {exc.code}"
+                    + (f" ({body})" if body else "")
+                ) from None
+            except (urllib.error.URLError, OSError) as exc:
+                reason = getattr(exc, "reason", exc)
+                raise CacheError(f"{self.url}: cannot reach the registry: {reason}") from None
+            if resp.status not in ok:
+                resp.close()
+                raise CacheError(f"{self.url}: {method} {url}: unexpected HTTP {resp.status}")
+            return resp
+        raise CacheError(f"{self.url}: authentication failed")  # pragma: no cover
+
+    def _authenticate(self, exc: urllib.error.HTTPError) -> bool:
+        challenge = exc.headers.get("WWW-Authenticate", "")
+        basic = None
+        if self._creds:
+            basic = "Basic " + base64.b64encode(":".join(self._creds).encode()).decode()
+        if challenge.lower().startswith("basic"):
+            if basic is None or self._auth == basic:
+                return False
+            self._auth = basic
+            return True
+        if not challenge.lower().startswith("bearer"):
+            return False
+        params = dict(re.findall(r'(\w+)="([^"]*)"', challenge))
+        realm = params.pop("realm", None)
+        if not realm:
+            return False
+        query = urllib.parse.urlencode(
+            {k: v for k, v in params.items() if k in ("service", "scope")}
+        )
+        req = urllib.request.Request(f"{realm}?{query}")
+        if basic:
+            req.add_header("Authorization", basic)
+        try:
+            with self._opener.open(req, timeout=_TIMEOUT) as resp:
+                doc = json.loads(resp.read())
+        except (urllib.error.URLError, OSError, ValueError) as err:
+            raise CacheError(f"{self.url}: cannot get a token from {realm}: {err}") from None
+        token = doc.get("token") or doc.get("access_token")
+        if not token:
+            return False
+        self._auth = f"Bearer {token}"
+        return True
+
+    # -- Backend ----------------------------------------------------------------------------
+    def _oci_manifest(self, ref: str) -> dict[str, Any] | None:
+        resp = self._request(
+            "GET",
+            f"{self.base}/manifests/{ref}",
+            headers={"Accept": MANIFEST_TYPE},
+            missing_ok=True,
+        )
+        if resp is None:
+            return None
+        with resp:
+            raw = resp.read()
+        try:
+            doc = json.loads(raw)
+        except ValueError:
+            raise CacheError(f"{self.url}: manifest {ref} is not JSON") from None
+        if not isinstance(doc, dict):
+            raise CacheError(f"{self.url}: manifest {ref} is not a JSON object")
+        return doc
+
+    def get_manifest(self, hash: str) -> bytes | None:
+        """Fetch the artifact tagged ``hash`` and return it as a rocmforge manifest."""
+        doc = self._oci_manifest(hash)
+        if doc is None:
+            return None
+        ann = doc.get("annotations") or {}
+        files = []
+        for layer in doc.get("layers") or []:
+            if not isinstance(layer, dict):
+                continue
+            digest = str(layer.get("digest", ""))
+            files.append(
+                {
+                    "name": (layer.get("annotations") or {}).get(TITLE, ""),
+                    "sha256": digest.removeprefix("sha256:"),
+                    "size": layer.get("size", -1),
+                }
+            )
+        try:
+            meta = json.loads(ann.get(_PREFIX + "meta", "{}"))
+        except ValueError:
+            meta = None
+        out = {
+            "schema": 1 if doc.get("artifactType") == ARTIFACT_TYPE else None,
+            "hash": ann.get(_PREFIX + "hash"),
+            "name": ann.get(_PREFIX + "name"),
+            "version": ann.get(_PREFIX + "version"),
+            "files": files,
+            "meta": meta,
+        }
+        return json.dumps(out).encode()
+
+    def put_manifest(self, hash: str, data: bytes) -> bool:
+        """Push the artifact for ``hash`` (config, then the manifest) unless the tag exists."""
+        if (
+            self._request(
+                "HEAD",
+                f"{self.base}/manifests/{hash}",
+                headers={"Accept": MANIFEST_TYPE},
+                missing_ok=True,
+            )
+            is not None
+        ):
+            return False
+        m = json.loads(data)
+        if not self.has_blob(EMPTY_DIGEST.removeprefix("sha256:")):
+            self._upload(EMPTY_DIGEST, EMPTY, len(EMPTY))
+        import time
+
+        doc = {
+            "schemaVersion": 2,
+            "mediaType": MANIFEST_TYPE,
+            "artifactType": ARTIFACT_TYPE,
+            "config": {"mediaType": EMPTY_TYPE, "digest": EMPTY_DIGEST, "size": len(EMPTY)},
+            "layers": [
+                {
+                    "mediaType": LAYER_TYPE,
+                    "digest": f"sha256:{f['sha256']}",
+                    "size": f["size"],
+                    "annotations": {TITLE: f["name"]},
+                }
+                for f in m["files"]
+            ],
+            "annotations": {
+                _PREFIX + "hash": m["hash"],
+                _PREFIX + "name": m["name"],
+                _PREFIX + "version": m["version"],
+                _PREFIX + "meta": json.dumps(m.get("meta") or {}, sort_keys=True),
+                CREATED: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            },
+        }
+        body = json.dumps(doc, sort_keys=True).encode()
+        self._request(
+            "PUT",
+            f"{self.base}/manifests/{hash}",
+            data=body,
+            headers={"Content-Type": MANIFEST_TYPE},
+            ok=(200, 201),
+        ).close()
+        return True
+
+    def has_blob(self, sha256: str) -> bool:
+        """HEAD the blob."""
+        resp = self._request("HEAD", f"{self.base}/blobs/sha256:{sha256}", missing_ok=True)
+        if resp is None:
+            return False
+        resp.close()
+        return True
+
+    def _upload(self, digest: str, body: Any, size: int) -> None:
+        resp = self._request("POST", f"{self.base}/blobs/uploads/", data=b"", ok=(202,))
+        location = resp.headers.get("Location", "")
+        resp.close()
+        if not location:
+            raise CacheError(f"{self.url}: the registry gave no upload location")
+        target = urllib.parse.urljoin(self.base + "/", location)
+        sep = "&" if "?" in target else "?"
+        headers = {"Content-Type": "application/octet-stream", "Content-Length": str(size)}
+        self._request(
+            "PUT", f"{target}{sep}digest={digest}", data=body, headers=headers, ok=(201, 204)
+        ).close()
+
+    def put_blob(self, sha256: str, path: Path) -> bool:
+        """Upload ``path`` as blob ``sha256`` (monolithic, streamed from the file)."""
+        if self.has_blob(sha256):
+            return False
+        with open(path, "rb") as f:
+            self._upload(f"sha256:{sha256}", f, os.fstat(f.fileno()).st_size)
+        return True
+
+    def open_blob(self, sha256: str) -> BinaryIO:
+        """GET the blob (redirects followed) as a stream."""
+        resp = self._request("GET", f"{self.base}/blobs/sha256:{sha256}")
+        return resp  # type: ignore[no-any-return]
+
+    def delete_manifest(self, hash: str) -> None:
+        """Delete the artifact tagged ``hash`` by its digest (the registry must allow deletes)."""
+        resp = self._request(
+            "HEAD",
+            f"{self.base}/manifests/{hash}",
+            headers={"Accept": MANIFEST_TYPE},
+            missing_ok=True,
+        )
+        if resp is None:
+            return
+        digest = resp.headers.get("Docker-Content-Digest", "")
+        resp.close()
+        if not digest:
+            raise CacheError(f"{self.url}: the registry gave no digest for {hash}")
+        self._request("DELETE", f"{self.base}/manifests/{digest}", ok=(200, 202)).close()
+
+    def prune_blobs(self, referenced: set[str], *, grace: float, dry_run: bool) -> tuple[int, int]:
+        """Nothing: a registry frees unreferenced blobs with its own garbage collection."""
+        return 0, 0
+
+    def manifests(self) -> Iterator[ManifestInfo]:
+        """List the tags that are input hashes, with each artifact's size and creation time."""
+        resp = self._request("GET", f"{self.base}/tags/list", missing_ok=True)
+        if resp is None:
+            return
+        with resp:
+            tags = json.loads(resp.read()).get("tags") or []
+        import calendar
+        import time
+
+        for tag in sorted(tags):
+            doc = self._oci_manifest(tag)
+            if doc is None or doc.get("artifactType") != ARTIFACT_TYPE:
+                continue
+            size = sum(int(layer.get("size", 0)) for layer in doc.get("layers") or [])
+            created = (doc.get("annotations") or {}).get(CREATED, "")
+            try:
+                mtime = float(calendar.timegm(time.strptime(created, "%Y-%m-%dT%H:%M:%SZ")))
+            except ValueError:
+                mtime = 0.0
+            yield ManifestInfo(tag, size, mtime)
+
+
+def open_oci(url: str) -> OciCache:
+    """Parse ``oci://HOST[:PORT]/REPO`` into a backend."""
+    rest = url[len("oci://") :]
+    host, _, repo = rest.partition("/")
+    if not host or not repo or not re.fullmatch(r"[a-z0-9]+([._/-][a-z0-9]+)*", repo):
+        from rocmforge.errors import UsageError
+
+        raise UsageError(f"cache {url}: expected oci://HOST[:PORT]/REPO (lowercase repository)")
+    return OciCache(host, repo, f"oci://{host}/{repo}")

@@ -1,0 +1,117 @@
+"""``cache ls`` and ``cache gc``: what a binary cache holds, and pruning it.
+
+``gc`` follows the store's gc policies: ``--keep-last N`` keeps the newest N entries of each
+package, ``--older-than D`` keeps entries pushed within D; given both, an entry goes only when
+neither keeps it. Manifests go first, then blobs no remaining manifest references (blobs younger
+than :data:`BLOB_GRACE` stay: a push in flight writes its blobs before its manifest).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+
+from rocmforge.cache.backend import Backend
+from rocmforge.cache.manifest import ManifestProblem, parse_manifest
+
+#: Seconds an unreferenced blob is kept (a concurrent push uploads blobs before its manifest).
+BLOB_GRACE = 3600.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CachedEntry:
+    """One entry a cache holds."""
+
+    hash: str
+    name: str
+    version: str
+    size: int
+    pushed: float
+    blobs: tuple[str, ...]
+
+    def to_json(self) -> dict[str, object]:
+        """Return the entry as JSON-ready data."""
+        return {
+            "hash": self.hash,
+            "name": self.name,
+            "version": self.version,
+            "size": self.size,
+            "pushed": self.pushed,
+        }
+
+
+def list_cache(backend: Backend) -> list[CachedEntry]:
+    """Return every well-formed entry in the cache, newest first."""
+    out = []
+    for info in backend.manifests():
+        raw = backend.get_manifest(info.hash)
+        if raw is None:
+            continue
+        try:
+            m = parse_manifest(raw)
+        except ManifestProblem:
+            continue
+        out.append(
+            CachedEntry(
+                hash=m.hash,
+                name=m.name,
+                version=m.version,
+                size=sum(f.size for f in m.files),
+                pushed=info.mtime,
+                blobs=tuple(f.sha256 for f in m.files),
+            )
+        )
+    out.sort(key=lambda e: (-e.pushed, e.name, e.hash))
+    return out
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PruneReport:
+    """What ``cache gc`` deleted (or would delete with ``dry_run``)."""
+
+    deleted: tuple[CachedEntry, ...]
+    kept: int
+    blobs: int
+    blob_bytes: int
+    dry_run: bool
+
+    def to_json(self) -> dict[str, object]:
+        """Return the report as JSON-ready data."""
+        return {
+            "deleted": [e.to_json() for e in self.deleted],
+            "kept": self.kept,
+            "blobs": self.blobs,
+            "blob_bytes": self.blob_bytes,
+            "dry_run": self.dry_run,
+        }
+
+
+def prune_cache(
+    backend: Backend,
+    *,
+    keep_last: int | None,
+    older_than: float | None,
+    dry_run: bool = False,
+    now: float | None = None,
+    grace: float = BLOB_GRACE,
+) -> PruneReport:
+    """Delete the entries neither policy keeps, then the blobs nothing references."""
+    now = time.time() if now is None else now
+    entries = list_cache(backend)
+    per_package: dict[str, int] = defaultdict(int)
+    keep: list[CachedEntry] = []
+    gone: list[CachedEntry] = []
+    for e in entries:  # newest first
+        per_package[e.name] += 1
+        kept_by_count = keep_last is not None and per_package[e.name] <= keep_last
+        kept_by_age = older_than is not None and now - e.pushed < older_than
+        (keep if kept_by_count or kept_by_age else gone).append(e)
+    for e in gone:
+        if not dry_run:
+            backend.delete_manifest(e.hash)
+    referenced = {b for e in keep for b in e.blobs}
+    count, size = backend.prune_blobs(referenced, grace=grace, dry_run=dry_run)
+    return PruneReport(
+        deleted=tuple(gone), kept=len(keep), blobs=count, blob_bytes=size, dry_run=dry_run
+    )
