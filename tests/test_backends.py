@@ -377,3 +377,61 @@ def test_cython_sdist_from_pypi_builds_byte_identical_and_runs(tmp_path: Path) -
     code = "from fastrlock.rlock import FastRLock; lock = FastRLock(); print(lock.acquire())"
     run = subprocess.run([py, "-c", code], capture_output=True, text=True, check=True, cwd=tmp_path)
     assert run.stdout.strip() == "True"
+
+
+LIBYAML_RECIPE = """\
+schema = 1
+
+[package]
+name = "pyyaml"
+version = "6.0.2"
+
+[source]
+path = "{src}"
+
+[toolchain]
+kind = "system"
+python = "3.11"
+
+[requirements]
+build = ["setuptools==75.6.0", "wheel==0.45.1", "Cython==3.1.4"]
+
+[build.config-settings]
+# PyYAML's in-tree backend: fail rather than quietly build pure Python when libyaml is missing
+pyyaml_build_config = '{{"force": 1}}'
+
+[check]
+import = "yaml._yaml"
+"""
+
+
+@pytest.mark.slow
+def test_c_extension_against_a_debian_library_builds_byte_identical_and_runs(
+    tmp_path: Path,
+) -> None:
+    """PyYAML's sdist compiled against Debian's libyaml (libyaml-dev, scripts/setup.sh)."""
+    if not Path("/usr/include/yaml.h").is_file():
+        pytest.skip("no libyaml headers; scripts/setup.sh installs libyaml-dev")
+    for pin in ("cython-3.1.4", "setuptools-75.6.0", "wheel-0.45.1"):
+        if not list(WHEELHOUSE.glob(f"{pin}-*.whl")):
+            pytest.skip(f"no {pin} wheel in {WHEELHOUSE}; run scripts/test.sh")
+    src = real_sdist(tmp_path, "pyyaml", "6.0.2")
+    recipe = tmp_path / "pyyaml.toml"
+    recipe.write_text(LIBYAML_RECIPE.format(src=src))
+    a = realize(recipe, tmp_path / "store")
+    with zipfile.ZipFile(a["wheels"][0]) as z:
+        (ext,) = [n for n in z.namelist() if n.startswith("yaml/_yaml.") and n.endswith(".so")]
+        assert b"libyaml-0.so" in z.read(ext)  # linked against the Debian library
+    check(recipe, tmp_path / "store")
+    env_dir = tmp_path / "venv"
+    venv.create(env_dir, with_pip=True)
+    py = env_dir / "bin" / "python"
+    subprocess.run(
+        [py, "-m", "pip", "install", "-q", "--no-index", "--no-deps", a["wheels"][0]], check=True
+    )
+    code = (
+        "import yaml; assert yaml.__with_libyaml__; "
+        "print(yaml.load('a: [1, 2]', Loader=yaml.CSafeLoader)['a'][1])"
+    )
+    run = subprocess.run([py, "-c", code], capture_output=True, text=True, check=True, cwd=tmp_path)
+    assert run.stdout.strip() == "2"
