@@ -18,6 +18,7 @@ import shutil
 import stat
 import tempfile
 import zipfile
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -154,7 +155,7 @@ def read_stamp(zf: zipfile.ZipFile, wheel: Path) -> Stamp | None:
     member = candidates[0]
     try:
         doc = json.loads(zf.read(member))
-    except (ValueError, zipfile.BadZipFile, OSError) as exc:
+    except (ValueError, zipfile.BadZipFile, zlib.error, OSError) as exc:  # a flipped byte
         raise StampError(f"{wheel}: {member} is not readable JSON: {exc}") from exc
     if not isinstance(doc, dict):
         raise StampError(f"{wheel}: {member} is not a JSON object")
