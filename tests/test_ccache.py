@@ -59,6 +59,8 @@ def _demo_recipe(tmp_path: Path, *, extra_env: str = "", name: str = "demo.toml"
         text = text.replace('CFLAGS = "-O2"', f'CFLAGS = "-O2"\n{extra_env}')
     path = tmp_path / name
     path.write_text(text)
+    # its requirements are ranges: the recipe's lock goes beside it, as NAME.lock
+    shutil.copy(REPO / "recipes" / "demo.lock", path.with_suffix(".lock"))
     return path
 
 
