@@ -40,6 +40,10 @@ if [ $with_hip = 1 ] && command -v apt-get >/dev/null; then
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || need+=("$pkg")
   done
 fi
+# libyaml (the C-extension-against-a-Debian-library test of tests/test_backends.py: PyYAML)
+if [ ! -f /usr/include/yaml.h ] && command -v apt-get >/dev/null; then
+  need+=(libyaml-dev)
+fi
 # Rust (the maturin test of tests/test_backends.py): a rustup install on PATH, or Debian's.
 if ! { command -v rustc && command -v cargo; } >/dev/null && command -v apt-get >/dev/null; then
   need+=(rustc cargo)

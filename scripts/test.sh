@@ -14,10 +14,12 @@ bash scripts/setup.sh --with-hip
 # The build backends of tests/test_backends.py (one per kind), pinned like their recipes.
 .venv/bin/python -m pip download -q --disable-pip-version-check --no-deps --only-binary :all: \
   -d .ci/wheelhouse meson-python==0.22.1 meson==1.12.1 ninja==1.13.0 pyproject-metadata==0.12.1 \
-  packaging==26.4 maturin==1.16.0 Cython==3.1.4
+  packaging==26.4 maturin==1.16.0 Cython==3.1.4 wheel==0.45.1 numpy==2.2.6 pybind11==2.13.6 \
+  scikit-build-core==0.11.6 pathspec==0.12.1
 # Real sdists from PyPI, one per kind, built by tests/test_backends.py.
-.venv/bin/python -m pip download -q --disable-pip-version-check --no-deps --no-binary fastrlock \
-  -d .ci/sdists fastrlock==0.8.3
+.venv/bin/python -m pip download -q --disable-pip-version-check --no-deps \
+  --no-binary fastrlock,pyyaml,hnswlib,pybind11 \
+  -d .ci/sdists fastrlock==0.8.3 pyyaml==6.0.2 hnswlib==0.8.0 pybind11==3.0.1
 .venv/bin/ruff check rocmforge tests bench
 .venv/bin/mypy
 tier=()

@@ -13,7 +13,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import DATA, WHEELHOUSE, rf
+from conftest import DATA, WHEELHOUSE, commit_all, git, rf
 
 BACKENDS = DATA / "backends"
 
@@ -72,6 +72,16 @@ def realize(recipe: Path, store: Path) -> dict:
     proc = rf("realize", recipe, "--store", store, "--json")
     assert proc.returncode == 0, proc.stderr
     (report,) = json.loads(proc.stdout)
+    return report
+
+
+def check(recipe: Path, store: Path) -> dict:
+    """Rebuild the cached build of ``recipe`` with ``realize --check`` and return its JSON report
+    (exit 0: the fresh build's wheels are byte-identical to the stored ones)."""
+    proc = rf("realize", recipe, "--store", store, "--check", "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (report,) = json.loads(proc.stdout)
+    assert report["identical"] is True
     return report
 
 
@@ -169,10 +179,9 @@ def wheel_member(wheel: str, suffix: str) -> bytes:
 @pytest.mark.slow
 def test_meson_python_builds_byte_identical_and_runs(meson_wheels: Path, tmp_path: Path) -> None:
     recipe = meson_recipe(tmp_path)
-    a = realize(recipe, tmp_path / "store-a")
-    b = realize(recipe, tmp_path / "store-b")
-    assert a["hash"] == b["hash"] and not a["cached"] and not b["cached"]
-    assert Path(a["wheels"][0]).read_bytes() == Path(b["wheels"][0]).read_bytes()
+    a = realize(recipe, tmp_path / "store")
+    assert not a["cached"]
+    assert check(recipe, tmp_path / "store")["hash"] == a["hash"]
     config = wheel_member(a["wheels"][0], "rfmeson/_config.py").decode()
     assert ".mesonpy-" not in config and "build/rocmforge" in config
     env_dir = tmp_path / "venv"
@@ -198,12 +207,13 @@ def test_meson_python_without_reproducible_differs(meson_wheels: Path, tmp_path:
     """The control: with rocmforge's additions off, meson-python's random build directory
     lands in the wheel and two builds differ (so the test above proves the feature)."""
     recipe = meson_recipe(tmp_path, "reproducible = false")
-    a = realize(recipe, tmp_path / "store-a")
-    b = realize(recipe, tmp_path / "store-b")
-    assert a["hash"] == b["hash"]
+    a = realize(recipe, tmp_path / "store")
     config = wheel_member(a["wheels"][0], "rfmeson/_config.py").decode()
     assert ".mesonpy-" in config
-    assert Path(a["wheels"][0]).read_bytes() != Path(b["wheels"][0]).read_bytes()
+    proc = rf("realize", recipe, "--store", tmp_path / "store", "--check", "--json")
+    assert proc.returncode == 1, proc.stderr
+    (report,) = json.loads(proc.stdout)
+    assert report["identical"] is False
 
 
 @pytest.mark.slow
@@ -265,10 +275,8 @@ def test_maturin_builds_with_the_declared_rust_toolchain(
     rust = plan["derivation"]["toolchain"]["rust"]
     assert rust["rustc"]["release"] and len(rust["rustc"]["blake3"]) == 64
     assert "path" not in json.dumps(rust)
-    a = realize(recipe, tmp_path / "store-a")
-    b = realize(recipe, tmp_path / "store-b")
-    assert a["hash"] == b["hash"]
-    assert Path(a["wheels"][0]).read_bytes() == Path(b["wheels"][0]).read_bytes()
+    a = realize(recipe, tmp_path / "store")
+    check(recipe, tmp_path / "store")
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=True)
     subprocess.run(
@@ -356,11 +364,9 @@ def test_cython_sdist_from_pypi_builds_byte_identical_and_runs(tmp_path: Path) -
     src = real_sdist(tmp_path, "fastrlock", "0.8.3")
     recipe = tmp_path / "fastrlock.toml"
     recipe.write_text(CYTHON_RECIPE.format(src=src))
-    a = realize(recipe, tmp_path / "store-a")
-    b = realize(recipe, tmp_path / "store-b")
-    assert a["hash"] == b["hash"]
-    assert Path(a["wheels"][0]).read_bytes() == Path(b["wheels"][0]).read_bytes()
-    log = rf("log", a["hash"], "--store", tmp_path / "store-a").stdout
+    a = realize(recipe, tmp_path / "store")
+    check(recipe, tmp_path / "store")
+    log = rf("log", a["hash"], "--store", tmp_path / "store").stdout
     assert "building with Cython 3.1.4" in log  # the config setting reached setup.py
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=True)
@@ -371,3 +377,282 @@ def test_cython_sdist_from_pypi_builds_byte_identical_and_runs(tmp_path: Path) -
     code = "from fastrlock.rlock import FastRLock; lock = FastRLock(); print(lock.acquire())"
     run = subprocess.run([py, "-c", code], capture_output=True, text=True, check=True, cwd=tmp_path)
     assert run.stdout.strip() == "True"
+
+
+LIBYAML_RECIPE = """\
+schema = 1
+
+[package]
+name = "pyyaml"
+version = "6.0.2"
+
+[source]
+path = "{src}"
+
+[toolchain]
+kind = "system"
+python = "3.11"
+
+[requirements]
+build = ["setuptools==75.6.0", "wheel==0.45.1", "Cython==3.1.4"]
+
+[build.config-settings]
+# PyYAML's in-tree backend: fail rather than quietly build pure Python when libyaml is missing
+pyyaml_build_config = '{{"force": 1}}'
+
+[check]
+import = "yaml._yaml"
+"""
+
+
+@pytest.mark.slow
+def test_c_extension_against_a_debian_library_builds_byte_identical_and_runs(
+    tmp_path: Path,
+) -> None:
+    """PyYAML's sdist compiled against Debian's libyaml (libyaml-dev, scripts/setup.sh)."""
+    if not Path("/usr/include/yaml.h").is_file():
+        pytest.skip("no libyaml headers; scripts/setup.sh installs libyaml-dev")
+    for pin in ("cython-3.1.4", "setuptools-75.6.0", "wheel-0.45.1"):
+        if not list(WHEELHOUSE.glob(f"{pin}-*.whl")):
+            pytest.skip(f"no {pin} wheel in {WHEELHOUSE}; run scripts/test.sh")
+    src = real_sdist(tmp_path, "pyyaml", "6.0.2")
+    recipe = tmp_path / "pyyaml.toml"
+    recipe.write_text(LIBYAML_RECIPE.format(src=src))
+    a = realize(recipe, tmp_path / "store")
+    with zipfile.ZipFile(a["wheels"][0]) as z:
+        (ext,) = [n for n in z.namelist() if n.startswith("yaml/_yaml.") and n.endswith(".so")]
+        assert b"libyaml-0.so" in z.read(ext)  # linked against the Debian library
+    check(recipe, tmp_path / "store")
+    env_dir = tmp_path / "venv"
+    venv.create(env_dir, with_pip=True)
+    py = env_dir / "bin" / "python"
+    subprocess.run(
+        [py, "-m", "pip", "install", "-q", "--no-index", "--no-deps", a["wheels"][0]], check=True
+    )
+    code = (
+        "import yaml; assert yaml.__with_libyaml__; "
+        "print(yaml.load('a: [1, 2]', Loader=yaml.CSafeLoader)['a'][1])"
+    )
+    run = subprocess.run([py, "-c", code], capture_output=True, text=True, check=True, cwd=tmp_path)
+    assert run.stdout.strip() == "2"
+
+
+PYBIND11_RECIPE = """\
+schema = 1
+
+[package]
+name = "hnswlib"
+version = "0.8.0"
+
+[source]
+path = "{src}"
+
+[toolchain]
+kind = "system"
+python = "3.11"
+
+[requirements]
+build = ["setuptools==75.6.0", "wheel==0.45.1", "numpy==2.2.6", "pybind11==2.13.6"]
+
+[env]
+# hnswlib's setup.py compiles with -march=native unless told not to
+HNSWLIB_NO_NATIVE = "1"
+
+[check]
+import = "hnswlib"
+portable = true
+"""
+
+
+@pytest.mark.slow
+def test_pybind11_sdist_from_pypi_builds_byte_identical_and_runs(tmp_path: Path) -> None:
+    """hnswlib's sdist: a pybind11 C++ extension built by setuptools against numpy."""
+    for pin in ("setuptools-75.6.0", "wheel-0.45.1", "numpy-2.2.6", "pybind11-2.13.6"):
+        if not list(WHEELHOUSE.glob(f"{pin}-*.whl")):
+            pytest.skip(f"no {pin} wheel in {WHEELHOUSE}; run scripts/test.sh")
+    src = real_sdist(tmp_path, "hnswlib", "0.8.0")
+    recipe = tmp_path / "hnswlib.toml"
+    recipe.write_text(PYBIND11_RECIPE.format(src=src))
+    a = realize(recipe, tmp_path / "store")  # portable = true: no -march=native got through
+    check(recipe, tmp_path / "store")
+    env_dir = tmp_path / "venv"
+    venv.create(env_dir, with_pip=True)
+    py = env_dir / "bin" / "python"
+    subprocess.run(
+        [py, "-m", "pip", "install", "-q", "--no-index", "--find-links", str(WHEELHOUSE),
+         a["wheels"][0], "numpy==2.2.6"],
+        check=True,
+    )  # fmt: skip
+    code = (
+        "import hnswlib, numpy as np; i = hnswlib.Index(space='l2', dim=2); "
+        "i.init_index(max_elements=3); i.add_items(np.array([[0, 0], [5, 5], [9, 9]], "
+        "dtype='float32')); print(i.knn_query(np.array([[4.5, 5.2]], dtype='float32'), k=1)"
+        "[0][0][0])"
+    )
+    run = subprocess.run([py, "-c", code], capture_output=True, text=True, check=True, cwd=tmp_path)
+    assert run.stdout.strip() == "1"
+
+
+SKBUILD_RECIPE = """\
+schema = 1
+
+[package]
+name = "pybind11"
+version = "3.0.1"
+
+[source]
+path = "{src}"
+
+[toolchain]
+kind = "system"
+python = "3.11"
+
+[requirements]
+build = ["scikit-build-core==0.11.6", "pathspec==0.12.1", "packaging==26.4"]
+
+[check]
+import = "pybind11"
+"""
+
+EXTENSION = """\
+#include <pybind11/pybind11.h>
+int mul(int a, int b) { return a * b; }
+PYBIND11_MODULE(rfmul, m) { m.def("mul", &mul); }
+"""
+
+
+@pytest.mark.slow
+def test_scikit_build_core_sdist_from_pypi_builds_byte_identical_and_works(
+    tmp_path: Path,
+) -> None:
+    """pybind11 3's own sdist is a scikit-build-core (CMake) project; the installed headers then
+    compile an extension in a fresh venv."""
+    if shutil.which("cmake") is None:
+        pytest.skip("no cmake on PATH; scripts/setup.sh installs it")
+    for pin in ("scikit_build_core-0.11.6", "pathspec-0.12.1", "packaging-26.4"):
+        if not list(WHEELHOUSE.glob(f"{pin}-*.whl")):
+            pytest.skip(f"no {pin} wheel in {WHEELHOUSE}; run scripts/test.sh")
+    src = real_sdist(tmp_path, "pybind11", "3.0.1")
+    recipe = tmp_path / "pybind11.toml"
+    recipe.write_text(SKBUILD_RECIPE.format(src=src))
+    a = realize(recipe, tmp_path / "store")
+    check(recipe, tmp_path / "store")
+    env_dir = tmp_path / "venv"
+    venv.create(env_dir, with_pip=True)
+    py = env_dir / "bin" / "python"
+    subprocess.run(
+        [py, "-m", "pip", "install", "-q", "--no-index", "--no-deps", a["wheels"][0]], check=True
+    )
+    includes = subprocess.run(
+        [py, "-m", "pybind11", "--includes"], capture_output=True, text=True, check=True
+    ).stdout.split()
+    (tmp_path / "rfmul.cpp").write_text(EXTENSION)
+    subprocess.run(
+        ["c++", "-O0", "-shared", "-fPIC", "-std=c++17", *includes, "rfmul.cpp",
+         "-o", "rfmul.so"],
+        cwd=tmp_path, check=True,
+    )  # fmt: skip
+    run = subprocess.run(
+        [py, "-c", "import rfmul; print(rfmul.mul(6, 7))"],
+        capture_output=True, text=True, check=True, cwd=tmp_path,
+    )  # fmt: skip
+    assert run.stdout.strip() == "42"
+
+
+SUBMODULE_RECIPE = """\
+schema = 1
+
+[package]
+name = "rfsub"
+version = "0.1"
+
+[source]
+git = "{repo}"
+rev = "{rev}"
+submodules = true
+allow-local-submodules = true
+
+[toolchain]
+kind = "system"
+python = "3.11"
+
+[requirements]
+build = ["setuptools==75.6.0"]
+
+[check]
+import = "rfsub"
+"""
+
+SUBMODULE_SETUP = """\
+from setuptools import Extension, setup
+
+setup(
+    name="rfsub",
+    version="0.1",
+    ext_modules=[Extension("rfsub", ["native/rfsub.cpp"], include_dirs=["native/include"],
+                           language="c++")],
+)
+"""
+
+SUBMODULE_CPP = """\
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include "mul.hpp"
+
+static PyObject *py_mul(PyObject *, PyObject *args) {
+    long a, b;
+    if (!PyArg_ParseTuple(args, "ll", &a, &b)) return nullptr;
+    return PyLong_FromLong(rfsub::mul(a, b));
+}
+static PyObject *py_where(PyObject *, PyObject *) { return PyUnicode_FromString(__FILE__); }
+static PyMethodDef methods[] = {{"mul", py_mul, METH_VARARGS, nullptr},
+                                {"where", py_where, METH_NOARGS, nullptr},
+                                {nullptr, nullptr, 0, nullptr}};
+static PyModuleDef module = {PyModuleDef_HEAD_INIT, "rfsub", nullptr, -1, methods};
+PyMODINIT_FUNC PyInit_rfsub(void) { return PyModule_Create(&module); }
+"""
+
+
+@pytest.mark.slow
+def test_git_source_with_cpp_in_a_submodule_builds_byte_identical_and_runs(
+    tmp_path: Path,
+) -> None:
+    """A test-made git repository whose C++ code lives in a submodule."""
+    if not list(WHEELHOUSE.glob("setuptools-75.6.0-*.whl")):
+        pytest.skip(f"no setuptools 75.6.0 wheel in {WHEELHOUSE}; run scripts/test.sh")
+    native = tmp_path / "native"
+    (native / "include").mkdir(parents=True)
+    (native / "rfsub.cpp").write_text(SUBMODULE_CPP)
+    (native / "include" / "mul.hpp").write_text(
+        "namespace rfsub { inline long mul(long a, long b) { return a * b; } }\n"
+    )
+    git(native, "init", "-q")
+    native_commit = commit_all(native, "the C++ code")
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "setup.py").write_text(SUBMODULE_SETUP)
+    (repo / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools"]\nbuild-backend = "setuptools.build_meta"\n'
+    )
+    git(repo, "init", "-q")
+    git(repo, "submodule", "add", "-q", str(native), "native")
+    rev = commit_all(repo, "the package, its C++ in a submodule")
+    recipe = tmp_path / "rfsub.toml"
+    recipe.write_text(SUBMODULE_RECIPE.format(repo=repo, rev=rev))
+    a = realize(recipe, tmp_path / "store")
+    plan = json.loads(rf("plan", recipe, "--store", tmp_path / "store", "--json").stdout)
+    assert native_commit in json.dumps(plan["derivation"]["source"])
+    check(recipe, tmp_path / "store")
+    env_dir = tmp_path / "venv"
+    venv.create(env_dir, with_pip=True)
+    py = env_dir / "bin" / "python"
+    subprocess.run(
+        [py, "-m", "pip", "install", "-q", "--no-index", "--no-deps", a["wheels"][0]], check=True
+    )
+    run = subprocess.run(
+        [py, "-c", "import rfsub; print(rfsub.mul(6, 7), rfsub.where())"],
+        capture_output=True, text=True, check=True, cwd=tmp_path,
+    )  # fmt: skip
+    product, where = run.stdout.split()
+    assert product == "42"
+    assert not where.startswith("/build"), where  # __FILE__ is prefix-mapped
