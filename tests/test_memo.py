@@ -628,7 +628,7 @@ def test_memo_is_per_recipe_so_a_big_tree_input_does_not_grow_others(
     size_before = small_memo.stat().st_size
     assert rf("realize", big, "--store", store).returncode == 0
     big_memo = Path(memo.memo_path(str(store), memo.memo_key(str(big), str(store)) or ""))
-    assert big_memo != small_memo and big_memo.stat().st_size > 20 * size_before
+    assert big_memo != small_memo and big_memo.stat().st_size > size_before + 100_000
     assert rf("realize", small, "--store", store).returncode == 0
     assert small_memo.stat().st_size == size_before  # none of the big tree's 2,000 guards
     assert answered_by_memo(small, store) and answered_by_memo(big, store)

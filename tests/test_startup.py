@@ -41,6 +41,9 @@ def test_plan_of_a_path_source_needs_no_filelock_and_no_doctor(
 
 @pytest.mark.parametrize("command", ["list", "pins", "du"])
 def test_a_read_command_registers_only_its_own_sub_parser(command: str, store: Path) -> None:
+    from rocmforge.store.store import open_store
+
+    open_store(store).close()  # read commands never create a store: make an empty one
     mods = _loaded(command, "--store", store)
     commands = {m for m in mods if m.startswith("rocmforge.commands.") and m[19:] != "_common"}
     assert commands <= {f"rocmforge.commands.{command}", "rocmforge.commands.query"}

@@ -23,8 +23,8 @@ def register(sub: Any) -> None:
     p.add_argument(
         "target",
         metavar="TARGET",
-        help="input hash (prefix), entry dir or path; or a stack (or recipe) file: NAME.<package> "
-        "for each built entry of its closure",
+        help="recipe file, input hash (prefix), entry dir or path; or a stack file: "
+        "NAME.<package> for each built entry of its closure",
     )
     add_store_option(p)
     add_json_option(p)
@@ -33,11 +33,12 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """``rocmforge pin NAME TARGET``: create or move the pin ``NAME`` to TARGET's entry."""
+    from rocmforge.recipe.stack import load_stack
     from rocmforge.store.roots import check_pin_name, pin
 
     check_pin_name(args.name)
     store = open_store(args)
-    if is_recipe_target(args.target):
+    if is_recipe_target(args.target) and load_stack(args.target) is not None:
         entries = stack_entries(store, args.target)
         with store.shared_lock():
             made_all = [pin(store, f"{args.name}.{name}", e) for name, e in entries]
