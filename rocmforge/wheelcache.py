@@ -25,7 +25,6 @@ import os
 import shutil
 import stat
 import tempfile
-import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,44 +55,11 @@ def tree_name(wheel: Path, sha256: str, *, python_xy: str, interpreter: str) -> 
     return f"{wheel.name}.{key}"
 
 
-def _scheme(prefix: Path, xy: str, distribution: str) -> dict[str, str]:
-    """The installer scheme of a venv at ``prefix`` (the same as :mod:`rocmforge.wheels`')."""
-    site = os.fspath(prefix / "lib" / f"python{xy}" / "site-packages")
-    return {
-        "purelib": site,
-        "platlib": site,
-        "scripts": os.fspath(prefix / "bin"),
-        "data": os.fspath(prefix),
-        "headers": os.fspath(prefix / "include" / "site" / f"python{xy}" / distribution),
-    }
-
-
 def _install_tree(wheel: Path, prefix: Path, *, xy: str, interpreter: str) -> None:
     """Install ``wheel`` into the venv-shaped tree ``prefix`` with pypa/installer."""
-    import installer
-    from installer.destinations import SchemeDictionaryDestination
-    from installer.exceptions import InstallerError
-    from installer.sources import WheelFile
+    from rocmforge.wheels import install_wheel
 
-    from rocmforge.errors import CheckError
-    from rocmforge.wheels import INSTALLER_NAME, parse_wheel_name
-
-    try:
-        name = parse_wheel_name(wheel.name)
-    except CheckError as exc:
-        raise RequirementError(str(exc)) from exc
-    destination = SchemeDictionaryDestination(
-        scheme_dict=_scheme(prefix, xy, name.distribution),
-        interpreter=interpreter,
-        script_kind="posix",
-        hash_algorithm="sha256",
-    )
-    try:
-        with WheelFile.open(wheel) as source:
-            source.validate_record(validate_contents=True)
-            installer.install(source, destination, {"INSTALLER": INSTALLER_NAME})
-    except (InstallerError, ValueError, OSError, zipfile.BadZipFile) as exc:
-        raise RequirementError(f"{wheel}: cannot install: {exc}") from exc
+    install_wheel(wheel, prefix, xy=xy, interpreter=interpreter, error=RequirementError)
 
 
 def _seal_files(prefix: Path) -> int:

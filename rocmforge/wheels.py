@@ -174,17 +174,40 @@ def venv_site_packages(venv: Path) -> Path:
     return venv / "lib" / f"python{_venv_python_version(venv)}" / "site-packages"
 
 
-def _scheme_dict(venv: Path, distribution: str) -> dict[str, str]:
-    """Return installer's scheme paths for ``distribution`` in a POSIX venv."""
-    xy = _venv_python_version(venv)
-    site = os.fspath(venv / "lib" / f"python{xy}" / "site-packages")
+def venv_scheme(prefix: Path, xy: str, distribution: str) -> dict[str, str]:
+    """Return installer's scheme paths for ``distribution`` in a POSIX venv at ``prefix`` whose
+    Python is ``xy`` (``3.11``)."""
+    site = os.fspath(prefix / "lib" / f"python{xy}" / "site-packages")
     return {
         "purelib": site,
         "platlib": site,
-        "scripts": os.fspath(venv / "bin"),
-        "data": os.fspath(venv),
-        "headers": os.fspath(venv / "include" / "site" / f"python{xy}" / distribution),
+        "scripts": os.fspath(prefix / "bin"),
+        "data": os.fspath(prefix),
+        "headers": os.fspath(prefix / "include" / "site" / f"python{xy}" / distribution),
     }
+
+
+def install_wheel(
+    wheel: Path, prefix: Path, *, xy: str, interpreter: str, error: type[RocmforgeError]
+) -> None:
+    """Install ``wheel`` into the venv-shaped tree ``prefix`` with pypa/installer, offline, after
+    verifying its RECORD; a failure raises ``error`` naming the wheel and ``prefix``."""
+    try:
+        name = parse_wheel_name(wheel.name)
+    except CheckError as exc:
+        raise error(str(exc)) from exc
+    destination = SchemeDictionaryDestination(
+        scheme_dict=venv_scheme(prefix, xy, name.distribution),
+        interpreter=interpreter,
+        script_kind="posix",
+        hash_algorithm="sha256",
+    )
+    try:
+        with WheelFile.open(wheel) as source:
+            source.validate_record(validate_contents=True)
+            installer.install(source, destination, {"INSTALLER": INSTALLER_NAME})
+    except (InstallerError, ValueError, OSError, zipfile.BadZipFile) as exc:
+        raise error(f"{wheel}: cannot install into {prefix}: {exc}") from exc
 
 
 def install_wheels(
@@ -201,23 +224,9 @@ def install_wheels(
     ``error`` (CheckError by default; pass RequirementError when installing build requirements)
     naming the wheel.
     """
+    xy = _venv_python_version(venv)
     for wheel in wheels:
-        try:
-            name = parse_wheel_name(wheel.name)
-        except CheckError as exc:
-            raise error(str(exc)) from exc
-        destination = SchemeDictionaryDestination(
-            scheme_dict=_scheme_dict(venv, name.distribution),
-            interpreter=interpreter,
-            script_kind="posix",
-            hash_algorithm="sha256",
-        )
-        try:
-            with WheelFile.open(wheel) as source:
-                source.validate_record(validate_contents=True)
-                installer.install(source, destination, {"INSTALLER": INSTALLER_NAME})
-        except (InstallerError, ValueError, OSError, zipfile.BadZipFile) as exc:
-            raise error(f"{wheel}: cannot install into {venv}: {exc}") from exc
+        install_wheel(wheel, venv, xy=xy, interpreter=interpreter, error=error)
 
 
 def _zip_date_time(epoch: int) -> tuple[int, int, int, int, int, int]:
