@@ -74,6 +74,11 @@ def scan_prefix(prefix: Path, short: str) -> tuple[dict[str, Any], list[str]]:
     return parts, guards
 
 
+#: Results of :func:`prefix_coverage` in this process: a graph resolves one toolchain per node,
+#: and checking thousands of stat signatures again for each costs ~60 ms a node.
+_SEEN: dict[tuple[str, str, str], tuple[Mapping[str, Any], tuple[str, ...], tuple[str, ...]]] = {}
+
+
 def prefix_coverage(
     prefix: Path, short: str, *, cache_dir: Path
 ) -> tuple[Mapping[str, Any], tuple[str, ...], tuple[str, ...]]:
@@ -84,6 +89,9 @@ def prefix_coverage(
     added, removed or replaced file changes it) plus the interpreter's key files (headers,
     ``libpython``) — so the no-op realize stays within its budget.
     """
+    seen = _SEEN.get((str(prefix), short, str(cache_dir)))
+    if seen is not None:
+        return seen
     cache = StatCache(cache_dir / layout.CACHE_PYPREFIX)
     key = f"pyprefix|{PREFIX_VERSION}|{prefix}|{short}"
     hit = cache.get(key)
@@ -104,4 +112,6 @@ def prefix_coverage(
             and _part(os.path.relpath(g, prefix), short) in ("headers", "libpython")
         )
     ]
-    return parts, tuple(memo), masks
+    result = (parts, tuple(memo), masks)
+    _SEEN[(str(prefix), short, str(cache_dir))] = result
+    return result
