@@ -39,6 +39,7 @@ def _audit(wheel: Path, store: Path) -> tuple[int, dict]:
     return proc.returncode, report
 
 
+@pytest.mark.slow
 def test_provenance_is_an_in_toto_statement_about_the_wheel(built: dict) -> None:
     entry = Path(built["path"])
     wheel = Path(built["wheels"][0])
@@ -72,6 +73,7 @@ def test_provenance_is_an_in_toto_statement_about_the_wheel(built: dict) -> None
     assert meta["wheels"][0]["sha256"] == subject["digest"]["sha256"]
 
 
+@pytest.mark.slow
 def test_stamp_is_in_record_and_the_wheel_installs_with_pip(built: dict, tmp_path: Path) -> None:
     wheel = Path(built["wheels"][0])
     with zipfile.ZipFile(wheel) as zf:
@@ -93,6 +95,7 @@ def test_stamp_is_in_record_and_the_wheel_installs_with_pip(built: dict, tmp_pat
     assert (target / "tiny-0.1.dist-info" / "rocmforge.json").read_bytes() == stamp_bytes
 
 
+@pytest.mark.slow
 def test_audit_of_a_copied_and_renamed_wheel_is_verified(
     built: dict, tmp_path: Path, store: Path
 ) -> None:
@@ -116,6 +119,7 @@ def test_audit_of_a_copied_and_renamed_wheel_is_verified(
     assert "MAX_JOBS" in text.stdout and built["path"] in text.stdout
 
 
+@pytest.mark.slow
 def test_a_flipped_byte_is_never_verified(built: dict, tmp_path: Path, store: Path) -> None:
     data = bytearray(Path(built["wheels"][0]).read_bytes())
     for offset in (len(data) // 3, len(data) // 2, len(data) - 30):
@@ -127,6 +131,7 @@ def test_a_flipped_byte_is_never_verified(built: dict, tmp_path: Path, store: Pa
         assert report["status"] != "verified" and code != 0, (offset, report)
 
 
+@pytest.mark.slow
 def test_a_changed_file_with_the_stamp_kept_is_tampered(
     built: dict, tmp_path: Path, store: Path
 ) -> None:
@@ -145,6 +150,7 @@ def test_a_changed_file_with_the_stamp_kept_is_tampered(
     assert (code, report["status"]) == (1, "tampered")
 
 
+@pytest.mark.slow
 def test_claimed_in_another_store_and_unknown_without_stamp(
     built: dict, tmp_path: Path, tiny_src: Path
 ) -> None:
@@ -200,6 +206,7 @@ def test_provenance_and_audit_name_every_submodule_commit(tmp_path: Path, store:
     assert f"third/sub {sub_commit}" in text.stdout and commit in text.stdout
 
 
+@pytest.mark.slow
 def test_same_hash_other_bytes_is_diverged_not_tampered(tmp_path: Path, tiny_src: Path) -> None:
     # A build that is not reproducible: it writes a fresh random value into the package.
     step = "python -c 'import uuid; open(\\\"tiny/r.py\\\", \\\"w\\\").write(str(uuid.uuid4()))'"

@@ -118,6 +118,7 @@ def test_config_settings_reach_the_backend_and_are_hashed(tmp_path: Path) -> Non
     assert seen_by_backend(second["wheels"][0])["config_settings"]["builddir"] == "elsewhere"
 
 
+@pytest.mark.slow
 def test_no_config_settings_means_none(tmp_path: Path) -> None:
     report = realize(settings_recipe(tmp_path, ""), tmp_path / "store")
     assert seen_by_backend(report["wheels"][0])["config_settings"] is None

@@ -59,6 +59,7 @@ FILL_STEPS = {
 
 
 @pytest.mark.parametrize("case", sorted(FILL_STEPS))
+@pytest.mark.slow
 def test_disk_full_is_an_environment_error(
     case: str, small_fs: Path, tmp_path: Path, tiny_src: Path
 ) -> None:
@@ -91,6 +92,7 @@ def no_tmp_links(d: Path) -> None:
     assert not [p for p in d.iterdir() if p.name.endswith(".tmp")], list(d.iterdir())
 
 
+@pytest.mark.slow
 def test_out_link_never_replaces_a_regular_file(built: Path, store: Path, tmp_path: Path) -> None:
     precious = tmp_path / "precious"
     precious.write_text("my data\n")
@@ -100,6 +102,7 @@ def test_out_link_never_replaces_a_regular_file(built: Path, store: Path, tmp_pa
     no_tmp_links(tmp_path)
 
 
+@pytest.mark.slow
 def test_out_link_never_replaces_a_foreign_symlink(
     built: Path, store: Path, tmp_path: Path
 ) -> None:
@@ -111,6 +114,7 @@ def test_out_link_never_replaces_a_foreign_symlink(
     no_tmp_links(tmp_path)
 
 
+@pytest.mark.slow
 def test_out_link_missing_parent_and_directory(built: Path, store: Path, tmp_path: Path) -> None:
     err = one_error(rf("realize", built, "--store", store, "-o", tmp_path / "nodir" / "x"), 2)
     assert str(tmp_path / "nodir") in err and "does not exist" in err
@@ -122,6 +126,7 @@ def test_out_link_missing_parent_and_directory(built: Path, store: Path, tmp_pat
     no_tmp_links(tmp_path)
 
 
+@pytest.mark.slow
 def test_out_link_replaces_its_own_link(built: Path, store: Path, tmp_path: Path) -> None:
     link = tmp_path / "result"
     assert rf("realize", built, "--store", store, "-o", link).returncode == 0
@@ -147,6 +152,7 @@ def test_deep_nesting_is_bad_input(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("where", ["recipe", "extends", "patches"])
+@pytest.mark.slow
 def test_dev_zero_and_fifo_are_refused(where: str, tmp_path: Path, tiny_src: Path) -> None:
     fifo = tmp_path / "fifo.toml"
     os.mkfifo(fifo)
@@ -208,6 +214,7 @@ def evil_zip(tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize("make", [evil_tar, evil_zip])
+@pytest.mark.slow
 def test_plan_and_realize_refuse_an_unsafe_archive(
     make: object, tmp_path: Path, tiny_src: Path
 ) -> None:
@@ -239,6 +246,7 @@ def test_plan_and_realize_refuse_an_unsafe_archive(
         "marshal:[1, 2]",
     ],
 )
+@pytest.mark.slow
 def test_malformed_memo_is_ignored_and_rewritten(
     content: bytes | str, built: Path, store: Path
 ) -> None:
@@ -261,6 +269,7 @@ def test_malformed_memo_is_ignored_and_rewritten(
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["realize", "--help"], ["list"], ["realize"]])
+@pytest.mark.slow
 def test_closed_pipe_exits_quietly(argv: list[str], built: Path, store: Path) -> None:
     if argv == ["realize"]:
         argv = ["realize", str(built), str(built)]
@@ -359,6 +368,7 @@ def test_a_full_disk_under_sqlite_is_recognised(small_fs: Path) -> None:
 # --- found by the fuzz corpus ------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_commands_on_special_and_overlong_paths(tmp_path: Path, tiny_src: Path) -> None:
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from conftest import TINY_RECIPE, rf
 
 
+@pytest.mark.slow
 def test_missing_runtime_requirement_is_named_with_the_fix(
     tiny_src: Path, tmp_path: Path, store: Path
 ) -> None:
@@ -27,6 +29,7 @@ def test_missing_runtime_requirement_is_named_with_the_fix(
     assert '[check] requirements as "RF_Dep==VERSION"' in proc.stderr
 
 
+@pytest.mark.slow
 def test_missing_module_not_required_gets_no_advice(
     tiny_src: Path, tmp_path: Path, store: Path
 ) -> None:

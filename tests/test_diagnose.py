@@ -78,6 +78,7 @@ def test_failed_record_path() -> None:
     assert failed_record_path(log) == Path("/s/failed/abc-tiny-0.1.json")
 
 
+@pytest.mark.slow
 def test_failed_build_prints_cause_and_fix_and_stores_them(tmp_path: Path, tiny_src: Path) -> None:
     step = "echo \\\"nvcc fatal   : Unknown option '--offload-arch=gfx90a'\\\"; exit 1"
     text = TINY_RECIPE.format(src=tiny_src).replace(
@@ -145,6 +146,7 @@ def test_raised_build_error_carries_tail_and_diagnosis(tmp_path: Path, tiny_src:
     assert err.log_path is not None and err.log_path.is_file() and err.kept_dir is None
 
 
+@pytest.mark.slow
 def test_raised_timeout_keeps_its_class_and_tail(tmp_path: Path, tiny_src: Path) -> None:
     err = _realize_failing(tmp_path, tiny_src, "echo started; sleep 30", '\ntimeout = "1s"')
     assert type(err) is BuildTimeout and "timed out" in str(err)

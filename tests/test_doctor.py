@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import TINY_RECIPE, rf
 
 from rocmforge.doctor import doctor, probe_gpus
@@ -124,6 +125,7 @@ def test_doctor_with_no_rocm_and_no_gpu(tmp_path: Path) -> None:
     assert m.sandbox in ("bwrap", "unavailable")
 
 
+@pytest.mark.slow
 def test_doctor_recipe_lints_and_coverage(tmp_path: Path) -> None:
     bin_dir = tmp_path / "bin"
     script(bin_dir / "amdgpu-arch", "echo gfx942")
@@ -173,6 +175,7 @@ def test_cli_on_a_machine_without_rocm_or_gpu(tmp_path: Path) -> None:
     assert data["blocking"] is True and "not found" in data["toolchain_error"]
 
 
+@pytest.mark.slow
 def test_cli_recipe_whose_toolchain_is_here_exits_0(tmp_path: Path) -> None:
     recipe = tmp_path / "r.toml"
     recipe.write_text(TINY_RECIPE.format(src=tmp_path))

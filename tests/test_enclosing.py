@@ -45,6 +45,7 @@ def make_repo(tmp_path: Path) -> Path:
     return repo
 
 
+@pytest.mark.slow
 def test_plan_names_what_the_enclosing_rules_leave_out(tmp_path: Path) -> None:
     repo = make_repo(tmp_path)
     recipe = repo / "vendored.toml"

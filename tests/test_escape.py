@@ -124,6 +124,7 @@ def listener() -> Iterator[int]:
 # --- isolation: bwrap contains everything, none is loud and recorded -------------------------
 
 
+@pytest.mark.slow
 def test_bwrap_contains_every_probe(
     tiny_src: Path, tmp_path: Path, store: Path, listener: int
 ) -> None:
@@ -173,6 +174,7 @@ echo PROBES-DONE
                 p.unlink()
 
 
+@pytest.mark.slow
 def test_none_is_loud_recorded_and_never_automatic(
     tiny_recipe: Path, store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -209,6 +211,7 @@ OUT_TRICKS = {
 
 
 @pytest.mark.parametrize("trick", sorted(OUT_TRICKS))
+@pytest.mark.slow
 def test_out_tricks_are_refused(
     trick: str, level: str, tiny_src: Path, tmp_path: Path, store: Path
 ) -> None:
@@ -236,6 +239,7 @@ def test_out_tricks_are_refused(
 
 
 @pytest.mark.parametrize("when", ["starting", "running"])
+@pytest.mark.slow
 def test_no_build_process_survives_kill_9(
     when: str, level: str, tiny_src: Path, tmp_path: Path, store: Path
 ) -> None:
@@ -279,6 +283,7 @@ def test_no_build_process_survives_kill_9(
 # --- weaker builds never answer stronger requests ----------------------------------------
 
 
+@pytest.mark.slow
 def test_entry_built_without_sandbox_is_rebuilt_for_a_bwrap_request(
     tiny_recipe: Path, store: Path
 ) -> None:
@@ -337,6 +342,7 @@ SUBMODULE_URLS = {
 
 
 @pytest.mark.parametrize("kind", sorted(SUBMODULE_URLS))
+@pytest.mark.slow
 def test_submodule_url_tricks_are_refused(
     kind: str, level: str, tiny_src: Path, tmp_path: Path, store: Path
 ) -> None:
@@ -365,6 +371,7 @@ def test_submodule_url_tricks_are_refused(
     assert len(cached) == 1, cached  # the recipe's own repository only
 
 
+@pytest.mark.slow
 def test_allowed_local_submodule_is_used(
     level: str, tiny_src: Path, tmp_path: Path, store: Path
 ) -> None:

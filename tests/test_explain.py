@@ -20,6 +20,7 @@ def _recipe(tmp_path: Path, src: Path, flag: str) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_explain_names_exactly_the_env_flag_that_differs(
     tmp_path: Path, tiny_src: Path, store: Path
 ) -> None:
@@ -76,6 +77,7 @@ def test_realize_and_plan_name_the_nearest_cached_build(
     assert 'env.TINY_FLAG: "on" -> "off"' in second.stderr
 
 
+@pytest.mark.slow
 def test_explain_names_a_bumped_submodule(tmp_path: Path, store: Path) -> None:
     sub = tmp_path / "sub"
     sub.mkdir()

@@ -50,6 +50,7 @@ def test_the_corpus_is_seeded() -> None:
     assert fz.generate(SEED + 1, 50) != a
 
 
+@pytest.mark.slow
 def test_fuzzed_recipes_and_command_lines_in_process(workspace: tuple[Path, Path]) -> None:
     root, src = workspace
     store = root / "store"
@@ -65,6 +66,7 @@ def test_fuzzed_recipes_and_command_lines_in_process(workspace: tuple[Path, Path
     assert not bad, f"{len(bad)} of {len(outcomes)} cases failed:\n" + "\n".join(bad[:20])
 
 
+@pytest.mark.slow
 def test_fuzzed_sample_through_the_real_cli(workspace: tuple[Path, Path]) -> None:
     root, src = workspace
     store = root / "store"

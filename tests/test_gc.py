@@ -413,6 +413,7 @@ def test_register_link_roots_only_while_the_link_points_into_the_store(tmp_path:
 # -- last use --------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_cache_hits_update_last_use(tiny_recipe: Path, store: Path) -> None:
     wheel = realize(tiny_recipe, store)
     used = store / "used" / wheel.parent.name[:32]
@@ -516,6 +517,7 @@ def test_unreferenced_source_caches_are_collected(
     assert proc.returncode == 0, proc.stderr
 
 
+@pytest.mark.slow
 def test_a_kept_entry_keeps_its_input_tree_cache_and_check_wheels(
     tmp_path: Path, wheelhouse: Path, tiny_src: Path
 ) -> None:

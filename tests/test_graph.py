@@ -189,6 +189,7 @@ def test_cycle_and_missing_file_name_the_chain(tmp_path: Path, store: Path) -> N
     )
 
 
+@pytest.mark.slow
 def test_plan_graph_is_provisional_through_a_provisional_dependency(
     tmp_path: Path, store: Path
 ) -> None:

@@ -27,6 +27,7 @@ def write(path: Path, text: str) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_comments_key_order_and_file_location_do_not_change_the_hash(
     tiny_src: Path, tmp_path: Path, store: Path
 ) -> None:
@@ -67,6 +68,7 @@ schema = 1
     assert plan(write(tmp_path / "d.toml", extra), store)["hash"] == base["hash"]
 
 
+@pytest.mark.slow
 def test_env_value_and_source_content_change_the_hash(
     tiny_src: Path, tmp_path: Path, store: Path
 ) -> None:
@@ -111,6 +113,7 @@ def git_recipe(path: Path, url: Path, rev: str, patches: list[Path] | None = Non
     return write(path, text)
 
 
+@pytest.mark.slow
 def test_git_rev_submodule_commit_and_patch_change_the_hash(
     git_project: tuple[Path, Path, str, str], tmp_path: Path, store: Path
 ) -> None:
@@ -144,6 +147,7 @@ def test_git_rev_submodule_commit_and_patch_change_the_hash(
     assert plan(tmp_path / "r4.toml", store)["hash"] not in (d1["hash"], d4["hash"])
 
 
+@pytest.mark.slow
 def test_a_mirror_url_gives_the_same_hash(
     git_project: tuple[Path, Path, str, str], tmp_path: Path, store: Path
 ) -> None:
@@ -176,6 +180,7 @@ def _tiny_wheel(directory: Path, name: str, version: str) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_requirement_version_changes_the_hash(tiny_src: Path, tmp_path: Path, store: Path) -> None:
     wheels = tmp_path / "wheels"
     _tiny_wheel(wheels, "rfpin", "1.0")
@@ -210,6 +215,7 @@ def _fake_cc(directory: Path, version: str) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_toolchain_version_changes_the_hash(tiny_src: Path, tmp_path: Path, store: Path) -> None:
     text = TINY_RECIPE.format(src=tiny_src)
     hashes = set()
@@ -222,6 +228,7 @@ def test_toolchain_version_changes_the_hash(tiny_src: Path, tmp_path: Path, stor
     assert len(hashes) == 2
 
 
+@pytest.mark.slow
 def test_plan_reports_cached_after_realize(tiny_recipe: Path, store: Path) -> None:
     assert plan(tiny_recipe, store)["cached"] is False
     assert rf("realize", tiny_recipe, "--store", store).returncode == 0

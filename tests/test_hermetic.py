@@ -72,6 +72,7 @@ def local_header() -> Iterator[str]:
 
 
 @needs_bwrap
+@pytest.mark.slow
 def test_usr_local_header_is_hidden_not_silently_used(
     tmp_path: Path, store: Path, local_header: str
 ) -> None:
@@ -106,6 +107,7 @@ def test_usr_local_header_is_hidden_not_silently_used(
 
 
 
+@pytest.mark.slow
 def test_visible_package_install_upgrade_remove_changes_the_hash(
     tmp_path: Path, store: Path, tiny_recipe: Path, dpkg_root: None
 ) -> None:
@@ -128,6 +130,7 @@ def test_visible_package_install_upgrade_remove_changes_the_hash(
     assert plan_hash(tiny_recipe, store) == base
 
 
+@pytest.mark.slow
 def test_package_the_sandbox_cannot_see_leaves_the_hash(
     tmp_path: Path, store: Path, tiny_recipe: Path, dpkg_root: None
 ) -> None:
@@ -143,6 +146,7 @@ def test_package_the_sandbox_cannot_see_leaves_the_hash(
 
 
 
+@pytest.mark.slow
 def test_toolchain_python_headers_libpython_and_stdlib_are_hashed(
     tmp_path: Path, store: Path, tiny_src: Path, python_copy: Path
 ) -> None:
@@ -210,6 +214,7 @@ def link_src(tmp_path: Path, code: str) -> Path:
 
 
 @needs_bwrap
+@pytest.mark.slow
 def test_wheel_links_are_recorded_with_their_package(tmp_path: Path, store: Path) -> None:
     if not Path("/usr/include/yaml.h").exists() or shutil.which("dpkg-query") is None:
         pytest.skip("needs libyaml-dev from dpkg")
@@ -245,6 +250,7 @@ def test_wheel_links_are_recorded_with_their_package(tmp_path: Path, store: Path
 
 
 @needs_bwrap
+@pytest.mark.slow
 def test_a_library_from_an_unhashed_place_is_a_build_error(tmp_path: Path, store: Path) -> None:
     hidden = tmp_path / "unowned-lib"
     hidden.mkdir()
@@ -295,6 +301,7 @@ def coverage(recipe: Path, store: Path) -> tuple[str, dict[str, Any]]:
     return str(data["hash"]), data["derivation"]["toolchain"]["rocm"]["coverage"]
 
 
+@pytest.mark.slow
 def test_packaged_rocm_root_is_covered_by_versions_and_dpkg_md5sums(
     tmp_path: Path, store: Path, tiny_src: Path
 ) -> None:
@@ -322,6 +329,7 @@ def test_packaged_rocm_root_is_covered_by_versions_and_dpkg_md5sums(
     assert coverage(recipe, store)[0] == before
 
 
+@pytest.mark.slow
 def test_rocm_root_installed_otherwise_is_covered_by_content(
     tmp_path: Path, store: Path, tiny_src: Path
 ) -> None:
@@ -347,6 +355,7 @@ def test_rocm_root_installed_otherwise_is_covered_by_content(
     assert third not in (first, second) and cov3["unowned"]["lib"]["files"] == 1
 
 
+@pytest.mark.slow
 def test_doctor_shows_the_manifest_and_the_masked_count(local_header: str) -> None:
     if not Path("/var/lib/dpkg/status").exists():
         pytest.skip("needs dpkg")
@@ -379,6 +388,7 @@ def view_recipe(tmp_path: Path, src: Path, packages: list[str], steps: str) -> P
 
 
 @needs_bwrap
+@pytest.mark.slow
 def test_declared_view_shows_only_declared_packages(tmp_path: Path, store: Path) -> None:
     if not Path("/usr/include/yaml.h").exists() or shutil.which("dpkg-query") is None:
         pytest.skip("needs libyaml-dev from dpkg")
@@ -405,6 +415,7 @@ def test_declared_view_shows_only_declared_packages(tmp_path: Path, store: Path)
     assert f"links libyaml-0.so.2 from libyaml-0-2 {dpkg_version('libyaml-0-2')}" in shown
 
 
+@pytest.mark.slow
 def test_declared_view_hash_changes_iff_a_view_package_changes(
     tmp_path: Path, store: Path, tiny_src: Path, dpkg_root: None
 ) -> None:
@@ -432,6 +443,7 @@ def test_declared_view_hash_changes_iff_a_view_package_changes(
 
 
 @needs_bwrap
+@pytest.mark.slow
 def test_rocm_root_under_usr_local_is_mounted_and_hashed(tmp_path: Path, tiny_src: Path) -> None:
     clang = shutil.which("clang-15") or shutil.which("clang")
     if clang is None or not Path("/usr/include/hip/hip_version.h").exists():

@@ -72,6 +72,7 @@ def _spec(tmp_path: Path, clang: Path, libs: Path) -> ToolchainSpec:
     )
 
 
+@pytest.mark.slow
 def test_probe_fingerprints_clang_tools_and_device_libs(tmp_path: Path) -> None:
     clang = fake_hip_clang(tmp_path)
     libs = fake_device_libs(tmp_path)
@@ -91,6 +92,7 @@ def test_probe_fingerprints_clang_tools_and_device_libs(tmp_path: Path) -> None:
     assert str(clang.resolve()) in tc.guards
 
 
+@pytest.mark.slow
 def test_device_lib_content_changes_the_fingerprint(tmp_path: Path) -> None:
     clang = fake_hip_clang(tmp_path)
     libs = fake_device_libs(tmp_path)
@@ -136,6 +138,7 @@ def _recipe(tmp_path: Path, tiny_src: Path, clang: Path, libs: Path, archs: str)
     return recipe
 
 
+@pytest.mark.slow
 def test_plan_uses_the_device_libs_for_arch_lints(tmp_path: Path, tiny_src: Path) -> None:
     clang = fake_hip_clang(tmp_path)
     libs = fake_device_libs(tmp_path)

@@ -143,6 +143,7 @@ with store.new_build_dir(h) as bd:
 
 
 @pytest.mark.parametrize("command", ["list", "verify", "audit"])
+@pytest.mark.slow
 def test_an_entry_published_but_not_indexed_is_indexed_by_the_next_command(
     copy: Path, command: str
 ) -> None:
@@ -373,6 +374,7 @@ def test_a_damaged_entry_in_a_read_only_store_is_an_error_that_says_why(
 # -- item 11: requirement wheels are checked before use ----------------------------------------
 
 
+@pytest.mark.slow
 def test_a_changed_requirement_wheel_is_caught_before_a_build_uses_it(
     tmp_path: Path, tiny_src: Path, wheelhouse: Path
 ) -> None:
@@ -401,6 +403,7 @@ def test_a_changed_requirement_wheel_is_caught_before_a_build_uses_it(
     assert verify(store)[0] == 0
 
 
+@pytest.mark.slow
 def test_verify_finds_a_damaged_git_mirror_and_repair_quarantines_it(
     tmp_path: Path, tiny_src: Path
 ) -> None:

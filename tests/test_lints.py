@@ -523,6 +523,7 @@ def test_error_lint_in_a_later_recipe_stops_the_earlier_build_too(
     assert not (store / "entries").exists() or not any((store / "entries").iterdir())
 
 
+@pytest.mark.slow
 def test_realize_probes_and_lints_once(
     tmp_path: Path,
     tiny_src: Path,

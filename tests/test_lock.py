@@ -122,6 +122,7 @@ def test_lock_inserts_rev_and_digests_and_follows_a_moved_branch(
     assert recipe.read_text() == text.replace(first, second)
 
 
+@pytest.mark.slow
 def test_realize_refuses_a_wheel_whose_digest_differs_from_the_lock(
     repo: Path, tmp_path: Path, store: Path, wheelhouse: Path
 ) -> None:
@@ -135,6 +136,7 @@ def test_realize_refuses_a_wheel_whose_digest_differs_from_the_lock(
     assert not list((store / "entries").iterdir())
 
 
+@pytest.mark.slow
 def test_every_resolve_checks_the_locked_digests(
     repo: Path, tmp_path: Path, store: Path, wheelhouse: Path
 ) -> None:

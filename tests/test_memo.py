@@ -36,6 +36,7 @@ def realize(recipe: Path, store: Path) -> tuple[str, str]:
     return proc.stdout.strip().splitlines()[-1], proc.stderr
 
 
+@pytest.mark.slow
 def test_memo_hit_imports_nothing_heavy(tiny_recipe: Path, store: Path) -> None:
     wheel, _ = realize(tiny_recipe, store)
     proc = subprocess.run(
@@ -69,6 +70,7 @@ def test_memo_hit_imports_nothing_heavy(tiny_recipe: Path, store: Path) -> None:
         assert heavy not in imported, heavy
 
 
+@pytest.mark.slow
 def test_source_edit_and_new_file_in_empty_dir_are_seen(
     tiny_recipe: Path, tiny_src: Path, store: Path
 ) -> None:
@@ -84,6 +86,7 @@ def test_source_edit_and_new_file_in_empty_dir_are_seen(
     assert fourth != third and "built" in err
 
 
+@pytest.mark.slow
 def test_recipe_edit_is_seen(tiny_recipe: Path, store: Path) -> None:
     first, _ = realize(tiny_recipe, store)
     tiny_recipe.write_text(tiny_recipe.read_text() + '\n[env]\nFLAG = "1"\n')
@@ -575,6 +578,7 @@ def full_recipe(tmp_path: Path, tiny_src: Path) -> tuple[Path, dict[str, str]]:
     return recipe, env
 
 
+@pytest.mark.slow
 def test_every_derivation_key_has_a_memo_case(tiny_src: Path, tmp_path: Path, store: Path) -> None:
     recipe, env = full_recipe(tmp_path, tiny_src)
     proc = rf("plan", recipe, "--store", store, "--json", env=env)
@@ -634,6 +638,7 @@ def test_memo_is_per_recipe_so_a_big_tree_input_does_not_grow_others(
     assert answered_by_memo(small, store) and answered_by_memo(big, store)
 
 
+@pytest.mark.slow
 def test_git_source_hit_is_answered_by_the_memo(
     tmp_path: Path, tiny_src: Path, store: Path
 ) -> None:

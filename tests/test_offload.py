@@ -277,6 +277,7 @@ def test_check_archs_fails_realize(hip: Path, tiny_src: Path, tmp_path: Path) ->
     }
 
 
+@pytest.mark.slow
 def test_check_archs_empty_listing_fails(tiny_src: Path, tmp_path: Path) -> None:
     proc = rf("realize", arch_recipe(tmp_path, tiny_src, ["gfx90a"]), "--store", tmp_path / "s")
     assert proc.returncode == 1

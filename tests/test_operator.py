@@ -14,6 +14,7 @@ import pytest
 from conftest import TINY_RECIPE, commit_all, git, pip_args, rf
 
 
+@pytest.mark.slow
 def test_plan_text_is_the_summary_then_the_derivation_indented(
     tiny_recipe: Path, store: Path
 ) -> None:
@@ -97,6 +98,7 @@ def test_the_store_is_found_like_git_finds_dot_git(tmp_path: Path, tiny_src: Pat
     assert json.loads(r.stdout)["entry"] == Path(plan["path"]).name
 
 
+@pytest.mark.slow
 def test_global_options_before_the_command(tiny_recipe: Path, tmp_path: Path) -> None:
     store = tmp_path / "s"
     before = rf("--store", store, "--json", "plan", tiny_recipe)

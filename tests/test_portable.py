@@ -35,6 +35,7 @@ def cc() -> None:
         pytest.skip("no C compiler")
 
 
+@pytest.mark.slow
 def test_native_build_warns_and_is_recorded(
     cc: None, tiny_src: Path, tmp_path: Path, store: Path
 ) -> None:
@@ -50,6 +51,7 @@ def test_native_build_warns_and_is_recorded(
     assert "not portable" in shown.stdout and "-march=native" in shown.stdout
 
 
+@pytest.mark.slow
 def test_portable_true_fails_the_build(
     cc: None, tiny_src: Path, tmp_path: Path, store: Path
 ) -> None:
@@ -63,6 +65,7 @@ def test_portable_true_fails_the_build(
     assert not list((store / "entries").iterdir())
 
 
+@pytest.mark.slow
 def test_a_portable_build_has_no_finding(
     cc: None, tiny_src: Path, tmp_path: Path, store: Path
 ) -> None:
@@ -78,6 +81,7 @@ def test_a_portable_build_has_no_finding(
     assert "portability" not in json.loads((Path(report["path"]) / "meta.json").read_text())
 
 
+@pytest.mark.slow
 def test_native_code_found_in_the_object_itself(
     cc: None, tiny_src: Path, tmp_path: Path, store: Path
 ) -> None:

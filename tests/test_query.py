@@ -56,6 +56,7 @@ def test_query_by_env_flag_finds_exactly_the_matching_entries(
     assert bad.returncode == 2 and "KEY=VALUE" in bad.stderr
 
 
+@pytest.mark.slow
 def test_list_shows_size_times_and_roots(three: dict[str, dict], store: Path) -> None:
     proc = rf("list", "--store", store, "--json")
     assert proc.returncode == 0, proc.stderr
@@ -70,6 +71,7 @@ def test_list_shows_size_times_and_roots(three: dict[str, dict], store: Path) ->
     assert len(text) == 4
 
 
+@pytest.mark.slow
 def test_show_by_prefix_path_and_wheel(three: dict[str, dict], store: Path, tmp_path: Path) -> None:
     a = three["a"]
     copy = tmp_path / "copy.whl"

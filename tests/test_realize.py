@@ -27,6 +27,7 @@ def _realize_json(
     return report
 
 
+@pytest.mark.slow
 def test_realize_builds_then_hits_cache(tiny_recipe: Path, store: Path) -> None:
     first = rf("realize", tiny_recipe, "--store", store)
     assert first.returncode == 0, first.stderr
@@ -43,6 +44,7 @@ def test_realize_builds_then_hits_cache(tiny_recipe: Path, store: Path) -> None:
     assert list((store / "tmp").iterdir()) == []
 
 
+@pytest.mark.slow
 def test_log_prints_the_build_log(tiny_recipe: Path, store: Path) -> None:
     report = _realize_json(tiny_recipe, store)
     for target in (str(tiny_recipe), report["hash"][:8], report["path"]):
@@ -51,6 +53,7 @@ def test_log_prints_the_build_log(tiny_recipe: Path, store: Path) -> None:
         assert "mkwheel: wrote tiny 0.1" in proc.stdout
 
 
+@pytest.mark.slow
 def test_secret_host_variable_is_invisible(tiny_src: Path, tmp_path: Path, store: Path) -> None:
     recipe = tmp_path / "secret.toml"
     recipe.write_text(
@@ -66,6 +69,7 @@ def test_secret_host_variable_is_invisible(tiny_src: Path, tmp_path: Path, store
     assert "SOURCE_DATE_EPOCH=315532800" in log and "PYTHONHASHSEED=0" in log
 
 
+@pytest.mark.slow
 def test_build_cannot_reach_host_loopback(tiny_src: Path, tmp_path: Path, store: Path) -> None:
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
@@ -253,6 +257,7 @@ def test_demo_builds_byte_identical_in_two_stores(wheelhouse: Path, tmp_path: Pa
     assert wa.read_bytes() == wb.read_bytes()
 
 
+@pytest.mark.slow
 def test_out_link_points_at_the_entry(tiny_recipe: Path, store: Path, tmp_path: Path) -> None:
     link = tmp_path / "result"
     report = _realize_json(tiny_recipe, store, "-o", str(link))

@@ -51,6 +51,7 @@ def realize_then_check(recipe: Path, store: Path) -> tuple[dict, object]:
     return report, rf("realize", "--check", recipe, "--store", store, "--json")
 
 
+@pytest.mark.slow
 def test_check_rebuilds_the_demo_byte_identical(tmp_path: Path, wheelhouse: Path) -> None:
     src = tmp_path / "demo"
     shutil.copytree(REPO / "examples" / "demo", src)
@@ -67,6 +68,7 @@ def test_check_rebuilds_the_demo_byte_identical(tmp_path: Path, wheelhouse: Path
     assert text_out.returncode == 0 and "byte-identical" in text_out.stderr
 
 
+@pytest.mark.slow
 def test_check_multi_file_project(tmp_path: Path, wheelhouse: Path) -> None:
     src = tmp_path / "multi"
     (src / "multi" / "data").mkdir(parents=True)
@@ -91,6 +93,7 @@ def test_check_multi_file_project(tmp_path: Path, wheelhouse: Path) -> None:
     assert json.loads(check.stdout)[0]["identical"] is True
 
 
+@pytest.mark.slow
 def test_check_hip_demo(tmp_path: Path, wheelhouse: Path) -> None:
     if shutil.which("hipcc") is None:
         pytest.skip("hipcc not installed (apt-get install hipcc: Debian 12's ROCm 5.2)")
@@ -99,6 +102,7 @@ def test_check_hip_demo(tmp_path: Path, wheelhouse: Path) -> None:
     assert json.loads(check.stdout)[0]["identical"] is True
 
 
+@pytest.mark.slow
 def test_check_names_the_files_that_differ(tmp_path: Path, tiny_src: Path) -> None:
     # A build that is not reproducible: it writes a fresh random value into the package.
     (tiny_src / "rand.py").write_text(

@@ -217,6 +217,7 @@ def test_log_appends_both_streams_and_on_line_gets_lines(tmp_path: Path) -> None
     assert set(lines[3]) == {"x"}  # over-long line kept as its tail, not dropped
 
 
+@pytest.mark.slow
 def test_output_is_streamed_while_running(bwrap: Runner, tmp_path: Path) -> None:
     seen: dict[str, float] = {}
 
@@ -228,6 +229,7 @@ def test_output_is_streamed_while_running(bwrap: Runner, tmp_path: Path) -> None
     assert seen["second"] - seen["first"] > 0.7
 
 
+@pytest.mark.slow
 def test_term_ignored_escalates_to_kill(tmp_path: Path) -> None:
     token = f"rfstubborn-{uuid.uuid4().hex}"
     script = f"trap '' TERM; sh -c 'sleep 300' {token} & sleep 300"

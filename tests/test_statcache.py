@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from conftest import rf
 
 from rocmforge.util.statcache import StatCache
@@ -25,6 +26,7 @@ def test_a_value_edited_in_place_is_a_miss(tmp_path: Path) -> None:
     assert StatCache(tmp_path / "c.json").get("k") == [1]
 
 
+@pytest.mark.slow
 def test_a_damaged_toolchain_cache_is_probed_again(tiny_recipe: Path, tmp_path: Path) -> None:
     store = tmp_path / "store"
     first = rf("plan", tiny_recipe, "--store", store, "--json")

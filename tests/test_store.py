@@ -306,6 +306,7 @@ def test_publish_losing_the_rename_race_returns_the_winner(
     assert got.wheels[0].read_bytes() == b"PK wheel bytes a"
 
 
+@pytest.mark.slow
 def test_concurrent_publishes_of_one_hash_end_with_one_entry(tmp_path: Path) -> None:
     root = tmp_path / "s"
     open_store(root)
@@ -465,6 +466,7 @@ def test_clean_leftovers_removes_an_orphan_lock_file(tmp_path: Path) -> None:
 # -- locks --------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_build_lock_serialises_processes(tmp_path: Path) -> None:
     root = tmp_path / "s"
     open_store(root)

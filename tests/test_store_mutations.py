@@ -177,6 +177,7 @@ def test_there_are_at_least_25_mutations() -> None:
 
 
 @pytest.mark.parametrize("name", sorted(MUTATIONS))
+@pytest.mark.slow
 def test_a_mutation_is_detected_repaired_and_never_served(
     built: dict, tmp_path: Path, name: str
 ) -> None:

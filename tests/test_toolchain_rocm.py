@@ -150,6 +150,7 @@ def test_info_version_fallback(tmp_path: Path) -> None:
         resolve_toolchain(spec(root, "6.1"), cache_dir=tmp_path / "cache")
 
 
+@pytest.mark.slow
 def test_probe_is_stat_cached(tmp_path: Path) -> None:
     root = opt_root(tmp_path)
     calls = tmp_path / "calls"
@@ -192,6 +193,7 @@ def test_missing_root_stops_realize_before_any_fetch(tmp_path: Path) -> None:
     shutil.which("hipcc") is None and os.environ.get("CI") != "true",
     reason="hipcc not installed (apt-get install hipcc); CI installs it",
 )
+@pytest.mark.slow
 def test_real_debian_rocm(tmp_path: Path) -> None:
     tc = resolve_toolchain(spec(Path("/usr"), "5.2"), cache_dir=tmp_path / "cache")
     fp = tc.fingerprint["rocm"]

@@ -37,6 +37,7 @@ def _kinds(report: dict) -> set[tuple[str, str]]:
     return {(p["kind"], Path(p["path"]).name) for p in report["problems"]}
 
 
+@pytest.mark.slow
 def test_a_clean_store_verifies(two: list[dict], store: Path) -> None:
     code, report = _verify(store)
     assert code == 0 and report["ok"] and report["entries"] == 2
@@ -45,6 +46,7 @@ def test_a_clean_store_verifies(two: list[dict], store: Path) -> None:
     assert text.returncode == 0 and "2 entries" in text.stdout
 
 
+@pytest.mark.slow
 def test_verify_detects_modified_files(two: list[dict], store: Path) -> None:
     wheel = Path(two[0]["wheels"][0])
     with open(wheel, "ab") as f:  # root ignores the read-only mode, as a careless tool would
@@ -58,6 +60,7 @@ def test_verify_detects_modified_files(two: list[dict], store: Path) -> None:
     assert _kinds(only_first) == {("modified", wheel.name)}
 
 
+@pytest.mark.slow
 def test_verify_detects_a_changed_derivation_and_a_stray_file(
     two: list[dict], store: Path
 ) -> None:
@@ -77,6 +80,7 @@ def test_verify_detects_a_changed_derivation_and_a_stray_file(
     }
 
 
+@pytest.mark.slow
 def test_verify_detects_a_missing_entry_and_repairs_the_index(
     two: list[dict], store: Path
 ) -> None:
