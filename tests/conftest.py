@@ -11,6 +11,7 @@ import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -250,3 +251,30 @@ def python_copy(tmp_path: Path) -> Path:
     copy = tmp_path / "python"
     link_copy(prefix, copy)
     return copy
+
+
+def build_tiny_entry(base: Path) -> dict[str, Any]:
+    """Build the tiny project into a new store under ``base`` with the real CLI; return the
+    recipe, the store, the entry's directory name, the wheel's name and its blake3."""
+    import json
+
+    from rocmforge.util.hashing import file_blake3
+
+    src = base / "tiny-src"
+    (src / "tiny").mkdir(parents=True)
+    shutil.copy(DATA / "mkwheel.py", src / "mkwheel.py")
+    (src / "tiny" / "__init__.py").write_text("VALUE = 42\n")
+    recipe = base / "tiny.toml"
+    recipe.write_text(TINY_RECIPE.format(src=src))
+    store = base / "store"
+    proc = rf("realize", recipe, "--store", store, "--json")
+    assert proc.returncode == 0, proc.stderr
+    (report,) = json.loads(proc.stdout)
+    wheel = Path(report["wheels"][0])
+    return {
+        "recipe": recipe,
+        "store": store,
+        "entry": Path(report["path"]).name,
+        "wheel": wheel.name,
+        "blake3": file_blake3(wheel),
+    }

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import DATA, TINY_RECIPE, commit_all, git, pip_args, rf
+from conftest import TINY_RECIPE, build_tiny_entry, commit_all, git, pip_args, rf
 
 from rocmforge.store.entry import input_hash
 from rocmforge.util.hashing import file_blake3
@@ -28,25 +28,7 @@ DEMO = input_hash({"env": {}})
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> dict:
     """A store with one tiny entry built by the real CLI, and the recipe that built it."""
-    base = tmp_path_factory.mktemp("built")
-    src = base / "tiny-src"
-    (src / "tiny").mkdir(parents=True)
-    shutil.copy(DATA / "mkwheel.py", src / "mkwheel.py")
-    (src / "tiny" / "__init__.py").write_text("VALUE = 42\n")
-    recipe = base / "tiny.toml"
-    recipe.write_text(TINY_RECIPE.format(src=src))
-    store = base / "store"
-    proc = rf("realize", recipe, "--store", store, "--json")
-    assert proc.returncode == 0, proc.stderr
-    (report,) = json.loads(proc.stdout)
-    wheel = Path(report["wheels"][0])
-    return {
-        "recipe": recipe,
-        "store": store,
-        "entry": Path(report["path"]).name,
-        "wheel": wheel.name,
-        "blake3": file_blake3(wheel),
-    }
+    return build_tiny_entry(tmp_path_factory.mktemp("built"))
 
 
 @pytest.fixture

@@ -15,32 +15,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import DATA, TINY_RECIPE, rf
+from conftest import build_tiny_entry, rf
 
 from rocmforge.util.hashing import file_blake3
 
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    base = tmp_path_factory.mktemp("mutations")
-    src = base / "tiny-src"
-    (src / "tiny").mkdir(parents=True)
-    shutil.copy(DATA / "mkwheel.py", src / "mkwheel.py")
-    (src / "tiny" / "__init__.py").write_text("VALUE = 42\n")
-    recipe = base / "tiny.toml"
-    recipe.write_text(TINY_RECIPE.format(src=src))
-    store = base / "store"
-    proc = rf("realize", recipe, "--store", store, "--json")
-    assert proc.returncode == 0, proc.stderr
-    (report,) = json.loads(proc.stdout)
-    wheel = Path(report["wheels"][0])
-    return {
-        "recipe": recipe,
-        "store": store,
-        "entry": Path(report["path"]).name,
-        "wheel": wheel.name,
-        "blake3": file_blake3(wheel),
-    }
+    """A store with one tiny entry built by the real CLI (copied per case)."""
+    return build_tiny_entry(tmp_path_factory.mktemp("mutations"))
 
 
 class Case:
