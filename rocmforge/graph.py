@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rocmforge.derivation import Dependency
-from rocmforge.errors import BuildError, Problem, RecipeError, RocmforgeError
+from rocmforge.errors import BuildError, Problem, RecipeError, RocmforgeError, UsageError
 from rocmforge.recipe.load import load_recipe
 from rocmforge.recipe.model import Recipe
 from rocmforge.recipe.stack import Stack, load_stack
@@ -27,6 +27,7 @@ from rocmforge.resolve import resolve
 from rocmforge.sources.requirements import Fetcher, resolve_requirements
 from rocmforge.store import layout
 from rocmforge.store.store import Store
+from rocmforge.toolchain.probe import Toolchain
 
 if TYPE_CHECKING:
     RealizeReport = Any  # rocmforge.realize.RealizeReport (a sibling this module never imports)
@@ -136,6 +137,35 @@ def load_graph(targets: Sequence[str | Path]) -> Graph:
     )
 
 
+def closure_files(targets: Sequence[str | Path]) -> list[Path]:
+    """The recipe files of ``targets`` (stacks expanded) and their closure, dependencies first.
+
+    For ``lock``: a recipe that does not validate yet (an unpinned ``ref`` is what ``lock``
+    fixes) is kept as a leaf, read without its lock file; cycles are left to ``load_graph``.
+    """
+    from rocmforge.recipe.load import load_recipe_unlocked
+
+    files, _ = expand_targets(targets)
+    order: list[Path] = []
+    seen: set[Path] = set()
+
+    def visit(file: Path) -> None:
+        if file in seen:
+            return
+        seen.add(file)
+        try:
+            deps = load_recipe_unlocked(file).requirements.recipes
+        except RecipeError:
+            deps = ()
+        for dep in deps:
+            visit(Path(dep))
+        order.append(file)
+
+    for f in files:
+        visit(f)
+    return order
+
+
 def lint_facts_for(graph: Graph, file: Path) -> LintFacts:
     """This machine's lint facts for ``file``, with the recipes it is built against."""
     from dataclasses import replace
@@ -199,12 +229,18 @@ def plan_graph(graph: Graph, *, store: Store, fetcher: Fetcher | None) -> tuple[
     nodes: dict[Path, NodePlan] = {}
     deps: dict[Path, Dependency] = {}
     targets = set(graph.targets)
+    toolchains: dict[str, Toolchain] = {}
     with store.shared_lock():
         for file in graph.order:
             recipe = graph.recipes[file]
             closure = tuple(deps[f] for f in graph.closure(file))
             r = resolve(
-                recipe, store=store, fetcher=fetcher, provisional=True, dependencies=closure
+                recipe,
+                store=store,
+                fetcher=fetcher,
+                provisional=True,
+                dependencies=closure,
+                toolchains=toolchains,
             )
             drv = r.derivation
             entry = store.lookup(drv.hash, drv.name, drv.version)
@@ -274,6 +310,44 @@ def _check_wheels(recipe: Recipe, *, store: Store, fetcher: Fetcher) -> tuple[Pa
         fetcher=fetcher,
     )
     return tuple(q.wheel for q in reqs)
+
+
+def built_dependencies(
+    graph: Graph, file: Path, *, store: Store, fetcher: Fetcher
+) -> tuple[Dependency, ...]:
+    """The built entries ``file`` is built against (for ``realize --check``), in build order.
+
+    Every dependency must already be in the store: a rebuild is checked against the exact
+    dependency wheels of the stored build, never against new ones.
+    """
+    done: dict[Path, Dependency] = {}
+    toolchains: dict[str, Toolchain] = {}
+    for f in graph.closure(file):
+        recipe = graph.recipes[f]
+        r = resolve(
+            recipe,
+            store=store,
+            fetcher=fetcher,
+            dependencies=tuple(done[g] for g in graph.closure(f)),
+            toolchains=toolchains,
+        )
+        drv = r.derivation
+        with store.shared_lock():
+            entry = store.lookup(drv.hash, drv.name, drv.version)
+        if entry is None:
+            raise UsageError(
+                f"{file}: its dependency {drv.name} {drv.version} ({drv.hash}, from "
+                f"{os.path.basename(f)}) is not in the store; `realize --check` rebuilds a cached "
+                "build: run `rocmforge realize` first"
+            )
+        done[f] = _dependency(
+            recipe,
+            drv.hash,
+            provisional=False,
+            wheels=entry.wheels,
+            check_wheels=_check_wheels(recipe, store=store, fetcher=fetcher),
+        )
+    return tuple(done[f] for f in graph.closure(file))
 
 
 def realize_graph(

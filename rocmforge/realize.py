@@ -543,14 +543,17 @@ def check_rebuild(
     fetcher: Fetcher,
     runner_factory: Callable[[], Runner],
     reporter: Reporter | None = None,
+    dependencies: Sequence[Dependency] = (),
 ) -> CheckReport:
     """Rebuild the cached derivation of ``recipe`` in a fresh sandbox and compare the wheels.
 
     Like ``nix-build --check``: the recipe must already be in the store (a
     :class:`~rocmforge.errors.UsageError` otherwise); nothing is published. ``differences``
     maps each wheel whose bytes differ to the members inside it that differ.
+    ``dependencies`` are the stored entries it was built against
+    (:func:`rocmforge.graph.built_dependencies`).
     """
-    from rocmforge.build import rebuild
+    from rocmforge.build import closure_wheels, rebuild
     from rocmforge.errors import UsageError
     from rocmforge.util.hashing import file_blake3
     from rocmforge.wheels import differing_members
@@ -559,7 +562,7 @@ def check_rebuild(
     started = time.monotonic()
     roots = TempRoots(store)
     try:
-        r = resolve(recipe, store=store, fetcher=fetcher)
+        r = resolve(recipe, store=store, fetcher=fetcher, dependencies=dependencies)
         drv = r.derivation
         with store.shared_lock():
             entry = store.lookup(drv.hash, drv.name, drv.version)
@@ -584,7 +587,7 @@ def check_rebuild(
                 runner=runner_factory(),
                 reporter=reporter,
                 dest=dest,
-                check_requirements=tuple(q.wheel for q in check_reqs),
+                check_requirements=tuple(closure_wheels([q.wheel for q in check_reqs], r)),
             )
             stored = {w.name: w for w in entry.wheels}
             new = {w.name: w for w in rebuilt}

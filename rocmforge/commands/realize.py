@@ -120,8 +120,7 @@ def run(args: argparse.Namespace) -> int:
         return detect_runner(args.sandbox, probe_cache=store.cache_dir / layout.CACHE_BWRAP)
 
     if args.check:
-        targets = [graph.recipes[f] for f in graph.targets]
-        return _check(args, targets, store, PipFetcher(), runner_factory)
+        return _check(args, graph, store, PipFetcher(), runner_factory)
 
     def reporter_factory(recipe: Any) -> ConsoleReporter:
         return ConsoleReporter(
@@ -228,13 +227,19 @@ def _link(out_link: str, i: int) -> Path:
 
 
 def _check(
-    args: argparse.Namespace, recipes: list[Any], store: Any, fetcher: Any, runner_factory: Any
+    args: argparse.Namespace, graph: Any, store: Any, fetcher: Any, runner_factory: Any
 ) -> int:
-    """``realize --check``: rebuild each cached recipe, compare, exit 1 on any difference."""
+    """``realize --check``: rebuild each cached target, compare, exit 1 on any difference.
+
+    A target built against other recipes is rebuilt against their stored entries.
+    """
+    from rocmforge.graph import built_dependencies
     from rocmforge.realize import check_rebuild
 
     reports = []
-    for recipe in recipes:
+    for file in graph.targets:
+        recipe = graph.recipes[file]
+        dependencies = built_dependencies(graph, file, store=store, fetcher=fetcher)
         reporter = ConsoleReporter(sys.stderr, label=recipe.package.name, verbose=args.verbose)
         try:
             report = check_rebuild(
@@ -243,6 +248,7 @@ def _check(
                 fetcher=fetcher,
                 runner_factory=runner_factory,
                 reporter=reporter,
+                dependencies=dependencies,
             )
         finally:
             reporter.close()
