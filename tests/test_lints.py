@@ -220,8 +220,8 @@ CASES: dict[str, tuple[str, str, Callable[[str], str], LintFacts, str]] = {
         "RF154",
         "error",
         chain(
-            sub('version = "2.5.1+rocm6.2"', 'version = "2.13.0"'),
-            env("PYTORCH_BUILD_VERSION", "2.13.0"),
+            sub('version = "2.5.1+rocm6.2"', 'version = "2.14.0"'),
+            env("PYTORCH_BUILD_VERSION", "2.14.0"),
         ),
         BIG,
         "scikit-build-core",
@@ -582,6 +582,8 @@ GATES: dict[str, tuple[Callable[[str], str], list[str]]] = {
         chain(_torch("2.3.0"), drop("[inputs"), drop('path = "aotriton"'), drop('env = "AOT')),
         ["RF161"],
     ),
+    "cmake4-2.6-breaks": (chain(_torch("2.6.0"), sub("cmake==3.31.1", "cmake==4.0.2")), ["RF152"]),
+    "cmake4-2.7-configures": (chain(_torch("2.7.0"), sub("cmake==3.31.1", "cmake==4.0.2")), []),
     "setuptools80-bdist-wheel-works": (sub("setuptools==75.6.0", "setuptools==80.9.0"), []),
     "setuptools80-develop-breaks": (
         chain(sub("setuptools==75.6.0", "setuptools==80.9.0"), sub(BUILD_STEP, DEVELOP)),
@@ -603,14 +605,33 @@ GATES: dict[str, tuple[Callable[[str], str], list[str]]] = {
         ),
         [],
     ),
-    "setup-py-2.12-still-works": (_torch("2.12.0"), []),
-    "setup-py-2.13-removed": (_torch("2.13.0"), ["RF154"]),
-    "setup-py-2.13-pre-release": (_torch("2.13.0rc1"), ["RF154"]),
-    "setup-py-2.13-pep517-build": (
+    # 2.13.0 (release/2.13 cut 2026-06-08) still has setup.py; 2.14 (cut 2026-08-10) has none.
+    "setup-py-2.13-still-works": (_torch("2.13.0"), []),
+    "setup-py-2.13.1-still-works": (_torch("2.13.1+rocm7.2"), []),
+    "setup-py-2.14-removed": (_torch("2.14.0"), ["RF154"]),
+    "setup-py-2.14-pre-release": (_torch("2.14.0rc1"), ["RF154"]),
+    "setup-py-2.14-pep517-build": (
         chain(
-            _torch("2.13.0"), sub(BUILD_STEP, '"python -m build --wheel --no-isolation -o $OUT"')
+            _torch("2.14.1"), sub(BUILD_STEP, '"python -m build --wheel --no-isolation -o $OUT"')
         ),
         [],
+    ),
+    # RF153 (setuptools 80 breaks torch's setup.py develop) only while torch has a setup.py.
+    "setuptools80-develop-2.13-breaks": (
+        chain(
+            _torch("2.13.0"),
+            sub("setuptools==75.6.0", "setuptools==80.9.0"),
+            sub(BUILD_STEP, DEVELOP),
+        ),
+        ["RF153"],
+    ),
+    "setuptools80-develop-2.14-is-rf154": (
+        chain(
+            _torch("2.14.0"),
+            sub("setuptools==75.6.0", "setuptools==80.9.0"),
+            sub(BUILD_STEP, DEVELOP),
+        ),
+        ["RF154"],
     ),
     "rocm-path-without-rocm-toolchain": (
         chain(drop("kind = "), drop("rocm = "), drop("root = "), env("ROCM_PATH", "/x")),

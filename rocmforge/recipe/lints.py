@@ -151,7 +151,7 @@ RULES: dict[str, Rule] = {
         Rule(id="RF153", name="setuptools-80", severity="error",
              summary="torch's setup.py develop/install need setuptools < 80"),
         Rule(id="RF154", name="setup-py-removed", severity="error",
-             summary="torch >= 2.13 has no setup.py (scikit-build-core): use the PEP 517 build"),
+             summary="torch >= 2.14 has no setup.py (scikit-build-core): use the PEP 517 build"),
         Rule(id="RF161", name="aotriton-input", severity="error",
              summary="torch >= 2.3: flash / memory-efficient attention need AOTriton as an input"),
         Rule(id="RF162", name="aotriton-arch", severity="warning",
@@ -247,10 +247,12 @@ _SETUP_DEVELOP = re.compile(r"setup\.py\b[^;&|]*\b(develop|install)\b")
 #: own build (setup.py / its PEP 517 backend) runs hipify itself.
 HIPIFY_BY_TORCH_SINCE = "2.9"
 #: RF154: the first torch release without setup.py. The switch to scikit-build-core and the removal
-#: of setup.py landed on main on 2026-07-20 (pytorch#189758, #180247, #180248); release/2.12 was
-#: branched before and still builds with setuptools (TheRock#6537 built it with ``python -m build``
-#: through the setuptools backend), so 2.13 is the first release without it.
-SETUP_PY_REMOVED_SINCE = "2.13"
+#: of setup.py landed on main on 2026-07-20 (pytorch#189758, #180247, #180248). release/2.13 was
+#: branched in the week of 2026-06-08 (release tracker pytorch#186934; 2.13.0 shipped 2026-07-08)
+#: and still builds with setuptools; release/2.14 was branched on 2026-08-10 (pytorch#193034), after
+#: the switch, so 2.14 is the first release without setup.py (spack's py-torch: scikit-build-core
+#: ``when="@2.14:"``, setuptools/cmake/ninja "historical" ``when="@:2.13"``).
+SETUP_PY_REMOVED_SINCE = "2.14"
 #: Any step that runs torch's setup.py.
 _SETUP_PY = re.compile(r"\bsetup\.py\b")
 #: RF161: ROCm flash / memory-efficient attention (built on AOTriton) arrived in torch 2.3
@@ -659,7 +661,10 @@ def _lint_steps(recipe: Recipe, facts: LintFacts) -> Iterator[Finding]:
                     "with the release's requirements-build.txt in [requirements] build",
                 )
                 break
-    if is_torch(recipe) and any(_SETUP_DEVELOP.search(s) for s in steps):
+    # RF153 is about torch's own setup.py: from SETUP_PY_REMOVED_SINCE on there is none (RF154).
+    if torch_in_range(recipe, before=SETUP_PY_REMOVED_SINCE) and any(
+        _SETUP_DEVELOP.search(s) for s in steps
+    ):
         pins = _pins(recipe)
         if "setuptools" not in pins:
             yield _emit(
