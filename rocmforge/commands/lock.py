@@ -25,6 +25,12 @@ def register(sub: Any) -> None:
     p.add_argument("recipes", nargs="*", metavar="RECIPE")
     p.add_argument("--check", action="store_true", help="only report; exit 1 if not locked")
     p.add_argument(
+        "--companions",
+        action="store_true",
+        help="RECIPE is a stack: pin its triton (torch's ci_commit_pins/triton.txt), torchvision "
+        "and torchaudio (released with that torch) from the stack's torch tree",
+    )
+    p.add_argument(
         "--upgrade",
         nargs="?",
         const="*",
@@ -60,12 +66,24 @@ def run(args: argparse.Namespace) -> int:
             upgrade[i] = "*"
     if not recipes:
         raise UsageError("lock: name at least one RECIPE")
-    reports = [
-        lock_recipe(
-            Path(r), store=store, fetcher=_LazyPipFetcher(), write=not args.check, upgrade=upgrade
-        )
-        for r in recipes
-    ]
+    if args.companions:
+        if upgrade:
+            raise UsageError("lock: --companions and --upgrade do not go together")
+        from rocmforge.companions import lock_companions
+
+        reports = [
+            report
+            for stack in recipes
+            for report in lock_companions(Path(stack), store=store, write=not args.check)
+        ]
+    else:
+        reports = [
+            lock_recipe(
+                Path(r), store=store, fetcher=_LazyPipFetcher(), write=not args.check,
+                upgrade=upgrade,
+            )
+            for r in recipes
+        ]
     if args.json:
         emit_json([r.to_json() for r in reports])
     else:
