@@ -217,10 +217,8 @@ def lock_companions(stack_file: Path, *, store: Store, write: bool = True) -> li
                 raise _bad(path, "source.rev", f"torch's tree at {pins.commit[:12]} has no "
                            f"{TRITON_PIN}")  # fmt: skip
             target = _Target(rev=pins.triton_commit, ref=None, version=pins.triton_version)
-        elif role in pins.related:
-            rel = released.get(role)
-            version = getattr(rel, role) if rel else None
-            target = _Target(rev=pins.related[role], ref=None, version=version)
+        elif role in pins.related:  # ROCm's own pin: a commit on a branch, no version claimed
+            target = _Target(rev=pins.related[role], ref=None, version=None)
         else:
             if role not in released:
                 raise _bad(

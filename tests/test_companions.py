@@ -198,3 +198,28 @@ def test_the_table_pairs_torch_2_14_with_its_releases() -> None:
     assert RELEASED_WITH["2.14.1"].torchaudio == "2.11.1"
     for torch, rel in RELEASED_WITH.items():  # torchvision's minor is torch's + 15
         assert int(rel.torchvision.split(".")[1]) == int(torch.split(".")[1]) + 15, torch
+
+
+@pytest.mark.slow
+def test_rocms_related_commits_pin_vision_and_audio_to_its_commits(
+    stack: dict[str, object], tmp_path: Path
+) -> None:
+    torch, d = stack["torch"], stack["dir"]
+    vision, audio = stack["vision"], stack["audio"]
+    assert isinstance(torch, Path) and isinstance(d, Path)
+    assert isinstance(vision, dict) and isinstance(audio, dict)
+    old = git(torch, "rev-parse", "HEAD")
+    (torch / "related_commits").write_text(
+        f"ubuntu|pytorch|torchvision|release/0.29|{vision['v0.29.0']}|https://github.com/pytorch/vision\n"
+        f"centos|pytorch|torchaudio|release/2.11|{'e' * 40}|https://github.com/pytorch/audio\n"
+    )
+    commit = commit_all(torch, "ROCm fork pins")
+    recipe = d / "torch.toml"
+    recipe.write_text(recipe.read_text().replace(old, commit))
+    r = rf("lock", "--companions", stack["file"], "--store", tmp_path / "store")
+    assert r.returncode == 0, r.stderr
+    text = (d / "torchvision.toml").read_text()
+    assert f'rev = "{vision["v0.29.0"]}"' in text and "ref =" not in text
+    assert 'version = "0.28.0+rocm7.15"' in text  # a related commit claims no version
+    # only an ubuntu line counts (TheRock reads the shared Linux pins): audio uses its release tag
+    assert f'rev = "{audio["v2.11.1"]}"' in (d / "torchaudio.toml").read_text()
