@@ -223,3 +223,15 @@ def test_rocms_related_commits_pin_vision_and_audio_to_its_commits(
     assert 'version = "0.28.0+rocm7.15"' in text  # a related commit claims no version
     # only an ubuntu line counts (TheRock reads the shared Linux pins): audio uses its release tag
     assert f'rev = "{audio["v2.11.1"]}"' in (d / "torchaudio.toml").read_text()
+
+
+def test_a_torch_recipe_disagreeing_with_its_tree_is_bad_input(
+    stack: dict[str, object], tmp_path: Path
+) -> None:
+    d = stack["dir"]
+    assert isinstance(d, Path)
+    recipe = d / "torch.toml"
+    recipe.write_text(recipe.read_text().replace('"2.14.1"', '"2.14.0"'))
+    r = rf("lock", "--companions", stack["file"], "--store", tmp_path / "store")
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "package.version" in r.stderr and "says 2.14.1" in r.stderr, r.stderr
