@@ -30,6 +30,12 @@ def register(sub: Any) -> None:
     p.add_argument("recipes", nargs="*", metavar="TARGET", help="recipe or stack file")
     p.add_argument("--check", action="store_true", help="only report; exit 1 if not locked")
     p.add_argument(
+        "--companions",
+        action="store_true",
+        help="RECIPE is a stack: pin its triton (torch's ci_commit_pins/triton.txt), torchvision "
+        "and torchaudio (released with that torch) from the stack's torch tree",
+    )
+    p.add_argument(
         "--upgrade",
         nargs="?",
         const="*",
@@ -66,13 +72,24 @@ def run(args: argparse.Namespace) -> int:
             upgrade[i] = "*"
     if not recipes:
         raise UsageError("lock: name at least one RECIPE")
-    closure = closure_files(recipes)  # stacks expanded, dependencies first
-    reports = [
-        lock_recipe(
-            r, store=store, fetcher=_LazyPipFetcher(), write=not args.check, upgrade=upgrade
-        )
-        for r in closure
-    ]
+    if args.companions:
+        if upgrade:
+            raise UsageError("lock: --companions and --upgrade do not go together")
+        from rocmforge.companions import lock_companions
+
+        reports = [
+            report
+            for stack in recipes
+            for report in lock_companions(Path(stack), store=store, write=not args.check)
+        ]
+    else:
+        closure = closure_files(recipes)  # stacks expanded, dependencies first
+        reports = [
+            lock_recipe(
+                r, store=store, fetcher=_LazyPipFetcher(), write=not args.check, upgrade=upgrade
+            )
+            for r in closure
+        ]
     if args.json:
         emit_json([r.to_json() for r in reports])
     else:

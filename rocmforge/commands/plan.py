@@ -50,14 +50,14 @@ def _left_out(recipe: Any) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     """``rocmforge plan TARGET``: show the derivation, the hash and whether it is cached."""
     from rocmforge.graph import lint_facts_for, load_graph, plan_dependencies
-    from rocmforge.realize import plan
-    from rocmforge.recipe.lints import describe
-    from rocmforge.sources.requirements import PipFetcher
 
     store = open_store(args, create=True)
     graph = load_graph([args.recipe])
     if args.graph or graph.stacks:
         return _graph(args, graph, store)
+    from rocmforge.realize import plan  # not before: `plan --graph` lints nothing
+    from rocmforge.recipe.lints import describe
+    from rocmforge.sources.requirements import PipFetcher
     [file] = graph.targets
     recipe = graph.recipes[file]
     deps = plan_dependencies(graph, file, store=store, fetcher=PipFetcher())
