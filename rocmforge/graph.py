@@ -46,17 +46,27 @@ class Graph:
     order: tuple[Path, ...]
     targets: tuple[Path, ...]
     stacks: tuple[Stack, ...] = ()
+    #: closures computed so far (a graph is walked once per node by plan and realize)
+    _closures: dict[Path, tuple[Path, ...]] = field(default_factory=dict, compare=False, repr=False)
 
     def closure(self, file: Path) -> tuple[Path, ...]:
         """Every recipe ``file`` is built against, transitively, in build order."""
+        found = self._closures.get(file)
+        if found is not None:
+            return found
         seen: set[Path] = set()
         todo = list(self.edges[file])
         while todo:
             f = todo.pop()
             if f not in seen:
                 seen.add(f)
-                todo.extend(self.edges[f])
-        return tuple(f for f in self.order if f in seen)
+                known = self._closures.get(f)
+                if known is not None:
+                    seen.update(known)
+                else:
+                    todo.extend(self.edges[f])
+        found = self._closures[file] = tuple(f for f in self.order if f in seen)
+        return found
 
     def closure_of_targets(self) -> tuple[Path, ...]:
         """The targets and everything they are built against, in build order."""
