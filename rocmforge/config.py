@@ -56,6 +56,7 @@ class ConfigError(RocmforgeError):
     """A configuration file is unreadable or has a bad key or value (exit 2: fix the file)."""
 
     exit_code = EXIT_BAD_INPUT
+    about_recipe = False
 
 
 @dataclass(frozen=True, slots=True)

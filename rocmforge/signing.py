@@ -45,6 +45,8 @@ _SEED_BYTES = 32
 class SigningKeyError(RocmforgeError):
     """A key file or trusted key is unreadable or malformed (exit 2: fix the configuration)."""
 
+    about_recipe = False
+
     exit_code = UsageError.exit_code
 
 
