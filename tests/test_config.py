@@ -3,6 +3,7 @@ one-line errors naming the file and key."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -136,3 +137,31 @@ def test_cli_bad_trusted_key_in_config_names_the_file(tmp_path: Path, tiny_recip
     proc = rf("realize", tiny_recipe, "--store", tmp_path / "s", env=_env(tmp_path))
     assert proc.returncode == 2, proc.stderr
     assert f"{path}: trusted-keys: key 'k' is not valid base64" in proc.stderr
+
+
+@pytest.mark.slow
+def test_config_command_and_cache_ls_of_configured_caches(tmp_path: Path) -> None:
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / "rocmforge.toml").write_text(
+        f'caches = ["file://{tmp_path}/c1"]\n[slurm]\npartition = "gpu"\n'
+    )
+    _user(tmp_path, f'caches = ["file://{tmp_path}/c2"]\ntrusted-keys = ["{KEY}"]\n')
+    env = _env(tmp_path)
+    proc = rf("config", "--json", cwd=project, env=env)
+    assert proc.returncode == 0, proc.stderr
+    shown = json.loads(proc.stdout)
+    assert shown["caches"] == [f"file://{tmp_path}/c1", f"file://{tmp_path}/c2"]
+    assert shown["origins"]["caches"][f"file://{tmp_path}/c1"] == str(project / "rocmforge.toml")
+    assert shown["trusted_key_names"] == ["ci-1"] and shown["slurm"] == {"partition": "gpu"}
+    text = rf("config", cwd=project, env=env).stdout
+    assert f"project file:       {project / 'rocmforge.toml'}" in text, text
+    assert "trusted keys:       ci-1" in text
+    listed = rf("cache", "ls", cwd=project, env=env)
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.splitlines() == [
+        f"0 entries in file://{tmp_path}/c1",
+        f"0 entries in file://{tmp_path}/c2",
+    ]
+    none = rf("cache", "ls", "--config", "", cwd=tmp_path, env={"XDG_CONFIG_HOME": str(project)})
+    assert none.returncode == 2 and "none configured" in none.stderr

@@ -136,8 +136,10 @@ def _print(report: Any) -> None:
         for name, digest in src.get("patches") or []:
             add("  patch", f"{name} blake3:{digest}")
     for key, value in sorted((facts["toolchain"] or {}).items()):
-        add("toolchain" if not any(r[0] == "toolchain" for r in rows) else "", f"{key}: "
-            + _summary(value, key))
+        add(
+            "toolchain" if not any(r[0] == "toolchain" for r in rows) else "",
+            f"{key}: " + _summary(value, key),
+        )
     env = facts["env"]
     if env is not None:
         add("env", " ".join(f"{k}={v!r}" for k, v in sorted(env.items())) or "(none)")
@@ -175,12 +177,19 @@ def _print(report: Any) -> None:
         add("links", describe_link(link))
     sig = report.signature
     if sig is not None:
-        add("signature", f"{sig.status}" + (f" (key {sig.keyid})" if sig.keyid else "")
-            + (f": {sig.detail}" if sig.detail else ""))
+        add(
+            "signature",
+            f"{sig.status}"
+            + (f" (key {sig.keyid})" if sig.keyid else "")
+            + (f": {sig.detail}" if sig.detail else ""),
+        )
     origin = report.origin
     if origin is not None:
-        add("substituted", f"from {origin.get('cache')}"
-            + (f", built on {origin['host']}" if origin.get("host") else ""))
+        add(
+            "substituted",
+            f"from {origin.get('cache')}"
+            + (f", built on {origin['host']}" if origin.get("host") else ""),
+        )
     add("store path", report.entry_path)
     for label, value in rows:
         print(f"  {label:<13}{value}")
