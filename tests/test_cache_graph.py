@@ -94,6 +94,12 @@ def test_graph_push_plan_substitute_closure_and_gc(tmp_path: Path, monkeypatch) 
         "base",
         "top",
     ]
+    stack = tmp_path / "stack.toml"
+    stack.write_text('schema = 1\n[stack]\nname = "s"\nrecipes = ["top.toml"]\n')
+    assert _pushed(rf("push", f"file://{tmp_path}/c5", stack, "--store", store_a, "--json")) == [
+        "base",
+        "top",
+    ]
 
     # Substituting the dependent alone brings its closure into the store (as Nix substitutes a
     # path's references first); a cache without the dependency is refused for it.

@@ -167,7 +167,7 @@ def run(args: argparse.Namespace) -> int:
             # the settings resolved here, so a child reads no other project file
             "--config",
             str(settings.project_file or ""),
-            *(["--no-substitute"] if not settings.substitute else []),
+            "--substitute" if settings.substitute else "--no-substitute",
             *(a for url in (args.cache or []) for a in ("--cache", url)),
             *(["--require-substitute"] if settings.require_substitute else []),
         ],
