@@ -74,6 +74,9 @@ def test_graph_push_plan_substitute_closure_and_gc(tmp_path: Path, monkeypatch) 
     assert [(r["substituted"], r["sandbox"]) for r in got] == [(url, None), (url, None)]
     meta = json.loads((Path(got[1]["path"]) / "meta.json").read_text())
     assert meta["built_against"] == [base_hash] and meta["origin"]["keyid"] == "builder-a"
+    # audit in B trusts the key of B's user config file, as the substitution did
+    audit = rf("audit", got[1]["wheels"][0], "--store", store_b, "--json", env=env_b)
+    assert json.loads(audit.stdout)[0]["signature"]["status"] == "valid", audit.stdout
 
     # gc treats substituted entries like built ones: the pinned dependent keeps its dependency.
     assert rf("pin", "t", top_hash, "--store", store_b).returncode == 0

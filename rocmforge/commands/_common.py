@@ -39,7 +39,9 @@ def add_store_option(parser: argparse.ArgumentParser) -> None:
 
 def add_json_option(parser: argparse.ArgumentParser) -> None:
     """Add ``--json`` to a command's parser (also accepted before the command)."""
-    parser.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help=JSON_HELP)
+    parser.add_argument(
+        "--json", action="store_true", default=argparse.SUPPRESS, help=JSON_HELP
+    )
     parser.set_defaults(json_supported=True)
 
 

@@ -14,11 +14,14 @@ from pathlib import Path
 from typing import Any
 
 from rocmforge.commands._common import (
+    add_config_option,
     add_json_option,
     add_store_option,
     emit_json,
     open_store,
+    settings_of,
     store_choice,
+    trusted_of,
 )
 
 EPILOG = """\
@@ -54,6 +57,7 @@ def register(sub: Any) -> None:
     )
     p.add_argument("wheels", nargs="+", metavar="WHEEL")
     add_store_option(p)
+    add_config_option(p)
     add_json_option(p)
     p.set_defaults(func=run)
 
@@ -70,7 +74,8 @@ def run(args: argparse.Namespace) -> int:
         + ("" if store else ": there is no store there, so nothing can be verified"),
         file=sys.stderr,
     )
-    reports = [audit_wheel(Path(w), store=store) for w in args.wheels]
+    trusted = trusted_of(settings_of(args))  # the keys of the config files count here too
+    reports = [audit_wheel(Path(w), store=store, trusted=trusted) for w in args.wheels]
     if args.json:
         emit_json([r.to_json() for r in reports])
     else:
@@ -136,10 +141,8 @@ def _print(report: Any) -> None:
         for name, digest in src.get("patches") or []:
             add("  patch", f"{name} blake3:{digest}")
     for key, value in sorted((facts["toolchain"] or {}).items()):
-        add(
-            "toolchain" if not any(r[0] == "toolchain" for r in rows) else "",
-            f"{key}: " + _summary(value, key),
-        )
+        add("toolchain" if not any(r[0] == "toolchain" for r in rows) else "", f"{key}: "
+            + _summary(value, key))
     env = facts["env"]
     if env is not None:
         add("env", " ".join(f"{k}={v!r}" for k, v in sorted(env.items())) or "(none)")
@@ -177,19 +180,12 @@ def _print(report: Any) -> None:
         add("links", describe_link(link))
     sig = report.signature
     if sig is not None:
-        add(
-            "signature",
-            f"{sig.status}"
-            + (f" (key {sig.keyid})" if sig.keyid else "")
-            + (f": {sig.detail}" if sig.detail else ""),
-        )
+        add("signature", f"{sig.status}" + (f" (key {sig.keyid})" if sig.keyid else "")
+            + (f": {sig.detail}" if sig.detail else ""))
     origin = report.origin
     if origin is not None:
-        add(
-            "substituted",
-            f"from {origin.get('cache')}"
-            + (f", built on {origin['host']}" if origin.get("host") else ""),
-        )
+        add("substituted", f"from {origin.get('cache')}"
+            + (f", built on {origin['host']}" if origin.get("host") else ""))
     add("store path", report.entry_path)
     for label, value in rows:
         print(f"  {label:<13}{value}")
