@@ -447,8 +447,18 @@ def realize(
                 from rocmforge.cache.substitute import Wanted, substitute
 
                 want = Wanted(drv.hash, drv.name, drv.version)
+                def protect(hash: str) -> None:  # a dependency substituted with it
+                    with store.shared_lock():
+                        roots.add(hash)
+
                 entry = substitute(
-                    store, caches, want, reporter, require=require_substitute, trusted=trusted
+                    store,
+                    caches,
+                    want,
+                    reporter,
+                    require=require_substitute,
+                    trusted=trusted,
+                    protect=protect,
                 )
                 if entry is not None and entry.meta.origin is not None:
                     fetched = str(entry.meta.origin["cache"])

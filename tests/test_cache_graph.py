@@ -122,9 +122,22 @@ def test_graph_push_plan_substitute_closure_and_gc(tmp_path: Path, monkeypatch) 
     assert substitute(store_c, [alone], want, Warnings()) is None
     assert "its dependency base 0.1" in Warnings.said[-1] and "in no cache" in Warnings.said[-1]
     assert _entries(tmp_path / "store-c") == set()
-    entry = substitute(store_c, [alone, url], want, Warnings())
+    from rocmforge.store.roots import TempRoots
+
+    roots = TempRoots(store_c)
+
+    def protect(h: str) -> None:
+        with store_c.shared_lock():
+            roots.add(h)
+
+    entry = substitute(store_c, [alone, url], want, Warnings(), protect=protect)
     assert entry is not None and _entries(tmp_path / "store-c") == {base_hash, top_hash}
     assert entry.meta.built_against == (base_hash,)
+    # The dependency stays a temp root of the substituting process (the dependent was not
+    # published yet when it landed): a gc meanwhile keeps it, even with the dependent gone.
+    assert rf("gc", "--keep-last", "0", "--store", tmp_path / "store-c").returncode == 0
+    assert _entries(tmp_path / "store-c") == {base_hash}
+    roots.close()
 
     # cache gc never breaks a closure: base pushed long ago stays while top (recent) stays.
     old = time.time() - 30 * 86400

@@ -16,7 +16,7 @@ import hashlib
 import http.client
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -156,17 +156,24 @@ def _closure(
     deps: Sequence[Wanted],
     reporter: Reporter,
     trusted: Mapping[str, PublicKey],
+    protect: Callable[[str], None] | None,
 ) -> None:
     """Make sure every entry in ``deps`` is in the store, substituting the missing ones (and
-    their own closures) from ``caches``; :class:`Refused` names the first that no cache has."""
+    their own closures) from ``caches``; :class:`Refused` names the first that no cache has.
+
+    ``protect`` makes each a temp gc root first: until the dependent is published, nothing
+    else keeps a dependency from gc.
+    """
     for dep in deps:
+        if protect is not None:
+            protect(dep.hash)
         if store.lookup(dep.hash, dep.name, dep.version) is not None:
             continue
         with store.build_lock(dep.hash):  # dependent -> dependency: the DAG orders the locks
             if store.lookup(dep.hash, dep.name, dep.version) is not None:
                 continue
             reporter.phase(f"substitute its dependency {dep.name} {dep.version}")
-            entry, reasons = _ask(store, caches, dep, reporter, trusted, suffix="")
+            entry, reasons = _ask(store, caches, dep, reporter, trusted, protect, suffix="")
         if entry is None:
             raise Refused(
                 f"its dependency {dep.name} {dep.version} ({dep.hash}) is in no cache "
@@ -181,6 +188,7 @@ def _try(
     reporter: Reporter,
     caches: Sequence[str],
     trusted: Mapping[str, PublicKey],
+    protect: Callable[[str], None] | None = None,
 ) -> Entry | None:
     raw = backend.get_manifest(want.hash)
     if raw is None:
@@ -208,7 +216,7 @@ def _try(
         keyid, statement, deps = _check(manifest, dest, want, trusted)
         # Its closure first, as Nix substitutes a path's references before the path: an entry
         # never lands in the store without what it was built against.
-        _closure(store, caches, deps, reporter, trusted)
+        _closure(store, caches, deps, reporter, trusted, protect)
         internal = statement["predicate"]["buildDefinition"]["internalParameters"]
         meta: dict[str, Any] = dict(manifest.meta)
         sha = {f.name: f.sha256 for f in manifest.files}
@@ -247,6 +255,7 @@ def _ask(
     want: Wanted,
     reporter: Reporter,
     trusted: Mapping[str, PublicKey],
+    protect: Callable[[str], None] | None,
     *,
     suffix: str,
 ) -> tuple[Entry | None, list[str]]:
@@ -255,7 +264,7 @@ def _ask(
     for url in caches:
         try:
             backend = open_backend(url)
-            entry = _try(store, backend, want, reporter, caches, trusted)
+            entry = _try(store, backend, want, reporter, caches, trusted, protect)
         except Refused as exc:
             msg = f"cache {url}: refused {want.name} {want.version} ({want.hash}): {exc}"
         except CacheError as exc:
@@ -280,17 +289,19 @@ def substitute(
     *,
     require: bool = False,
     trusted: Mapping[str, PublicKey] | None = None,
+    protect: Callable[[str], None] | None = None,
 ) -> Entry | None:
     """Ask ``caches`` in order for ``want`` (and its closure); return the published entry, or
     None to build.
 
-    ``trusted`` are the keys a signature must verify with (default: :func:`trusted_keys`).
+    ``trusted`` are the keys a signature must verify with (default: :func:`trusted_keys`);
+    ``protect(hash)`` roots each dependency against gc until the caller's roots close.
     Refusals and unreachable caches are warnings; with ``require`` they end in
     :class:`SubstituteError` instead of a build.
     """
     keys = trusted_keys() if trusted is None else trusted
     entry, reasons = _ask(
-        store, caches, want, reporter, keys, suffix="" if require else "; building instead"
+        store, caches, want, reporter, keys, protect, suffix="" if require else "; building instead"
     )
     if entry is None and require:
         raise SubstituteError(
