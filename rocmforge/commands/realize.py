@@ -110,6 +110,12 @@ def run(args: argparse.Namespace) -> int:
         return detect_runner(args.sandbox, probe_cache=store.cache_dir / layout.CACHE_BWRAP)
 
     if args.check:
+        if args.push:
+            from rocmforge.errors import UsageError
+
+            error = UsageError("--push does not go with --check (a check publishes nothing)")
+            error.about_recipe = False
+            raise error
         targets = [graph.recipes[f] for f in graph.targets]
         return _check(args, targets, store, PipFetcher(), runner_factory)
 
