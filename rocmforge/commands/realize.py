@@ -89,6 +89,12 @@ def run(args: argparse.Namespace) -> int:
     from rocmforge.graph import lint_facts_for, load_graph, realize_graph
     from rocmforge.realize import check_link, lint, realize
 
+    if args.check and args.push:
+        from rocmforge.errors import UsageError
+
+        error = UsageError("--push does not go with --check (a check publishes nothing)")
+        error.about_recipe = False
+        raise error
     graph = load_graph(args.recipes)  # every recipe is checked before any build
     # Error lints of any recipe stop all of them; realize reports the warnings, without linting
     # (or probing the machine) again.
@@ -110,12 +116,6 @@ def run(args: argparse.Namespace) -> int:
         return detect_runner(args.sandbox, probe_cache=store.cache_dir / layout.CACHE_BWRAP)
 
     if args.check:
-        if args.push:
-            from rocmforge.errors import UsageError
-
-            error = UsageError("--push does not go with --check (a check publishes nothing)")
-            error.about_recipe = False
-            raise error
         targets = [graph.recipes[f] for f in graph.targets]
         return _check(args, targets, store, PipFetcher(), runner_factory)
 
