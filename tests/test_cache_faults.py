@@ -2,7 +2,8 @@
 (a loopback HTTP server in front of the real docker-registry), a full local disk (a real tmpfs of
 a few MB under the store) and a truncated blob in a ``file://`` cache. Each leaves no partial
 entry, says which cache and why, and falls back to building (or fails with
-``--require-substitute``). Two stores substituting one entry at once: test_cache.py."""
+``--require-substitute``). Two stores substituting one entry at once: here through the CLI from
+the registry, and test_cache.py in-process from a ``file://`` cache."""
 
 from __future__ import annotations
 
@@ -208,3 +209,46 @@ def test_truncated_blob_in_a_file_cache(tmp_path: Path, monkeypatch) -> None:
     )
     biggest.write_bytes(whole)  # the control: the whole blob is substituted
     assert substitute(store, [url], want, Warnings()) is not None
+
+
+@pytest.mark.slow
+def test_stores_substituting_one_entry_at_once_from_a_registry(
+    registry: Registry,  # noqa: F811
+    tiny_recipe: Path,
+    tmp_path: Path,
+) -> None:
+    """Three realizes at once, two on one store and one on another, all from the registry."""
+    import sys
+
+    from conftest import pip_args
+
+    env_a = {"XDG_CONFIG_HOME": str(tmp_path / "config-a")}
+    proc = rf("key", "generate", "--json", "--name", "builder-a", env=env_a)
+    public = json.loads(proc.stdout)["public_key"]
+    url = registry.url()
+    proc = rf("realize", tiny_recipe, "--store", tmp_path / "a", "--push", url, env=env_a)
+    assert proc.returncode == 0, proc.stderr
+    env = {
+        **os.environ,
+        "ROCMFORGE_PIP_ARGS": pip_args(),
+        "XDG_CONFIG_HOME": str(tmp_path / "config-b"),
+        "ROCMFORGE_TRUSTED_KEYS": public,
+    }
+    env.pop("ROCMFORGE_STORE", None)
+    stores = [tmp_path / "b", tmp_path / "b", tmp_path / "c"]
+    argv = [sys.executable, "-m", "rocmforge", "realize", str(tiny_recipe), "--cache", url,
+            "--require-substitute", "--json", "--store"]  # fmt: skip
+    procs = [
+        subprocess.Popen(
+            [*argv, str(s)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for s in stores
+    ]
+    outs = [p.communicate(timeout=300) for p in procs]
+    for p, (out, err) in zip(procs, outs, strict=True):
+        assert p.returncode == 0, err
+        assert json.loads(out)[0]["sandbox"] is None  # nothing was built
+    paths = [json.loads(out)[0]["path"] for out, _ in outs]
+    assert paths[0] == paths[1] and paths[2] != paths[0]
+    for s in (tmp_path / "b", tmp_path / "c"):
+        assert len(list((s / "entries").iterdir())) == 1 and not _leftovers(s)
