@@ -4,9 +4,12 @@ For each configured cache in order: one manifest lookup by input hash; on a hit,
 streamed into a private build directory with its sha256 checked while it is written; the DSSE
 envelope must verify against a trusted key and sign the provenance.json that came with it; the
 signed statement must name the same input hash and the very wheels downloaded; derivation.json
-must hash to the input hash. Only then is the directory published through
-:meth:`Store.publish` (the atomic path a build uses) with ``origin`` recording the cache. Any
-refusal is a warning naming the cache and the reason, and the next cache (or a build) follows.
+must hash to the input hash. The entries that derivation names under ``recipes`` (its
+closure) are then made present, substituted first if missing. Only then is the directory
+published through :meth:`Store.publish` (the atomic path a build uses) with ``origin``
+recording the cache and ``built_against`` the closure. Any refusal is a warning naming the
+cache and the reason, and the next cache (or a build) follows. :func:`offers` answers ``plan``:
+which cache holds which entry, without downloading.
 """
 
 from __future__ import annotations
