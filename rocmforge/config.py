@@ -44,6 +44,9 @@ from rocmforge.errors import EXIT_BAD_INPUT, RocmforgeError
 PROJECT_FILE = "rocmforge.toml"
 #: The user file's name inside ``$XDG_CONFIG_HOME/rocmforge``.
 USER_FILE = "config.toml"
+#: The URL schemes of binary caches (rocmforge/cache/urls.py opens them); a plain path is a
+#: ``file://`` cache.
+CACHE_SCHEMES = ("file", "oci")
 #: Tables other subsystems own: parsed as plain tables here, validated by their owner.
 RESERVED_TABLES = ("slurm",)
 
@@ -135,6 +138,13 @@ def parse_config(text: str, file: Path, *, user: bool) -> Config:
         if key in _USER_ONLY and not user:
             raise ConfigError(
                 f"{file}: {key}: only the user file ({USER_FILE}) may set this, not a project"
+            )
+    for url in data.get("caches", []):
+        scheme = url.split("://", 1)[0] if "://" in url else "file"
+        if scheme not in CACHE_SCHEMES:
+            supported = ", ".join(f"{s}://" for s in CACHE_SCHEMES)
+            raise ConfigError(
+                f"{file}: caches: {url}: unsupported scheme {scheme!r} (supported: {supported})"
             )
     keys: list[KeyText] = []
     for item in data.get("trusted-keys", []):

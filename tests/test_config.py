@@ -50,6 +50,7 @@ def test_parse_keys_key_files_and_slurm_table(tmp_path: Path) -> None:
         ("cache = []", "cache: unknown key"),
         ('caches = "file:///a"', "caches: expected a list of non-empty strings"),
         ("caches = [1]", "caches: expected a list of non-empty strings"),
+        ('caches = ["s3://bucket"]', "caches: s3://bucket: unsupported scheme 's3'"),
         ('substitute = "no"', "substitute: expected true or false"),
         ("slurm = 3", "slurm: expected a table"),
         ("trust-project-keys = true", "trust-project-keys: only the user file"),
