@@ -34,6 +34,7 @@ from rocmforge.util.progress import NullReporter, Reporter
 if TYPE_CHECKING:
     from rocmforge.explain import Nearest
     from rocmforge.sandbox import Runner
+    from rocmforge.signing import PublicKey
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -382,6 +383,7 @@ def realize(
     dependencies: Sequence[Dependency] = (),
     caches: Sequence[str] = (),
     require_substitute: bool = False,
+    trusted: Mapping[str, PublicKey] | None = None,
 ) -> RealizeReport:
     """Return the store entry for ``recipe``, building it in the sandbox on a miss.
 
@@ -406,7 +408,9 @@ def realize(
 
     ``compiler_cache`` False builds without the compiler cache (it never changes the hash).
     ``caches`` (URLs) are asked in order on a miss before building (:mod:`rocmforge.cache`);
-    ``require_substitute`` fails instead of building when none provides the entry.
+    ``require_substitute`` fails instead of building when none provides the entry;
+    ``trusted`` are the keys a substituted entry must be signed with (default: the trusted-keys
+    file or ``$ROCMFORGE_TRUSTED_KEYS``).
     """
     reporter = reporter or NullReporter()
     if lints is None:
@@ -443,7 +447,19 @@ def realize(
                 from rocmforge.cache.substitute import Wanted, substitute
 
                 want = Wanted(drv.hash, drv.name, drv.version)
-                entry = substitute(store, caches, want, reporter, require=require_substitute)
+                def protect(hash: str) -> None:  # a dependency substituted with it
+                    with store.shared_lock():
+                        roots.add(hash)
+
+                entry = substitute(
+                    store,
+                    caches,
+                    want,
+                    reporter,
+                    require=require_substitute,
+                    trusted=trusted,
+                    protect=protect,
+                )
                 if entry is not None and entry.meta.origin is not None:
                     fetched = str(entry.meta.origin["cache"])
             weaker = entry is not None and not satisfies(entry.meta.sandbox, wanted)
