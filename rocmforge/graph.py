@@ -322,6 +322,14 @@ def _check_wheels(recipe: Recipe, *, store: Store, fetcher: Fetcher) -> tuple[Pa
     return tuple(q.wheel for q in reqs)
 
 
+def _built(
+    recipe: Recipe, hash: str, wheels: Sequence[Path], *, store: Store, fetcher: Fetcher
+) -> Dependency:
+    """A built dependency: its wheels and the wheels of its own ``[check] requirements``."""
+    check_wheels = _check_wheels(recipe, store=store, fetcher=fetcher)
+    return _dependency(recipe, hash, provisional=False, wheels=wheels, check_wheels=check_wheels)
+
+
 def built_dependencies(
     graph: Graph, file: Path, *, store: Store, fetcher: Fetcher
 ) -> tuple[Dependency, ...]:
@@ -350,13 +358,7 @@ def built_dependencies(
                 f"{os.path.basename(f)}) is not in the store; `realize --check` rebuilds a cached "
                 "build: run `rocmforge realize` first"
             )
-        done[f] = _dependency(
-            recipe,
-            drv.hash,
-            provisional=False,
-            wheels=entry.wheels,
-            check_wheels=_check_wheels(recipe, store=store, fetcher=fetcher),
-        )
+        done[f] = _built(recipe, drv.hash, entry.wheels, store=store, fetcher=fetcher)
     return tuple(done[f] for f in graph.closure(file))
 
 
@@ -429,13 +431,7 @@ def realize_graph(
     def finished(file: Path, report: RealizeReport) -> None:
         recipe = graph.recipes[file]
         reports[file] = report
-        done[file] = _dependency(
-            recipe,
-            report.hash,
-            provisional=False,
-            wheels=report.wheels,
-            check_wheels=_check_wheels(recipe, store=store, fetcher=fetcher),
-        )
+        done[file] = _built(recipe, report.hash, report.wheels, store=store, fetcher=fetcher)
         if on_done is not None:
             on_done(report)
 

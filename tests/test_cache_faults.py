@@ -94,6 +94,18 @@ class CutProxy:
         self.server.server_close()
 
 
+def pushed_by_a(registry: Registry, recipe: Path, tmp_path: Path) -> tuple[str, str]:  # noqa: F811
+    """Builder A (its own signing key) realizes ``recipe`` and pushes it to the registry; return
+    A's public key and the cache URL."""
+    env_a = {"XDG_CONFIG_HOME": str(tmp_path / "config-a")}
+    proc = rf("key", "generate", "--json", "--name", "builder-a", env=env_a)
+    public = json.loads(proc.stdout)["public_key"]
+    url = registry.url()
+    proc = rf("realize", recipe, "--store", tmp_path / "a", "--push", url, env=env_a)
+    assert proc.returncode == 0, proc.stderr
+    return public, url
+
+
 @pytest.fixture
 def cut_proxy(registry: Registry) -> Iterator[CutProxy]:  # noqa: F811
     proxy = CutProxy(registry.port, cut=100)
@@ -108,12 +120,7 @@ def test_registry_dying_mid_blob(
     tiny_recipe: Path,
     tmp_path: Path,
 ) -> None:
-    env_a = {"XDG_CONFIG_HOME": str(tmp_path / "config-a")}
-    proc = rf("key", "generate", "--json", "--name", "builder-a", env=env_a)
-    public = json.loads(proc.stdout)["public_key"]
-    url = registry.url()
-    proc = rf("realize", tiny_recipe, "--store", tmp_path / "a", "--push", url, env=env_a)
-    assert proc.returncode == 0, proc.stderr
+    public, url = pushed_by_a(registry, tiny_recipe, tmp_path)
     env_b = {"XDG_CONFIG_HOME": str(tmp_path / "config-b"), "ROCMFORGE_TRUSTED_KEYS": public}
     cut = f"oci://127.0.0.1:{cut_proxy.port}/team/wheels"
     store_b = tmp_path / "b"
@@ -222,12 +229,7 @@ def test_stores_substituting_one_entry_at_once_from_a_registry(
 
     from conftest import pip_args
 
-    env_a = {"XDG_CONFIG_HOME": str(tmp_path / "config-a")}
-    proc = rf("key", "generate", "--json", "--name", "builder-a", env=env_a)
-    public = json.loads(proc.stdout)["public_key"]
-    url = registry.url()
-    proc = rf("realize", tiny_recipe, "--store", tmp_path / "a", "--push", url, env=env_a)
-    assert proc.returncode == 0, proc.stderr
+    public, url = pushed_by_a(registry, tiny_recipe, tmp_path)
     env = {
         **os.environ,
         "ROCMFORGE_PIP_ARGS": pip_args(),
