@@ -36,6 +36,7 @@ from rocmforge.repro import frontend_config, repro_env
 from rocmforge.resolve import Resolved
 from rocmforge.sandbox import Mount, Runner
 from rocmforge.scm import source_env
+from rocmforge.sdkwheels import sdk_sources
 from rocmforge.signing import sign_entry
 from rocmforge.sources.identity import materialize_source
 from rocmforge.sources.refs import used_sources
@@ -377,6 +378,14 @@ def _stage(
         stamp = stamp_bytes(resolved.derivation.hash, resolved.derivation.data)
         normalize_wheel(w, epoch=resolved.source.epoch, add={STAMP_NAME: stamp})
     reporter.phase("check")
+    sdk_runtime: list[Path] = []
+    if resolved.toolchain.sdk:  # a wheel that requires the SDK imports with its runtime wheels
+        from rocmforge.sdkwheels import runtime_wheels
+
+        sdk_runtime = runtime_wheels(wheels, resolved.toolchain.sdk)
+        if sdk_runtime:
+            shown = ", ".join(w.name for w in sdk_runtime)
+            log.write(f"rocmforge: check venv gets the SDK runtime wheels {shown}\n".encode())
     found = check_wheels(
         wheels,
         recipe=resolved.recipe,
@@ -384,7 +393,7 @@ def _stage(
         runner=runner,
         workdir=root / "check",
         log=log,
-        extra_wheels=check_requirements,
+        extra_wheels=[*check_requirements, *sdk_runtime],
     )
     staged = root / "entry"
     staged.mkdir()
@@ -596,6 +605,9 @@ def _build_in(
         )
     reporter.phase("build")
     extra: list[Mount] = []
+    if resolved.toolchain.sdk:
+        resolved, sdk_mounts = _sdk_mounts(resolved, store, runner, root, log)
+        extra += sdk_mounts
     view = resolved.toolchain.view
     if view is not None:  # [toolchain] packages: /usr holds only the declared packages' closure
         from rocmforge.toolchain.view import prepare_view
@@ -624,6 +636,44 @@ def _build_in(
         repair=repaired or None,
         compiler_cache=_cache_stats(setup),
     )
+
+
+def _sdk_mounts(
+    resolved: Resolved, store: Store, runner: Runner, root: Path, log: BinaryIO
+) -> tuple[Resolved, list[Mount]]:
+    """Unpack the SDK wheels once (or reuse their tree), mount it read-only at the fixed path,
+    set ROCM_PATH & co. from it and hide the host's own ROCm packages."""
+    from rocmforge.toolchain.rocmsdk import SDK_MOUNT, ensure_tree, host_rocm_files, sdk_env
+
+    tc = resolved.toolchain
+    clock = time.monotonic()
+    tree, fresh = ensure_tree(store.sources_dir, tc.sdk)
+    what = "unpacked" if fresh else "reused"
+    log.write(
+        f"rocmforge: ROCm SDK {what} ({time.monotonic() - clock:.2f} s): {tree} at {SDK_MOUNT}, "
+        f"from {', '.join(w.wheel.name for w in tc.sdk)}\n".encode()
+    )
+    mount = Mount(host=tree, inside=SDK_MOUNT)
+    if runner.sandbox_path(mount) != SDK_MOUNT:
+        raise BuildError(
+            f"a rocm-sdk toolchain needs a sandbox that mounts the SDK at {SDK_MOUNT} (bwrap), "
+            f"not sandbox level {runner.level!r}"
+        )
+    env, dirs = sdk_env(tree, SDK_MOUNT)
+    tc = dataclasses.replace(tc, env={**tc.env, **env}, path_dirs=(*dirs, *tc.path_dirs))
+    mounts = [mount]
+    hidden_dirs, hidden_files = host_rocm_files()
+    if hidden_dirs or hidden_files:
+        (root / "empty").mkdir(exist_ok=True)
+        empty_file = root / "empty-file"
+        empty_file.touch()
+        mounts += [Mount(host=root / "empty", inside=d) for d in hidden_dirs]
+        mounts += [Mount(host=empty_file, inside=f) for f in hidden_files]
+        log.write(
+            f"rocmforge: the host's ROCm is hidden: {len(hidden_dirs)} directories, "
+            f"{len(hidden_files)} files\n".encode()
+        )
+    return dataclasses.replace(resolved, toolchain=tc), mounts
 
 
 def rebuild(
@@ -748,8 +798,11 @@ def build(
                 sandbox=runner.level,
                 build_seconds=round(seconds, 3),
                 # Which source caches this entry needs: gc keeps exactly these while it stays.
-                sources=used_sources(
-                    resolved, store.sources_dir, check_wheels=check_requirements
+                sources=sorted(
+                    {
+                        *used_sources(resolved, store.sources_dir, check_wheels=check_requirements),
+                        *sdk_sources(resolved.toolchain.sdk, store.sources_dir),
+                    }
                 ),
                 files=_file_digests(root / "entry"),
                 archs=staged.archs,

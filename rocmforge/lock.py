@@ -145,7 +145,12 @@ def lock_recipe(
         plain = parse_recipe_text(text, file=path, locked=False)
     except RecipeError:
         plain = None
-    if plain is not None and plain.source.ref is None and plain.requirements.needs_lock:
+    if (
+        plain is not None
+        and plain.source.ref is None
+        and plain.requirements.needs_lock
+        and plain.toolchain.kind != "rocm-sdk"
+    ):
         from rocmforge.lockreq import lock_requirements
 
         found = lock_requirements(
@@ -212,6 +217,14 @@ def lock_recipe(
         spelling = {normal_pin(p): p for p in recipe.requirements.build}
         changes.extend(_lock_digests(doc, resolved, spelling))
 
+    if recipe.toolchain.kind == "rocm-sdk":
+        from rocmforge.sdkwheels import lock_sdk
+
+        sdk_changes, table = lock_sdk(recipe, store=store, write=write, upgrade=upgrade or ())
+        changes.extend(LockChange(key=k, old=o, new=n) for k, o, n in sdk_changes)
+        if table is not None:
+            _write_table(doc, "toolchain", "wheels", table, after=("families", "version"))
+
     written = False
     if changes and write:
         try:
@@ -220,6 +233,30 @@ def lock_recipe(
             raise UsageError(f"{path}: cannot write recipe: {exc.strerror or exc}") from exc
         written = True
     return LockReport(recipe=path, changes=tuple(changes), written=written)
+
+
+def _write_table(
+    doc: Any, table_name: str, key: str, values: dict[str, str], *, after: Sequence[str]
+) -> None:
+    """Replace ``[table_name] key`` with the inline table ``values`` (placed after the first
+    existing key of ``after`` when new)."""
+    import tomlkit
+
+    table = doc.get(table_name)
+    if table is None:
+        table = tomlkit.table()
+        doc[table_name] = table
+    inline = tomlkit.inline_table()
+    for k, v in values.items():
+        inline[k] = v
+    if key in table:
+        table[key] = inline
+        return
+    anchor = next((a for a in after if a in table), None)
+    if anchor:
+        _insert_after(table, anchor, key, inline)
+    else:
+        table[key] = inline
 
 
 def _lock_digests(
