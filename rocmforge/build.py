@@ -361,6 +361,7 @@ class Staged:
 
 def _stage(
     resolved: Resolved,
+    store: Store,
     root: Path,
     runner: Runner,
     reporter: Reporter,
@@ -380,12 +381,12 @@ def _stage(
     reporter.phase("check")
     sdk_runtime: list[Path] = []
     if resolved.toolchain.sdk:  # a wheel that requires the SDK imports with its runtime wheels
-        from rocmforge.sdkwheels import runtime_wheels
+        from rocmforge.sdkwheels import runtime_dirs
 
-        sdk_runtime = runtime_wheels(wheels, resolved.toolchain.sdk)
+        sdk_runtime = runtime_dirs(wheels, resolved.toolchain.sdk, store.sources_dir)
         if sdk_runtime:
-            shown = ", ".join(w.name for w in sdk_runtime)
-            log.write(f"rocmforge: check venv gets the SDK runtime wheels {shown}\n".encode())
+            shown = ", ".join(d.name for d in sdk_runtime)
+            log.write(f"rocmforge: check venv gets the SDK's runtime packages {shown}\n".encode())
     found = check_wheels(
         wheels,
         recipe=resolved.recipe,
@@ -393,7 +394,8 @@ def _stage(
         runner=runner,
         workdir=root / "check",
         log=log,
-        extra_wheels=[*check_requirements, *sdk_runtime],
+        extra_wheels=check_requirements,
+        extra_trees=sdk_runtime,
     )
     staged = root / "entry"
     staged.mkdir()
@@ -404,14 +406,24 @@ def _stage(
         size = (staged / w.name).stat().st_size
         records.append(WheelRecord(file=w.name, sha256=d["sha256"], blake3=d["blake3"], size=size))
     write_atomic(staged / layout.DERIVATION, json_bytes(resolved.derivation.data))
-    links = record_links(resolved, [staged / w.name for w in wheels], log)
+    sdk_libs: list[str] = []
+    if resolved.toolchain.sdk:  # the SDK's runtime libraries, where the installed wheel finds them
+        from rocmforge.toolchain.rocmsdk import tree_path
+
+        tree = tree_path(store.sources_dir, resolved.toolchain.sdk)
+        libs = sorted(tree.glob("_rocm_sdk_*/lib"))
+        sdk_libs = [str(p) for p in libs if "devel" not in p.parent.name]
+    links = record_links(resolved, [staged / w.name for w in wheels], log, sdk_libs=sdk_libs)
     return Staged(records=tuple(records), archs=found.get("archs"), links=links or None)
 
 
 def record_links(
-    resolved: Resolved, wheels: Sequence[Path], log: BinaryIO
+    resolved: Resolved, wheels: Sequence[Path], log: BinaryIO, *, sdk_libs: Sequence[str] = ()
 ) -> dict[str, list[dict[str, str]]]:
     """Return, per wheel, which library each ELF member links and who provides it.
+
+    ``sdk_libs`` are the library directories of the unpacked ROCm SDK's runtime packages: they
+    are searched first, as the installed wheel finds them beside it in site-packages.
 
     A library resolved from a place the input hash does not cover (no package owns it, not in
     the wheel, not under a hashed toolchain root) is a :class:`BuildError`.
@@ -420,6 +432,7 @@ def record_links(
         ElfError,
         candidate_paths,
         links_json,
+        loader_dirs,
         resolve_links,
         wheel_dynamic,
     )
@@ -436,11 +449,14 @@ def record_links(
     try:
         dynamic = {w: wheel_dynamic(w) for w in wheels}
         candidates: set[str] = set()
+        search = [*sdk_libs, *loader_dirs()]
+        if sdk_libs:
+            roots["rocm-sdk"] = list(sdk_libs)
         for members, _ in dynamic.values():
-            candidates |= candidate_paths(members)
+            candidates |= candidate_paths(members, search)
         owner_of = find_owners(candidates)
         for w in wheels:
-            found = resolve_links(dynamic[w], owner_of=owner_of, roots=roots)
+            found = resolve_links(dynamic[w], owner_of=owner_of, roots=roots, search=search)
             for link in found:
                 log.write(f"rocmforge: {link.member} {link.describe()}\n".encode())
             bad = [link for link in found if link.provider == "unhashed"]
@@ -629,7 +645,7 @@ def _build_in(
         extra=extra,
         cache=cache,
     )
-    staged = _stage(resolved, root, runner, reporter, log, check_requirements)
+    staged = _stage(resolved, store, root, runner, reporter, log, check_requirements)
     return dataclasses.replace(
         staged,
         steps=tuple(timings),

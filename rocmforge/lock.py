@@ -45,6 +45,8 @@ class LockReport:
     recipe: Path
     changes: tuple[LockChange, ...]
     written: bool
+    #: What could not be checked here (a ROCm SDK without an index): provisional, not a change.
+    notes: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """Return the report as JSON-ready data."""
@@ -52,6 +54,7 @@ class LockReport:
             "recipe": str(self.recipe),
             "written": self.written,
             "changes": [{"key": c.key, "old": c.old, "new": c.new} for c in self.changes],
+            "notes": list(self.notes),
         }
 
 
@@ -169,6 +172,7 @@ def lock_recipe(
     except TOMLKitError as exc:
         raise RecipeError([Problem(file=path, key="", message=f"invalid TOML: {exc}")]) from exc
     changes: list[LockChange] = []
+    notes: list[str] = []
 
     source = doc.get("source")
     if isinstance(source, dict) and isinstance(source.get("ref"), str) and "git" in source:
@@ -220,10 +224,13 @@ def lock_recipe(
     if recipe.toolchain.kind == "rocm-sdk":
         from rocmforge.sdkwheels import lock_sdk
 
-        sdk_changes, table = lock_sdk(recipe, store=store, write=write, upgrade=upgrade or ())
+        sdk_changes, table, notes_sdk = lock_sdk(
+            recipe, store=store, write=write, upgrade=upgrade or ()
+        )
         changes.extend(LockChange(key=k, old=o, new=n) for k, o, n in sdk_changes)
+        notes.extend(notes_sdk)
         if table is not None:
-            _write_table(doc, "toolchain", "wheels", table, after=("families", "version"))
+            _write_table(doc, "toolchain", "wheels", table)
 
     written = False
     if changes and write:
@@ -232,31 +239,24 @@ def lock_recipe(
         except OSError as exc:
             raise UsageError(f"{path}: cannot write recipe: {exc.strerror or exc}") from exc
         written = True
-    return LockReport(recipe=path, changes=tuple(changes), written=written)
+    return LockReport(recipe=path, changes=tuple(changes), written=written, notes=tuple(notes))
 
 
-def _write_table(
-    doc: Any, table_name: str, key: str, values: dict[str, str], *, after: Sequence[str]
-) -> None:
-    """Replace ``[table_name] key`` with the inline table ``values`` (placed after the first
-    existing key of ``after`` when new)."""
+def _write_table(doc: Any, table_name: str, key: str, values: dict[str, str]) -> None:
+    """Replace ``[table_name.key]`` with ``values``, one ``"pin" = "digest"`` line each (a
+    sub-table: an inline table of five SDK wheels would be one very long line)."""
     import tomlkit
 
     table = doc.get(table_name)
     if table is None:
         table = tomlkit.table()
         doc[table_name] = table
-    inline = tomlkit.inline_table()
+    sub = tomlkit.table()
+    sub.add(tomlkit.comment("written by `rocmforge lock`: the SDK wheels, by digest"))
     for k, v in values.items():
-        inline[k] = v
-    if key in table:
-        table[key] = inline
-        return
-    anchor = next((a for a in after if a in table), None)
-    if anchor:
-        _insert_after(table, anchor, key, inline)
-    else:
-        table[key] = inline
+        sub[k] = v
+    sub.add(tomlkit.nl())
+    table[key] = sub
 
 
 def _lock_digests(

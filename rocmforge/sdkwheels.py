@@ -106,12 +106,14 @@ def provisional_sdk(host: Toolchain, why: str) -> Toolchain:
 
 def lock_sdk(
     recipe: Recipe, *, store: Store, write: bool, upgrade: Sequence[str] = ()
-) -> tuple[list[Change], dict[str, str] | None]:
-    """Bring ``[toolchain] wheels`` up to date: the changes, and the new table (None: keep).
+) -> tuple[list[Change], dict[str, str] | None, list[str]]:
+    """Bring ``[toolchain] wheels`` up to date: the changes, the new table (None: keep) and
+    notes (what is provisional).
 
     Wheels already locked for the declared version are kept unless ``upgrade`` names them (or is
     ``["*"]``). With ``write=False`` (``lock --check``) nothing is fetched: missing or stale pins
-    are reported, so it works without the SDK index.
+    are reported, so it works without the SDK index; with no index configured at all, unlocked
+    wheels are a provisional note, not a change (CI, a laptop: point the index there to lock).
     """
     spec = recipe.toolchain
     pins, missing = locked_pins(spec)
@@ -120,12 +122,15 @@ def lock_sdk(
     redo = [n for n in pins if "*" in upgrade or n in norm]
     stale = [p for p in spec.sdk_wheels if p not in pins.values()]
     if not write:
+        if missing and not index_args(spec):
+            what = f"the ROCm SDK {spec.sdk_version} is not locked ({', '.join(missing)})"
+            return [], None, [f"provisional: {no_index_message(spec, what)}"]
         changes: list[Change] = [(f"toolchain.wheels.{n}", None, "not locked") for n in missing]
         changes += [(f"toolchain.wheels.{p}", spec.sdk_wheels[p], None) for p in stale]
-        return changes, None
+        return changes, None, []
     if not missing and not redo and not stale:
         _fetch(recipe, list(pins.values()), store=store, fetcher=PipFetcher())
-        return [], None
+        return [], None, []
     todo = [*missing, *redo]
     args = index_args(spec)
     if not args:
@@ -152,7 +157,7 @@ def lock_sdk(
                if p not in table]  # fmt: skip
     changes += [(f"toolchain.wheels.{p}", spec.sdk_wheels.get(p), d) for p, d in table.items()
                 if spec.sdk_wheels.get(p) != d]  # fmt: skip
-    return changes, (table if changes else None)
+    return changes, (table if changes else None), []
 
 
 def requires_sdk(wheel: Path) -> bool:
@@ -175,12 +180,25 @@ def requires_sdk(wheel: Path) -> bool:
     return False
 
 
-def runtime_wheels(built: Sequence[Path], sdk: Sequence[SdkWheel]) -> list[Path]:
-    """The SDK wheels the check venv installs: the runtime ones (not devel), if a built wheel
-    requires the SDK."""
+def runtime_dirs(built: Sequence[Path], sdk: Sequence[SdkWheel], sources_dir: Path) -> list[Path]:
+    """What the check venv gets when a built wheel requires the SDK: the top-level directories
+    of the runtime wheels (all but devel: ``_rocm_sdk_core``, ``rocm_sdk_core``, their
+    dist-info ...) in the unpacked tree, to hard-link into site-packages as pip would install
+    them (the family wheels share their pure package, which pip overwrites and a strict
+    installer refuses)."""
     if not sdk or not any(requires_sdk(w) for w in built):
         return []
-    return [w.wheel for w in sorted(sdk, key=lambda w: w.name) if is_runtime(w.name)]
+    tree = tree_path(sources_dir, sdk)
+    tops: set[str] = set()
+    for w in sdk:
+        if not is_runtime(w.name):
+            continue
+        try:
+            with zipfile.ZipFile(w.wheel) as zf:
+                tops.update(n.split("/", 1)[0] for n in zf.namelist() if "/" in n)
+        except (OSError, zipfile.BadZipFile) as exc:
+            raise ToolchainError(f"{w.wheel}: cannot read the SDK wheel: {exc}") from exc
+    return [tree / t for t in sorted(tops) if (tree / t).is_dir()]
 
 
 def sdk_sources(sdk: Sequence[SdkWheel], sources_dir: Path) -> list[str]:

@@ -191,6 +191,8 @@ def _extract_wheel(wheel: Path, dest: Path) -> None:
                     target.mkdir(parents=True, exist_ok=True)
                     continue
                 target.parent.mkdir(parents=True, exist_ok=True)
+                if os.path.lexists(target):  # the shared pure package (rocm_sdk_libraries/...)
+                    os.unlink(target)
                 with zf.open(info) as src, open(target, "xb") as out:
                     shutil.copyfileobj(src, out, 1 << 20)
                 mode = (info.external_attr >> 16) & 0o777
