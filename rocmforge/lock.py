@@ -201,13 +201,15 @@ def lock_recipe(
         for p in exc.problems:
             probe[p.key] = {"name": "base", "version": "0"} if p.key == "package" else {"path": "."}
         recipe = parse_recipe_text(tomlkit.dumps(probe), file=path, locked=False)
-    if recipe.requirements.needs_lock or lock_path(path).is_file() or upgrade:
+    sdk_names = recipe.toolchain.kind == "rocm-sdk"
+    req_upgrade = [u for u in upgrade or () if not (sdk_names and _is_sdk_name(u))]
+    if recipe.requirements.needs_lock or lock_path(path).is_file() or req_upgrade:
         from rocmforge.lockreq import lock_requirements
 
         changes.extend(
             LockChange(key=k, old=o, new=n)
             for k, o, n in lock_requirements(
-                recipe, store=store, fetcher=fetcher, write=write, upgrade=upgrade or ()
+                recipe, store=store, fetcher=fetcher, write=write, upgrade=req_upgrade
             )
         )
     elif recipe.requirements.build:
@@ -240,6 +242,10 @@ def lock_recipe(
             raise UsageError(f"{path}: cannot write recipe: {exc.strerror or exc}") from exc
         written = True
     return LockReport(recipe=path, changes=tuple(changes), written=written, notes=tuple(notes))
+
+
+def _is_sdk_name(name: str) -> bool:
+    return re.sub(r"[-_.]+", "-", name).lower().startswith("rocm-sdk-")
 
 
 def _write_table(doc: Any, table_name: str, key: str, values: dict[str, str]) -> None:

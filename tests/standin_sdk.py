@@ -152,7 +152,10 @@ def build_sdk(
     """
     dest.mkdir(parents=True, exist_ok=True)
     out: list[Path] = []
-    want = (lambda n: not only or n in only)
+
+    def want(name: str) -> bool:
+        return not only or name in only
+
     runtime: list[tuple[str, str]] = []  # (package dir, path below it) for the devel symlinks
     isas = [f for f in families if not f.endswith(("-dcgpu", "-all", "-dgpu", "-igpu"))]
     targets = sorted({i for f in families for i in ISAS.get(f, (f,))})
@@ -217,7 +220,8 @@ def build_sdk(
             _symlink(tf, "_rocm_sdk_devel/lib/libamdhip64.so", "libamdhip64.so.5")
             # where clang's --rocm-path looks for the device libraries (a directory symlink)
             _symlink(tf, "_rocm_sdk_devel/amdgcn", "lib/llvm/amdgcn")
-            _regular(tf, "_rocm_sdk_devel/bin/rocm-sdk-standin", b"#!/bin/sh\necho standin\n", 0o755)
+            script = b"#!/bin/sh\necho standin\n"
+            _regular(tf, "_rocm_sdk_devel/bin/rocm-sdk-standin", script, 0o755)
         w = _Wheel(dest, "rocm-sdk-devel", version)
         _pure(w, "rocm_sdk_devel", version)
         w.add("rocm_sdk_devel/_devel.tar", buf.getvalue())
