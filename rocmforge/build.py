@@ -678,7 +678,7 @@ def _sdk_mounts(
     env, dirs = sdk_env(tree, SDK_MOUNT)
     tc = dataclasses.replace(tc, env={**tc.env, **env}, path_dirs=(*dirs, *tc.path_dirs))
     mounts = [mount]
-    hidden_dirs, hidden_files = host_rocm_files()
+    hidden_dirs, hidden_files = host_rocm_files(store.cache_dir)
     if hidden_dirs or hidden_files:
         (root / "empty").mkdir(exist_ok=True)
         empty_file = root / "empty-file"

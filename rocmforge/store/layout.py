@@ -100,6 +100,8 @@ CACHE_PYPREFIX = "pyprefix.json"
 CACHE_ROCMROOT = "rocmroot.json"
 CACHE_VIEW = "view.json"
 CACHE_VIEWS = "views"
+#: The host's ROCm packages' paths a build on SDK wheels hides (keyed by dpkg's database).
+CACHE_ROCMSDK = "rocmsdk.json"
 #: A successful bwrap trial run, keyed by the binary's stat and the user-namespace settings.
 CACHE_BWRAP = "bwrap.json"
 #: Below ``sources/inputs``: downloaded archives and their unpacked trees.

@@ -385,12 +385,30 @@ def sdk_env(tree: Path, inside: str) -> tuple[dict[str, str], tuple[str, ...]]:
 # -- the host's own ROCm ---------------------------------------------------------------------------
 
 
-def host_rocm_files(db: Path = Path("/var/lib/dpkg")) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def host_rocm_files(
+    cache_dir: Path | None = None, db: Path = Path("/var/lib/dpkg")
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """The host's ROCm packages under ``/usr``: (directories only they fill, their other files).
 
     A build on SDK wheels must see none of them: the directories are masked with an empty one,
-    the files bound over by an empty file.
+    the files bound over by an empty file. Cached in ``cache_dir`` by the stat of dpkg's
+    database (a warm realize reads one small JSON file).
     """
+    from rocmforge.util.statcache import StatCache
+
+    status = db / "status"
+    cache = StatCache(cache_dir / layout.CACHE_ROCMSDK) if cache_dir is not None else None
+    key = f"hide|{FORMAT}|{db}"
+    hit = cache.get(key) if cache is not None else None
+    if isinstance(hit, list) and len(hit) == 2:
+        return tuple(hit[0]), tuple(hit[1])
+    dirs, files = _host_rocm_files(db)
+    if cache is not None:
+        cache.put(key, [list(dirs), list(files)], [status])
+    return dirs, files
+
+
+def _host_rocm_files(db: Path) -> tuple[tuple[str, ...], tuple[str, ...]]:
     from rocmforge.toolchain.manifest import _read_list, _usr_path, parse_dpkg_status
 
     try:
@@ -402,17 +420,35 @@ def host_rocm_files(db: Path = Path("/var/lib/dpkg")) -> tuple[tuple[str, ...], 
         name = key.partition(":")[0]
         if not HOST_ROCM.match(name):
             continue
-        lists = [db / "info" / f"{key}.list", db / "info" / f"{name}.list"]
-        for lst in lists:
+        for lst in (db / "info" / f"{key}.list", db / "info" / f"{name}.list"):
             if lst.is_file():
-                owned.update(_usr_path(p) for p in _read_list(lst) if p.startswith(("/usr/", "/")))
+                owned.update(_usr_path(p) for p in _read_list(lst))
                 break
     owned = {p for p in owned if p.startswith("/usr/")}
+    qualified: dict[str, bool] = {}
+
+    def only_owned(directory: str) -> bool:
+        """Every entry below ``directory`` belongs to a ROCm package (stops at the first not)."""
+        if directory not in qualified:
+            ok = True
+            try:
+                with os.scandir(directory) as it:
+                    for entry in it:
+                        if entry.path not in owned or (
+                            entry.is_dir(follow_symlinks=False) and not only_owned(entry.path)
+                        ):
+                            ok = False
+                            break
+            except OSError:
+                ok = False
+            qualified[directory] = ok
+        return qualified[directory]
+
     dirs: list[str] = []
     for p in sorted(owned):
-        if any(p.startswith(d + "/") for d in dirs) or not os.path.isdir(p) or os.path.islink(p):
+        if any(p.startswith(d + "/") for d in dirs) or os.path.islink(p) or not os.path.isdir(p):
             continue
-        if _only_owned(p, owned):
+        if only_owned(p):
             dirs.append(p)
     files = [
         p for p in sorted(owned)
@@ -420,11 +456,3 @@ def host_rocm_files(db: Path = Path("/var/lib/dpkg")) -> tuple[tuple[str, ...], 
         and os.path.isfile(p) and not os.path.islink(p)
     ]  # fmt: skip
     return tuple(dirs), tuple(files)
-
-
-def _only_owned(directory: str, owned: set[str]) -> bool:
-    for dirpath, dnames, fnames in os.walk(directory):
-        for n in (*dnames, *fnames):
-            if os.path.join(dirpath, n) not in owned:
-                return False
-    return True
