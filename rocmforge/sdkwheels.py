@@ -112,8 +112,9 @@ def lock_sdk(
 
     Wheels already locked for the declared version are kept unless ``upgrade`` names them (or is
     ``["*"]``). With ``write=False`` (``lock --check``) nothing is fetched: missing or stale pins
-    are reported, so it works without the SDK index; with no index configured at all, unlocked
-    wheels are a provisional note, not a change (CI, a laptop: point the index there to lock).
+    are reported, so it works without the SDK index. An SDK not locked at all is a provisional
+    note, not a change (a shipped recipe on CI or a laptop: digests need the index, and realize
+    stops on it); a partly locked or stale one is a change.
     """
     spec = recipe.toolchain
     pins, missing = locked_pins(spec)
@@ -122,9 +123,13 @@ def lock_sdk(
     redo = [n for n in pins if "*" in upgrade or n in norm]
     stale = [p for p in spec.sdk_wheels if p not in pins.values()]
     if not write:
-        if missing and not index_args(spec):
+        if missing and not pins and not stale:
             what = f"the ROCm SDK {spec.sdk_version} is not locked ({', '.join(missing)})"
-            return [], None, [f"provisional: {no_index_message(spec, what)}"]
+            if not index_args(spec):
+                return [], None, [f"provisional: {no_index_message(spec, what)}"]
+            where = " ".join(index_args(spec))
+            return [], None, [f"provisional: toolchain.wheels: {what}; run `rocmforge lock` "
+                              f"where the SDK index is reachable ({where})"]  # fmt: skip
         changes: list[Change] = [(f"toolchain.wheels.{n}", None, "not locked") for n in missing]
         changes += [(f"toolchain.wheels.{p}", spec.sdk_wheels[p], None) for p in stale]
         return changes, None, []
