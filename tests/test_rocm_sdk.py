@@ -194,6 +194,11 @@ def test_sdk_wheels_locked_unpacked_once_and_hashed(tmp_path: Path, sdk_dir: Pat
     assert report2["hash"] != report["hash"]
     assert "ROCm SDK reused" in rf("log", report2["path"], "--store", store).stdout
     assert list((store / "sources" / "rocm-sdk").iterdir()) == trees
+    # the SDK is mounted at a fixed path: a sandbox that does not relocate is refused
+    third = tmp_path / "third.toml"
+    third.write_text(other.read_text().replace('OTHER = "1"', 'OTHER = "2"'))
+    none = rf("realize", third, "--store", store, "--sandbox", "none", env=env)
+    assert none.returncode == 1 and "needs a sandbox that mounts the SDK" in none.stderr
 
     # one SDK wheel respun (a post release): the lock moves, the hash changes, explain names it
     standin_sdk.build_sdk(

@@ -178,6 +178,24 @@ def _inside(rel: str) -> bool:
     return bool(rel) and not p.is_absolute() and ".." not in p.parts
 
 
+def _verify(w: SdkWheel) -> None:
+    """The wheel must still have the sha256 it was locked and fetched with (the tree is keyed by
+    it and reused by every later build, so it is checked once, here)."""
+    h = hashlib.sha256()
+    try:
+        with open(w.wheel, "rb") as f:
+            while chunk := f.read(1 << 22):
+                h.update(chunk)
+    except OSError as exc:
+        raise ToolchainError(f"{w.wheel}: cannot read the SDK wheel: {exc}") from exc
+    if h.hexdigest() != w.sha256:
+        raise ToolchainError(
+            f"{w.wheel}: the SDK wheel changed since it was fetched (sha256 "
+            f"{h.hexdigest()[:16]}.., locked {w.sha256[:16]}..); remove it from the store and "
+            "realize again"
+        )
+
+
 def _extract_wheel(wheel: Path, dest: Path) -> None:
     """Unzip ``wheel`` into ``dest`` (a site-packages-like directory), keeping exec bits."""
     try:
@@ -332,6 +350,7 @@ def ensure_tree(sources_dir: Path, wheels: Sequence[SdkWheel]) -> tuple[Path, bo
         tree = staging / "t"
         tree.mkdir()
         for w in sorted(wheels, key=_by_name):
+            _verify(w)
             _extract_wheel(w.wheel, tree)
         _expand_devel(tree)
         root = devel_root(tree)
