@@ -380,7 +380,10 @@ def _stage(
         normalize_wheel(w, epoch=resolved.source.epoch, add={STAMP_NAME: stamp})
     reporter.phase("check")
     sdk_runtime: list[Path] = []
-    if resolved.toolchain.sdk:  # a wheel that requires the SDK imports with its runtime wheels
+    hidden: list[Mount] = []
+    if resolved.toolchain.sdk:
+        # a wheel that requires the SDK imports with its runtime packages, not the host's ROCm
+        hidden = _hide_host_rocm(store, root) if runner.level == "bwrap" else []
         from rocmforge.sdkwheels import runtime_dirs
 
         sdk_runtime = runtime_dirs(wheels, resolved.toolchain.sdk, store.sources_dir)
@@ -396,6 +399,7 @@ def _stage(
         log=log,
         extra_wheels=check_requirements,
         extra_trees=sdk_runtime,
+        extra_mounts=hidden,
     )
     staged = root / "entry"
     staged.mkdir()
@@ -659,7 +663,7 @@ def _sdk_mounts(
 ) -> tuple[Resolved, list[Mount]]:
     """Unpack the SDK wheels once (or reuse their tree), mount it read-only at the fixed path,
     set ROCM_PATH & co. from it and hide the host's own ROCm packages."""
-    from rocmforge.toolchain.rocmsdk import SDK_MOUNT, ensure_tree, host_rocm_files, sdk_env
+    from rocmforge.toolchain.rocmsdk import SDK_MOUNT, ensure_tree, sdk_env
 
     tc = resolved.toolchain
     clock = time.monotonic()
@@ -677,19 +681,27 @@ def _sdk_mounts(
         )
     env, dirs = sdk_env(tree, SDK_MOUNT)
     tc = dataclasses.replace(tc, env={**tc.env, **env}, path_dirs=(*dirs, *tc.path_dirs))
-    mounts = [mount]
+    hidden = _hide_host_rocm(store, root)
+    if hidden:
+        log.write(f"rocmforge: the host's ROCm is hidden: {len(hidden)} paths\n".encode())
+    return dataclasses.replace(resolved, toolchain=tc), [mount, *hidden]
+
+
+def _hide_host_rocm(store: Store, root: Path) -> list[Mount]:
+    """Mounts that hide the host's ROCm packages: an empty directory over each directory only
+    they fill, an empty file over each of their other files (build and check sandboxes)."""
+    from rocmforge.toolchain.rocmsdk import host_rocm_files
+
     hidden_dirs, hidden_files = host_rocm_files(store.cache_dir)
-    if hidden_dirs or hidden_files:
-        (root / "empty").mkdir(exist_ok=True)
-        empty_file = root / "empty-file"
-        empty_file.touch()
-        mounts += [Mount(host=root / "empty", inside=d) for d in hidden_dirs]
-        mounts += [Mount(host=empty_file, inside=f) for f in hidden_files]
-        log.write(
-            f"rocmforge: the host's ROCm is hidden: {len(hidden_dirs)} directories, "
-            f"{len(hidden_files)} files\n".encode()
-        )
-    return dataclasses.replace(resolved, toolchain=tc), mounts
+    if not hidden_dirs and not hidden_files:
+        return []
+    (root / "empty").mkdir(exist_ok=True)
+    empty_file = root / "empty-file"
+    empty_file.touch()
+    return [
+        *(Mount(host=root / "empty", inside=d) for d in hidden_dirs),
+        *(Mount(host=empty_file, inside=f) for f in hidden_files),
+    ]
 
 
 def rebuild(

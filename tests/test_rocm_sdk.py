@@ -199,6 +199,14 @@ def test_sdk_wheels_locked_unpacked_once_and_hashed(tmp_path: Path, sdk_dir: Pat
     third.write_text(other.read_text().replace('OTHER = "1"', 'OTHER = "2"'))
     none = rf("realize", third, "--store", store, "--sandbox", "none", env=env)
     assert none.returncode == 1 and "needs a sandbox that mounts the SDK" in none.stderr
+    # the check venv gets the SDK runtime because the wheel requires it: without that requirement
+    # the import finds no libamdhip64 (the host's is hidden in the check too) and the build fails
+    bare = tmp_path / "bare.toml"
+    bare.write_text(third.read_text().replace('"rocm-sdk-core==7.14.0"\n', '""\n', 1))
+    failed = rf("realize", bare, "--store", store, env=env)
+    assert failed.returncode == 1 and "check failed: `import hipsdkdemo`" in failed.stderr, (
+        failed.stderr[-2000:]
+    )
 
     # one SDK wheel respun (a post release): the lock moves, the hash changes, explain names it
     standin_sdk.build_sdk(
