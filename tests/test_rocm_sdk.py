@@ -104,7 +104,8 @@ def test_without_an_index_everything_but_realize_works(tmp_path: Path) -> None:
     loaded = parse_recipe_text(recipe.read_text(), file=recipe, locked=False)
     assert not [f for f in lint_recipe(loaded) if f.severity == "error"]
     doctor = rf("doctor", recipe, "--store", store, env=env)
-    assert doctor.returncode in (0, 1) and "Traceback" not in doctor.stderr, doctor.stderr
+    assert doctor.returncode == 1 and "Traceback" not in doctor.stderr, doctor.stderr
+    assert "is not locked" in doctor.stdout and "ROCMFORGE_SDK_ARGS" in doctor.stdout
     check = rf("lock", "--check", recipe, "--store", store, env=env)
     assert check.returncode == 0, check.stdout + check.stderr
     assert "provisional" in check.stdout and "ROCMFORGE_SDK_ARGS" in check.stdout
@@ -151,11 +152,18 @@ def test_sdk_wheels_locked_unpacked_once_and_hashed(tmp_path: Path, sdk_dir: Pat
         by_file.values()
     )
     assert rf("lock", "--check", recipe, "--store", store, env=env).returncode == 0
+    bumped = tmp_path / "bumped.toml"  # another SDK version declared, the old pins left: stale
+    bumped.write_text(recipe.read_text().replace('version = "7.14.0"', 'version = "7.15.0"', 1))
+    stale = rf("lock", "--check", bumped, "--store", store, env=env)
+    assert stale.returncode == 1 and "toolchain.wheels.rocm-sdk-core==7.14.0" in stale.stdout
 
     first = rf("realize", recipe, "--store", store, "--json", "-o", tmp_path / "r1", env=env)
     assert first.returncode == 0, first.stderr[-3000:]
     [report] = json.loads(first.stdout)
     entry = Path(report["path"])
+    again = rf("realize", recipe, "--store", store, "--json", env=env)
+    [hit] = json.loads(again.stdout)
+    assert hit["cached"] and hit["path"] == str(entry)
     meta = json.loads((entry / "meta.json").read_text())
     [archs] = meta["archs"].values()
     both = {"bundles": 1, "union": ["gfx90a", "gfx942"], "common": ["gfx90a", "gfx942"]}
