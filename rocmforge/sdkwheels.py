@@ -168,20 +168,13 @@ def lock_sdk(
 def requires_sdk(wheel: Path) -> bool:
     """True if the built ``wheel`` declares a requirement on the SDK (``rocm[...]`` or a
     ``rocm-sdk-*`` wheel) in its METADATA."""
-    try:
-        with zipfile.ZipFile(wheel) as zf:
-            meta = [
-                n for n in zf.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")
-            ]
-            text = zf.read(meta[0]).decode("utf-8", "replace") if meta else ""
-    except (OSError, zipfile.BadZipFile):
-        return False
-    for line in text.splitlines():
-        if line.lower().startswith("requires-dist:"):
-            m = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", line.split(":", 1)[1])
-            name = re.sub(r"[-_.]+", "-", m.group(1)).lower() if m else ""
-            if name == "rocm" or name.startswith("rocm-sdk-"):
-                return True
+    from rocmforge.check import requires_dist
+
+    for line in requires_dist(wheel):
+        m = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", line)
+        name = re.sub(r"[-_.]+", "-", m.group(1)).lower() if m else ""
+        if name == "rocm" or name.startswith("rocm-sdk-"):
+            return True
     return False
 
 
