@@ -23,11 +23,11 @@ import pytest
 import standin_sdk
 from conftest import REPO, rf
 
-from rocmforge.errors import RecipeError
+from rocmforge.errors import RecipeError, ToolchainError
 from rocmforge.explain import diff_derivations
 from rocmforge.recipe.lints import lint_recipe
 from rocmforge.recipe.load import parse_recipe_text
-from rocmforge.toolchain.rocmsdk import locked_pins, wheel_names
+from rocmforge.toolchain.rocmsdk import SdkWheel, ensure_tree, locked_pins, sdk_env, wheel_names
 
 RECIPE = REPO / "tests" / "data" / "hip-sdk.toml"
 
@@ -241,3 +241,78 @@ def test_sdk_wheels_locked_unpacked_once_and_hashed(tmp_path: Path, sdk_dir: Pat
     freed = {s["source"] for s in json.loads(gone.stdout)["sources"]}
     assert f"rocm-sdk/{trees[0].name}" in freed
     shutil.rmtree(store, ignore_errors=True)
+
+
+# -- the init step on tiny wheels (no Debian files needed) ----------------------------------------
+
+
+def _tiny_sdk(dest: Path, *, link: str = "../../_rocm_sdk_core/lib/libx.so.1") -> list[Path]:
+    """Three tiny wheels in AMD's layout: core with one library, a device wheel with one kernel
+    file and its devel-links manifest, devel with a tarball linking into core."""
+    import io
+    import tarfile
+
+    dest.mkdir(parents=True)
+    core = standin_sdk._Wheel(dest, "rocm-sdk-core", "7.14.0")
+    core.add("_rocm_sdk_core/__init__.py", b"")
+    core.add("_rocm_sdk_core/lib/libx.so.1", b"ELF-ish\n")
+    core.add("_rocm_sdk_core/bin/tool", b"#!/bin/sh\n", exe=True)
+    dev = standin_sdk._Wheel(dest, "rocm-sdk-device-gfx942", "7.14.0")
+    dev.add("_rocm_sdk_libraries/lib/k/gfx942.co", b"code\n")
+    target = "../../../_rocm_sdk_libraries/lib/k/gfx942.co"
+    manifest = {"links": [{"relpath": "lib/k/gfx942.co", "target": target}]}
+    dev.add("_rocm_sdk_libraries/.devel_links/gfx942.json", json.dumps(manifest).encode())
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tf:
+        standin_sdk._regular(tf, "_rocm_sdk_devel/__init__.py", b"")
+        standin_sdk._regular(tf, "_rocm_sdk_devel/include/x.h", b"int x;\n")
+        standin_sdk._symlink(tf, "_rocm_sdk_devel/lib/libx.so.1", link)
+        standin_sdk._symlink(tf, "_rocm_sdk_devel/lib/libx.so", "libx.so.1")
+        standin_sdk._symlink(tf, "_rocm_sdk_devel/bin/amdclang", "../lib/llvm/bin/clang")
+        standin_sdk._symlink(tf, "_rocm_sdk_devel/share", "../_rocm_sdk_core/share")
+    devel = standin_sdk._Wheel(dest, "rocm-sdk-devel", "7.14.0")
+    devel.add("rocm_sdk_devel/__init__.py", b"")
+    devel.add("rocm_sdk_devel/_devel.tar", buf.getvalue())
+    return [core.close(), dev.close(), devel.close()]
+
+
+def _sdk_wheels(paths: list[Path]) -> list[SdkWheel]:
+    return [
+        SdkWheel(name=p.name.split("-", 1)[0].replace("_", "-"), version="7.14.0", wheel=p,
+                 sha256=_sha(p))
+        for p in paths
+    ]  # fmt: skip
+
+
+def test_init_expands_devel_links_device_files_and_seals(tmp_path: Path) -> None:
+    wheels = _sdk_wheels(_tiny_sdk(tmp_path / "index"))
+    tree, fresh = ensure_tree(tmp_path / "sources", wheels)
+    assert fresh and ensure_tree(tmp_path / "sources", wheels) == (tree, False)
+    devel = tree / "_rocm_sdk_devel"
+    assert (devel / "lib" / "libx.so.1").samefile(tree / "_rocm_sdk_core" / "lib" / "libx.so.1")
+    assert not (devel / "lib" / "libx.so").is_symlink()  # a file symlink becomes a hard link
+    assert (devel / "bin" / "amdclang").is_symlink()  # bin/amdclang* stay symlinks
+    assert (devel / "share").is_symlink()  # so do directory symlinks
+    assert (devel / "lib" / "k" / "gfx942.co").samefile(
+        tree / "_rocm_sdk_libraries" / "lib" / "k" / "gfx942.co"
+    )  # the device wheel's file, linked by init
+    assert not (tree / "rocm_sdk_devel" / "_devel.tar").exists()
+    assert os.access(tree / "_rocm_sdk_core" / "bin" / "tool", os.X_OK)
+    assert not (devel / "include" / "x.h").stat().st_mode & 0o222
+    assert not devel.stat().st_mode & 0o222  # sealed: directories too
+    env, path = sdk_env(tree, "/opt/rocm-sdk")
+    assert env["ROCM_PATH"] == env["HIP_PATH"] == "/opt/rocm-sdk/_rocm_sdk_devel"
+    assert env["CMAKE_PREFIX_PATH"] == "/opt/rocm-sdk/_rocm_sdk_devel/lib/cmake"
+    assert path[0] == "/opt/rocm-sdk/_rocm_sdk_devel/bin"
+
+
+def test_init_refuses_links_out_of_the_sdk_and_changed_wheels(tmp_path: Path) -> None:
+    bad = _sdk_wheels(_tiny_sdk(tmp_path / "bad", link="../../../../etc/passwd"))
+    with pytest.raises(ToolchainError, match="points outside the SDK"):
+        ensure_tree(tmp_path / "sources", bad)
+    assert not list((tmp_path / "sources" / "rocm-sdk").iterdir())  # nothing half-made stays
+    good = _sdk_wheels(_tiny_sdk(tmp_path / "good"))
+    with open(good[0].wheel, "ab") as f:
+        f.write(b"\0")  # the wheel changed since it was locked
+    with pytest.raises(ToolchainError, match="changed since it was fetched"):
+        ensure_tree(tmp_path / "sources", good)
