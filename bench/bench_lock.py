@@ -48,7 +48,7 @@ def main() -> None:
     locks, checks = (1, 5) if args.quick else (3, 20)
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp, "rocm-6.2.toml")
-        shutil.copy(REPO / "recipes" / "rocm-6.2.toml", base)
+        shutil.copy(REPO / "recipes" / "legacy" / "rocm-6.2.toml", base)
         run("lock", base, "--store", args.store)  # warms the store's wheels and uv's cache
         resolvers = ["uv", "pip"] if args.pip else ["uv"]
         for resolver in resolvers:
@@ -59,7 +59,7 @@ def main() -> None:
                                  env={"ROCMFORGE_RESOLVER": resolver}))  # fmt: skip
             report(f"lock of the PyTorch base recipe, warm ({resolver}, median of {locks})",
                    statistics.median(times), 5.0)  # fmt: skip
-        shipped = REPO / "recipes" / "mi300x.toml"
+        shipped = REPO / "recipes" / "legacy" / "mi300x.toml"
         times = [run("lock", "--check", shipped, "--store", args.store) for _ in range(checks)]
         report(f"no-op lock --check of mi300x.toml (median of {checks})",
                statistics.median(times), 0.3)  # fmt: skip

@@ -36,6 +36,7 @@ from rocmforge.repro import frontend_config, repro_env
 from rocmforge.resolve import Resolved
 from rocmforge.sandbox import Mount, Runner
 from rocmforge.scm import source_env
+from rocmforge.sdkwheels import sdk_sources
 from rocmforge.signing import sign_entry
 from rocmforge.sources.identity import materialize_source
 from rocmforge.sources.refs import used_sources
@@ -361,6 +362,7 @@ class Staged:
 
 def _stage(
     resolved: Resolved,
+    store: Store,
     root: Path,
     runner: Runner,
     reporter: Reporter,
@@ -380,6 +382,17 @@ def _stage(
             w, epoch=resolved.source.epoch, add={STAMP_NAME: stamp}, durable=False
         )
     reporter.phase("check")
+    sdk_runtime: list[Path] = []
+    hidden: list[Mount] = []
+    if resolved.toolchain.sdk:
+        # a wheel that requires the SDK imports with its runtime packages, not the host's ROCm
+        hidden = _hide_host_rocm(store, root) if runner.level == "bwrap" else []
+        from rocmforge.sdkwheels import runtime_dirs
+
+        sdk_runtime = runtime_dirs(wheels, resolved.toolchain.sdk, store.sources_dir)
+        if sdk_runtime:
+            shown = ", ".join(d.name for d in sdk_runtime)
+            log.write(f"rocmforge: check venv gets the SDK's runtime packages {shown}\n".encode())
     found = check_wheels(
         wheels,
         recipe=resolved.recipe,
@@ -388,6 +401,8 @@ def _stage(
         workdir=root / "check",
         log=log,
         extra_wheels=check_requirements,
+        extra_trees=sdk_runtime,
+        extra_mounts=hidden,
     )
     staged = root / "entry"
     staged.mkdir()
@@ -400,14 +415,24 @@ def _stage(
     write_atomic(  # sealed with the entry at publish
         staged / layout.DERIVATION, json_bytes(resolved.derivation.data), durable=False
     )
-    links = record_links(resolved, [staged / w.name for w in wheels], log)
+    sdk_libs: list[str] = []
+    if resolved.toolchain.sdk:  # the SDK's runtime libraries, where the installed wheel finds them
+        from rocmforge.toolchain.rocmsdk import tree_path
+
+        tree = tree_path(store.sources_dir, resolved.toolchain.sdk)
+        libs = sorted(tree.glob("_rocm_sdk_*/lib"))
+        sdk_libs = [str(p) for p in libs if "devel" not in p.parent.name]
+    links = record_links(resolved, [staged / w.name for w in wheels], log, sdk_libs=sdk_libs)
     return Staged(records=tuple(records), archs=found.get("archs"), links=links or None)
 
 
 def record_links(
-    resolved: Resolved, wheels: Sequence[Path], log: BinaryIO
+    resolved: Resolved, wheels: Sequence[Path], log: BinaryIO, *, sdk_libs: Sequence[str] = ()
 ) -> dict[str, list[dict[str, str]]]:
     """Return, per wheel, which library each ELF member links and who provides it.
+
+    ``sdk_libs`` are the library directories of the unpacked ROCm SDK's runtime packages: they
+    are searched first, as the installed wheel finds them beside it in site-packages.
 
     A library resolved from a place the input hash does not cover (no package owns it, not in
     the wheel, not under a hashed toolchain root) is a :class:`BuildError`.
@@ -416,6 +441,7 @@ def record_links(
         ElfError,
         candidate_paths,
         links_json,
+        loader_dirs,
         resolve_links,
         wheel_dynamic,
     )
@@ -432,11 +458,14 @@ def record_links(
     try:
         dynamic = {w: wheel_dynamic(w) for w in wheels}
         candidates: set[str] = set()
+        search = [*sdk_libs, *loader_dirs()]
+        if sdk_libs:
+            roots["rocm-sdk"] = list(sdk_libs)
         for members, _ in dynamic.values():
-            candidates |= candidate_paths(members)
+            candidates |= candidate_paths(members, search)
         owner_of = find_owners(candidates)
         for w in wheels:
-            found = resolve_links(dynamic[w], owner_of=owner_of, roots=roots)
+            found = resolve_links(dynamic[w], owner_of=owner_of, roots=roots, search=search)
             for link in found:
                 log.write(f"rocmforge: {link.member} {link.describe()}\n".encode())
             bad = [link for link in found if link.provider == "unhashed"]
@@ -601,6 +630,9 @@ def _build_in(
         )
     reporter.phase("build")
     extra: list[Mount] = []
+    if resolved.toolchain.sdk:
+        resolved, sdk_mounts = _sdk_mounts(resolved, store, runner, root, log)
+        extra += sdk_mounts
     view = resolved.toolchain.view
     if view is not None:  # [toolchain] packages: /usr holds only the declared packages' closure
         from rocmforge.toolchain.view import prepare_view
@@ -622,13 +654,59 @@ def _build_in(
         extra=extra,
         cache=cache,
     )
-    staged = _stage(resolved, root, runner, reporter, log, check_requirements)
+    staged = _stage(resolved, store, root, runner, reporter, log, check_requirements)
     return dataclasses.replace(
         staged,
         steps=tuple(timings),
         repair=repaired or None,
         compiler_cache=_cache_stats(setup),
     )
+
+
+def _sdk_mounts(
+    resolved: Resolved, store: Store, runner: Runner, root: Path, log: BinaryIO
+) -> tuple[Resolved, list[Mount]]:
+    """Unpack the SDK wheels once (or reuse their tree), mount it read-only at the fixed path,
+    set ROCM_PATH & co. from it and hide the host's own ROCm packages."""
+    from rocmforge.toolchain.rocmsdk import SDK_MOUNT, ensure_tree, sdk_env
+
+    tc = resolved.toolchain
+    clock = time.monotonic()
+    tree, fresh = ensure_tree(store.sources_dir, tc.sdk)
+    what = "unpacked" if fresh else "reused"
+    log.write(
+        f"rocmforge: ROCm SDK {what} ({time.monotonic() - clock:.2f} s): {tree} at {SDK_MOUNT}, "
+        f"from {', '.join(w.wheel.name for w in tc.sdk)}\n".encode()
+    )
+    mount = Mount(host=tree, inside=SDK_MOUNT)
+    if runner.sandbox_path(mount) != SDK_MOUNT:
+        raise BuildError(
+            f"a rocm-sdk toolchain needs a sandbox that mounts the SDK at {SDK_MOUNT} (bwrap), "
+            f"not sandbox level {runner.level!r}"
+        )
+    env, dirs = sdk_env(tree, SDK_MOUNT)
+    tc = dataclasses.replace(tc, env={**tc.env, **env}, path_dirs=(*dirs, *tc.path_dirs))
+    hidden = _hide_host_rocm(store, root)
+    if hidden:
+        log.write(f"rocmforge: the host's ROCm is hidden: {len(hidden)} paths\n".encode())
+    return dataclasses.replace(resolved, toolchain=tc), [mount, *hidden]
+
+
+def _hide_host_rocm(store: Store, root: Path) -> list[Mount]:
+    """Mounts that hide the host's ROCm packages: an empty directory over each directory only
+    they fill, an empty file over each of their other files (build and check sandboxes)."""
+    from rocmforge.toolchain.rocmsdk import host_rocm_files
+
+    hidden_dirs, hidden_files = host_rocm_files(store.cache_dir)
+    if not hidden_dirs and not hidden_files:
+        return []
+    (root / "empty").mkdir(exist_ok=True)
+    empty_file = root / "empty-file"
+    empty_file.touch()
+    return [
+        *(Mount(host=root / "empty", inside=d) for d in hidden_dirs),
+        *(Mount(host=empty_file, inside=f) for f in hidden_files),
+    ]
 
 
 def rebuild(
@@ -753,8 +831,11 @@ def build(
                 sandbox=runner.level,
                 build_seconds=round(seconds, 3),
                 # Which source caches this entry needs: gc keeps exactly these while it stays.
-                sources=used_sources(
-                    resolved, store.sources_dir, check_wheels=check_requirements
+                sources=sorted(
+                    {
+                        *used_sources(resolved, store.sources_dir, check_wheels=check_requirements),
+                        *sdk_sources(resolved.toolchain.sdk, store.sources_dir),
+                    }
                 ),
                 files=_file_digests(root / "entry"),
                 archs=staged.archs,

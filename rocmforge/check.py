@@ -89,10 +89,15 @@ def check_wheels(
     workdir: Path,
     log: BinaryIO,
     extra_wheels: Sequence[Path] = (),
+    extra_trees: Sequence[Path] = (),
+    extra_mounts: Sequence[Mount] = (),
 ) -> dict[str, Any]:
     """Install ``wheels`` into a fresh venv under ``workdir`` and import the checked modules.
 
-    ``extra_wheels`` (``[check] requirements``) are installed beside them first.
+    ``extra_wheels`` (``[check] requirements``) are installed beside them first;
+    ``extra_trees`` (top-level directories of an unpacked ROCm SDK: its runtime packages and
+    their dist-info) are hard-linked into site-packages, as installed; ``extra_mounts`` are
+    added to the import's sandbox (the host's ROCm hidden for a wheel on SDK wheels).
 
     Returns what the check found for the entry's meta: ``{"archs": {wheel: {library: {"bundles",
     "union", "common"}}}}`` when some library holds GPU code, else ``{}``.
@@ -105,6 +110,14 @@ def check_wheels(
     create_venv(toolchain.python, venv, version=toolchain.fingerprint["python"]["version"])
     mount = Mount(host=venv, inside="/check/venv")
     inside = runner.sandbox_path(mount)
+    if extra_trees:
+        from rocmforge.wheelcache import link_tree
+        from rocmforge.wheels import venv_site_packages
+
+        site = venv_site_packages(venv)
+        for tree in extra_trees:
+            (site / tree.name).mkdir()
+            link_tree(tree, site / tree.name)
     if extra_wheels:
         install_wheels(
             extra_wheels, venv, interpreter=f"{inside}/bin/python", error=RequirementError
@@ -129,7 +142,7 @@ def check_wheels(
         [f"{inside}/bin/python", "-c", code],
         cwd=inside,
         env=env,
-        mounts=[mount, *(Mount(host=p, inside=str(p)) for p in toolchain.mounts)],
+        mounts=[mount, *(Mount(host=p, inside=str(p)) for p in toolchain.mounts), *extra_mounts],
         timeout=600,
         log=log,
         on_line=output.append,

@@ -235,7 +235,22 @@ def check_toolchain(recipe: Recipe) -> tuple[str | None, str | None]:
     cc = fp.get("cc")
     if isinstance(cc, dict) and cc.get("version"):
         parts.append(str(cc["version"]))
-    return f"{recipe.toolchain.kind}: " + ", ".join(parts), None
+    error = None
+    spec = recipe.toolchain
+    if spec.kind == "rocm-sdk":  # what realize needs: the SDK wheels locked (the index to lock)
+        from rocmforge.toolchain.rocmsdk import index_args, locked_pins, no_index_message
+
+        pins, missing = locked_pins(spec)
+        what = f"ROCm SDK {spec.sdk_version} for {', '.join(spec.families)}"
+        parts.insert(0, f"{what}: {len(pins)} wheels locked" if not missing else
+                     f"{what}: not locked ({', '.join(missing)})")  # fmt: skip
+        if missing:
+            error = (
+                f"toolchain.wheels: {what} is not locked; run `rocmforge lock {recipe.file}`"
+                if index_args(spec)
+                else no_index_message(spec, f"{what} is not locked")
+            )
+    return f"{recipe.toolchain.kind}: " + ", ".join(parts), error
 
 
 def doctor(

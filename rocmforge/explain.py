@@ -3,8 +3,9 @@
 Derivations are flattened into dotted key paths — ``env.PYTORCH_ROCM_ARCH``,
 ``source.submodules.third_party/fbgemm``, ``source.patches.fix.patch``, ``requirements.numpy``
 (its version; ``requirements.numpy.blake3`` when only the wheel changed), ``toolchain.cc.version``,
-``build.steps[0]`` — and compared. A key whose value differs hides the keys below it, so a bumped
-requirement shows as one line, not three.
+``build.steps[0]``, ``toolchain.rocm-sdk.rocm-sdk-core`` (an SDK wheel's version; ``.sha256``
+when only the wheel changed) — and compared. A key whose value differs hides the keys below it,
+so a bumped requirement shows as one line, not three.
 """
 
 from __future__ import annotations
@@ -88,10 +89,10 @@ def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
             if isinstance(item, Mapping) and "name" in item:
                 out[f"recipes.{item['name']}"] = item.get("hash")
                 out[f"recipes.{item['name']}.version"] = item.get("version")
-    elif isinstance(value, list) and prefix == "requirements":
+    elif isinstance(value, list) and prefix in ("requirements", "toolchain.rocm-sdk"):
         for item in value:
             if isinstance(item, Mapping) and "name" in item:
-                key = f"requirements.{item['name']}"
+                key = f"{prefix}.{item['name']}"
                 out[key] = item.get("version")
                 for k, v in item.items():
                     if k not in ("name", "version"):

@@ -45,6 +45,8 @@ class LockReport:
     recipe: Path
     changes: tuple[LockChange, ...]
     written: bool
+    #: What could not be checked here (a ROCm SDK without an index): provisional, not a change.
+    notes: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """Return the report as JSON-ready data."""
@@ -52,6 +54,7 @@ class LockReport:
             "recipe": str(self.recipe),
             "written": self.written,
             "changes": [{"key": c.key, "old": c.old, "new": c.new} for c in self.changes],
+            "notes": list(self.notes),
         }
 
 
@@ -151,7 +154,12 @@ def lock_recipe(
         plain = parse_recipe_text(text, file=path, locked=False)
     except RecipeError:
         plain = None
-    if plain is not None and plain.source.ref is None and plain.requirements.needs_lock:
+    if (
+        plain is not None
+        and plain.source.ref is None
+        and plain.requirements.needs_lock
+        and plain.toolchain.kind != "rocm-sdk"
+    ):
         from rocmforge.lockreq import lock_requirements
 
         found = lock_requirements(
@@ -170,6 +178,7 @@ def lock_recipe(
     except TOMLKitError as exc:
         raise RecipeError([Problem(file=path, key="", message=f"invalid TOML: {exc}")]) from exc
     changes: list[LockChange] = []
+    notes: list[str] = []
 
     source = doc.get("source")
     if isinstance(source, dict) and isinstance(source.get("ref"), str) and "git" in source:
@@ -198,13 +207,15 @@ def lock_recipe(
         for p in exc.problems:
             probe[p.key] = {"name": "base", "version": "0"} if p.key == "package" else {"path": "."}
         recipe = parse_recipe_text(tomlkit.dumps(probe), file=path, locked=False)
-    if recipe.requirements.needs_lock or lock_path(path).is_file() or upgrade:
+    sdk_names = recipe.toolchain.kind == "rocm-sdk"
+    req_upgrade = [u for u in upgrade or () if not (sdk_names and _is_sdk_name(u))]
+    if recipe.requirements.needs_lock or lock_path(path).is_file() or req_upgrade:
         from rocmforge.lockreq import lock_requirements
 
         changes.extend(
             LockChange(key=k, old=o, new=n)
             for k, o, n in lock_requirements(
-                recipe, store=store, fetcher=fetcher, write=write, upgrade=upgrade or ()
+                recipe, store=store, fetcher=fetcher, write=write, upgrade=req_upgrade
             )
         )
     elif recipe.requirements.build:
@@ -218,11 +229,43 @@ def lock_recipe(
         spelling = {normal_pin(p): p for p in recipe.requirements.build}
         changes.extend(_lock_digests(doc, resolved, spelling))
 
+    if recipe.toolchain.kind == "rocm-sdk":
+        from rocmforge.sdkwheels import lock_sdk
+
+        sdk_changes, table, notes_sdk = lock_sdk(
+            recipe, store=store, write=write, upgrade=upgrade or ()
+        )
+        changes.extend(LockChange(key=k, old=o, new=n) for k, o, n in sdk_changes)
+        notes.extend(notes_sdk)
+        if table is not None:
+            _write_table(doc, "toolchain", "wheels", table)
+
     written = False
     if changes and write:
         write_recipe(path, tomlkit.dumps(doc))
         written = True
-    return LockReport(recipe=path, changes=tuple(changes), written=written)
+    return LockReport(recipe=path, changes=tuple(changes), written=written, notes=tuple(notes))
+
+
+def _is_sdk_name(name: str) -> bool:
+    return re.sub(r"[-_.]+", "-", name).lower().startswith("rocm-sdk-")
+
+
+def _write_table(doc: Any, table_name: str, key: str, values: dict[str, str]) -> None:
+    """Replace ``[table_name.key]`` with ``values``, one ``"pin" = "digest"`` line each (a
+    sub-table: an inline table of five SDK wheels would be one very long line)."""
+    import tomlkit
+
+    table = doc.get(table_name)
+    if table is None:
+        table = tomlkit.table()
+        doc[table_name] = table
+    sub = tomlkit.table()
+    sub.add(tomlkit.comment("written by `rocmforge lock`: the SDK wheels, by digest"))
+    for k, v in values.items():
+        sub[k] = v
+    sub.add(tomlkit.nl())
+    table[key] = sub
 
 
 def _lock_digests(

@@ -193,6 +193,15 @@ def make_statement(
             "annotations": fingerprint,
         }
     )
+    for sdk in resolved.toolchain.sdk:  # a ROCm SDK made of wheels: each one, by digest
+        deps.append(
+            {
+                "name": f"toolchain/rocm-sdk/{sdk.name}",
+                "uri": f"pkg:pypi/{sdk.name}@{sdk.version}",
+                "digest": {"sha256": sdk.sha256},
+                "annotations": {"wheel": sdk.wheel.name},
+            }
+        )
     for req in resolved.requirements:
         deps.append(
             {

@@ -46,6 +46,8 @@ def _unresolved_toolchain(spec: ToolchainSpec, why: str) -> Toolchain:
     declared = {"kind": spec.kind, "python": spec.python}
     if spec.kind == "rocm":
         declared["rocm"] = spec.rocm or ""
+    if spec.kind == "rocm-sdk":
+        declared["rocm-sdk"] = spec.sdk_version or ""
     return Toolchain(
         fingerprint={**declared, "provisional": why},
         python=Path(spec.python),
@@ -123,6 +125,18 @@ def resolve(
             raise
         notes.append(f"toolchain: {exc}")
         toolchain = _unresolved_toolchain(recipe.toolchain, str(exc))
+    if recipe.toolchain.kind == "rocm-sdk" and not notes:
+        from rocmforge.sdkwheels import provisional_sdk, resolve_sdk
+
+        try:
+            # plan never downloads an SDK (gigabytes): not fetched yet is provisional
+            sdk_fetcher = None if provisional else fetcher
+            toolchain = resolve_sdk(recipe, toolchain, store=store, fetcher=sdk_fetcher)
+        except (ToolchainError, RequirementError) as exc:
+            if not provisional:
+                raise
+            notes.append(f"toolchain: {exc}")
+            toolchain = provisional_sdk(toolchain, str(exc))
     spec = recipe.source
     if provisional and needs_fetch(spec, cache=store.sources_dir):
         what = "submodules not resolved: " if spec.submodules else ""

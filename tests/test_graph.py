@@ -355,7 +355,7 @@ def test_traceability_and_gc_through_the_graph(tmp_path: Path, store: Path) -> N
 
 def test_rocm_stack_plans_anywhere_without_cloning(tmp_path: Path) -> None:
     store = tmp_path / "store"
-    proc = rf("plan", REPO / "recipes" / "mi300x-stack.toml", "--store", store, "--json")
+    proc = rf("plan", REPO / "recipes" / "legacy" / "mi300x-stack.toml", "--store", store, "--json")
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     assert data["stacks"][0]["name"] == "mi300x"
@@ -367,18 +367,19 @@ def test_rocm_stack_plans_anywhere_without_cloning(tmp_path: Path) -> None:
     git = store / "sources" / "git"
     assert not git.exists() or not any(git.iterdir())  # nothing cloned
     # the single-recipe plan hashes the dependency in the same way
-    one = rf("plan", REPO / "recipes" / "torchvision-mi300x.toml", "--store", store, "--json")
+    legacy = REPO / "recipes" / "legacy"
+    one = rf("plan", legacy / "torchvision-mi300x.toml", "--store", store, "--json")
     drv = json.loads(one.stdout)["derivation"]
     assert drv["recipes"] == [{"name": "torch", "version": "2.5.1+rocm6.2", "hash": torch}]
     assert json.loads(one.stdout)["hash"] == nodes["torchvision"]["hash"]
     for name in ("torchvision-mi300x.toml", "torchaudio-mi300x.toml"):
-        rev = re.search(r'^rev = "([0-9a-f]+)"', (REPO / "recipes" / name).read_text(), re.M)
+        rev = re.search(r'^rev = "([0-9a-f]+)"', (legacy / name).read_text(), re.M)
         assert rev and len(rev.group(1)) == 40, name
 
 
 def test_extension_arch_outside_torch_stops_before_fetch(tmp_path: Path) -> None:
     for name in ("mi300x.toml", "rocm-6.2.toml", "rocm-6.2.lock", "torchvision-mi300x.toml"):
-        shutil.copy(REPO / "recipes" / name, tmp_path / name)
+        shutil.copy(REPO / "recipes" / "legacy" / name, tmp_path / name)
     tv = tmp_path / "torchvision-mi300x.toml"
     tv.write_text(
         tv.read_text().replace('PYTORCH_ROCM_ARCH = "gfx942"', 'PYTORCH_ROCM_ARCH = "gfx90a"')

@@ -62,7 +62,7 @@ def prefetch_torch() -> None:
     marker = TORCH_WHEELS / ".complete"
     if marker.exists():
         return
-    with open(REPO / "recipes" / "rocm-6.2.lock", "rb") as f:
+    with open(REPO / "recipes" / "legacy" / "rocm-6.2.lock", "rb") as f:
         pins = [f"{p['name']}=={p['version']}" for p in tomllib.load(f)["package"]]
     _pip("download", "--only-binary", ":all:", "--no-deps", "--python-version", "3.11",
          "-d", str(TORCH_WHEELS), *pins)  # fmt: skip
@@ -287,7 +287,8 @@ def test_no_solution_is_bad_input_naming_the_resolver(
 
 
 def test_shipped_recipes_are_locked_without_rocm(store: Path) -> None:
-    recipes = [REPO / "recipes" / n for n in ("mi300x.toml", "mi250x.toml", "rocm-6.2.toml")]
+    legacy = REPO / "recipes" / "legacy"
+    recipes = [legacy / n for n in ("mi300x.toml", "mi250x.toml", "rocm-6.2.toml")]
     proc = rf("lock", "--check", *recipes, REPO / "recipes" / "demo.toml", "--store", store)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.count("already locked") == 4
@@ -297,14 +298,15 @@ def test_shipped_recipes_are_locked_without_rocm(store: Path) -> None:
 def test_lock_mi300x_without_rocm_reproduces_the_shipped_lock(tmp_path: Path, store: Path) -> None:
     prefetch_torch()
     for name in ("mi300x.toml", "rocm-6.2.toml"):
-        shutil.copy(REPO / "recipes" / name, tmp_path / name)
+        shutil.copy(REPO / "recipes" / "legacy" / name, tmp_path / name)
     env = offline(TORCH_WHEELS)  # and no ROCm: lock reads the Python version from the recipe
     refused = rf("plan", tmp_path / "mi300x.toml", "--store", store, env=env)
     assert refused.returncode == 2 and "rocmforge lock" in refused.stderr
     proc = rf("lock", tmp_path / "mi300x.toml", "--store", store, env=env)
     assert proc.returncode == 0, proc.stderr
     assert not (tmp_path / "mi300x.lock").exists()  # the base declares them: its lock
-    assert read_lock(tmp_path / "rocm-6.2.lock") == read_lock(REPO / "recipes" / "rocm-6.2.lock")
+    shipped = REPO / "recipes" / "legacy" / "rocm-6.2.lock"
+    assert read_lock(tmp_path / "rocm-6.2.lock") == read_lock(shipped)
 
 
 @pytest.mark.slow

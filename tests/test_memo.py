@@ -506,6 +506,12 @@ KEY_CASES = {
     "toolchain.rust.rustc": "test_toolchain_binary_change_is_seen",
     "toolchain.rust.cargo": "test_toolchain_binary_change_is_seen",
     "toolchain.rust.driver": "test_toolchain_binary_change_is_seen",
+    # kind = "rocm-sdk": the wheels' names, versions and sha256s are the recipe's own
+    # [toolchain.wheels] text; the wheel files are toolchain guards (tests/test_rocm_sdk.py).
+    "toolchain.rocm-sdk[].name": "test_recipe_edit_is_seen",
+    "toolchain.rocm-sdk[].version": "test_recipe_edit_is_seen",
+    "toolchain.rocm-sdk[].wheel": "test_recipe_edit_is_seen",
+    "toolchain.rocm-sdk[].sha256": "test_recipe_edit_is_seen",
 }
 DEPTH = 3
 USER_NAMED = {"env", "inputs", "toolchain.packages", "build.config-settings"}

@@ -1,5 +1,6 @@
 """The shipped ROCm recipes: they load, ``plan`` works on any machine (provisional, never cloning
-PyTorch), and ``realize`` stops before any fetch where ROCm 6.2 is not installed."""
+PyTorch), and ``realize`` stops before any fetch: the 2.5.1 ones (recipes/legacy/) where ROCm 6.2
+is not installed, the current ones (torch 2.14.1 on ROCm SDK wheels) while the SDK is not locked."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from conftest import REPO, rf
 
 from rocmforge.recipe.load import load_recipe
 
-RECIPES = REPO / "recipes"
+RECIPES = REPO / "recipes" / "legacy"
+CURRENT = REPO / "recipes"
 
 
 @pytest.mark.parametrize(("name", "arch"), [("mi300x", "gfx942"), ("mi250x", "gfx90a")])
@@ -39,3 +41,32 @@ def test_torch_recipes(tmp_path: Path, name: str, arch: str) -> None:
 def test_base_is_not_a_buildable_recipe() -> None:
     text = (RECIPES / "rocm-6.2.toml").read_text()
     assert "\n[package]" not in text and 'kind = "rocm"' in text
+
+
+@pytest.mark.parametrize(("name", "arch"), [("mi300x", "gfx942"), ("mi250x", "gfx90a")])
+def test_current_torch_recipes(tmp_path: Path, name: str, arch: str) -> None:
+    r = load_recipe(CURRENT / f"{name}.toml")
+    tc = r.toolchain
+    assert (tc.kind, tc.sdk_version, tc.families) == ("rocm-sdk", "7.14.0", (arch,))
+    assert r.source.rev == "5c4886908584029761b579af026dcfb627c84070" and r.source.submodules
+    assert r.package.version == r.env["PYTORCH_BUILD_VERSION"] == "2.14.1+rocm7.14"
+    assert r.env["PYTORCH_ROCM_ARCH"] == arch and r.check.archs == (arch,)
+    assert r.env["USE_FLASH_ATTENTION"] == r.env["USE_MEM_EFF_ATTENTION"] == "1"
+    assert r.env["PYTORCH_EXTRA_INSTALL_REQUIREMENTS"] == "rocm[libraries]==7.14.0"
+    assert {i.env for i in r.inputs.values()} == {
+        "AOTRITON_RUNTIME",
+        f"AOTRITON_IMAGES_{arch.upper()}",
+    }
+    assert all(i.url and i.sha256 and "/0.13b/" in i.url for i in r.inputs.values())
+    assert not any("setup.py" in s for s in r.build.steps)
+    assert "python -m build --wheel --no-isolation" in r.build.steps[-1]
+    assert "scikit-build-core>=1.0" in r.requirements.specifiers
+    store = tmp_path / "store"
+    proc = rf("plan", CURRENT / f"{name}.toml", "--store", store, "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert any("ROCm SDK 7.14.0 is not locked" in n for n in data["provisional"])
+    done = rf("realize", CURRENT / f"{name}.toml", "--store", store)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "not locked" in done.stderr and "rocmforge lock" in done.stderr
+    assert not list(store.rglob("*.git"))  # neither plan nor a stopped realize cloned PyTorch

@@ -90,6 +90,9 @@ def _summary(value: Any, key: str = "") -> str:
     """One line for a toolchain component: its version if it has one, else its scalars."""
     if key == "packages" and isinstance(value, Mapping):
         return f"{len(value)} system packages (audit --json lists them)"
+    if key == "rocm-sdk" and isinstance(value, list):  # the SDK wheels, listed below
+        wheels = [w for w in value if isinstance(w, dict)]
+        return ", ".join(f"{w.get('name')}=={w.get('version')}" for w in wheels)
     if key == "masked" and isinstance(value, list):
         return f"{len(value)} unowned directories hidden from the build"
     if isinstance(value, Mapping):
@@ -143,6 +146,10 @@ def _print(report: Any) -> None:
     for key, value in sorted((facts["toolchain"] or {}).items()):
         add("toolchain" if not any(r[0] == "toolchain" for r in rows) else "", f"{key}: "
             + _summary(value, key))
+    sdk = (facts["toolchain"] or {}).get("rocm-sdk")
+    for w in sdk if isinstance(sdk, list) else []:
+        if isinstance(w, dict):
+            add("  sdk wheel", f"{w.get('wheel')} sha256:{w.get('sha256')}")
     env = facts["env"]
     if env is not None:
         add("env", " ".join(f"{k}={v!r}" for k, v in sorted(env.items())) or "(none)")

@@ -94,6 +94,8 @@ def run(args: argparse.Namespace) -> int:
         emit_json([r.to_json() for r in reports])
     else:
         for report in reports:
+            for note in report.notes:
+                print(f"{report.recipe}: {note}")
             if not report.changes:
                 print(f"{report.recipe}: already locked")
                 continue

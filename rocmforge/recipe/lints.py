@@ -303,8 +303,9 @@ def _inputs_env(recipe: Recipe) -> set[str]:
 
 
 def is_rocm(recipe: Recipe) -> bool:
-    """A ROCm build: a ``rocm`` toolchain, or ``USE_ROCM`` switched on in ``[env]``."""
-    return bool(recipe.toolchain.kind == "rocm" or _flag(recipe.env, "USE_ROCM"))
+    """A ROCm build: a ``rocm`` or ``rocm-sdk`` toolchain, or ``USE_ROCM`` on in ``[env]``."""
+    kind = recipe.toolchain.kind
+    return bool(kind in ("rocm", "rocm-sdk") or _flag(recipe.env, "USE_ROCM"))
 
 
 def is_torch(recipe: Recipe) -> bool:
@@ -353,8 +354,8 @@ def _base(token: str) -> str:
 
 
 def declared_rocm(recipe: Recipe) -> str | None:
-    """The ROCm version the recipe declares (``[toolchain] rocm``), if any."""
-    return recipe.toolchain.rocm
+    """The ROCm version the recipe declares (``[toolchain] rocm``, or the SDK's ``version``)."""
+    return recipe.toolchain.rocm or recipe.toolchain.sdk_version
 
 
 def can_target(arch: str, rocm_version: str) -> ArchSupport | None:
@@ -580,7 +581,7 @@ def _lint_folklore(recipe: Recipe, facts: LintFacts) -> Iterator[Finding]:
             "belongs to the retired HCC compiler; PyTorch takes its archs from PYTORCH_ROCM_ARCH",
             "remove it and set PYTORCH_ROCM_ARCH",
         )
-    if recipe.toolchain.kind == "rocm":
+    if recipe.toolchain.kind in ("rocm", "rocm-sdk"):
         for name in TOOLCHAIN_ENV:
             if name not in env or (name == "HIP_PATH" and hip_path.rstrip("/").endswith("/hip")):
                 continue  # a HIP_PATH ending in /hip is RF123's

@@ -55,7 +55,7 @@ class ToolchainSpec:
     device-library directory; both are probed and hashed (docs/recipes.md).
     """
 
-    kind: Literal["system", "rocm"] = "system"
+    kind: Literal["system", "rocm", "rocm-sdk"] = "system"
     python: str = "3.11"
     cc: str = "cc"
     cxx: str = "c++"
@@ -68,6 +68,15 @@ class ToolchainSpec:
     device_libs: Path | None = None
     #: ``rust``: ``"host"`` (rustc and cargo on PATH: rustup or Debian) or a toolchain directory.
     rust: str | None = None
+    #: ``kind = "rocm-sdk"``: the SDK version (``version``), its GPU families or ISAs
+    #: (``families``: ``gfx94X-dcgpu`` picks ``rocm-sdk-libraries-gfx94X-dcgpu``, ``gfx942`` picks
+    #: ``rocm-sdk-device-gfx942``), the index they come from (``index``, optional: a mirror
+    #: from ``ROCMFORGE_SDK_ARGS`` also works) and the locked wheels (``wheels``: pin -> digest,
+    #: written by ``rocmforge lock``). See :mod:`rocmforge.toolchain.rocmsdk`.
+    sdk_version: str | None = None
+    families: tuple[str, ...] = ()
+    index: str | None = None
+    sdk_wheels: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -206,7 +215,7 @@ _KEYS: dict[str, tuple[str, ...]] = {
     "source": ("path", "git", "rev", "ref", "submodules", "allow-local-submodules", "patches",
                "enclosing-ignores"),
     "toolchain": ("kind", "python", "cc", "cxx", "rocm", "root", "packages", "hip-clang",
-                  "device-libs", "rust"),
+                  "device-libs", "rust", "version", "families", "index", "wheels"),
     "requirements": ("build", "digests", "build-system", "recipes"),
     "build": ("steps", "passthrough", "timeout", "repair", "repair-policy",
               "compiler-cache", "config-settings", "reproducible"),
@@ -464,11 +473,17 @@ def _source(c: _Checker, data: Mapping[str, Any], base: Path) -> SourceSpec:
     )
 
 
+_KINDS = ("system", "rocm", "rocm-sdk")
+#: A GPU family of AMD's per-family SDK indexes (``gfx94X-dcgpu``) or one ISA (``gfx942``).
+_FAMILY = re.compile(r"^gfx[0-9a-fA-FX]{2,4}(-[a-z]+)?$")
+_SDK_ONLY = ("version", "families", "index", "wheels")
+
+
 def _toolchain(c: _Checker, data: Mapping[str, Any], base: Path) -> ToolchainSpec:
     t = c.table(data, "toolchain")
     kind = c.string(t, "toolchain", "kind")
-    if kind is not None and kind not in ("system", "rocm"):
-        c.add("toolchain.kind", f"unknown kind {kind!r}; expected 'system' or 'rocm'")
+    if kind is not None and kind not in _KINDS:
+        c.add("toolchain.kind", f"unknown kind {kind!r}; expected 'system', 'rocm' or 'rocm-sdk'")
     rocm = c.string(t, "toolchain", "rocm", required=kind == "rocm")
     root = c.string(t, "toolchain", "root", required=kind == "rocm")
     hip_clang = c.string(t, "toolchain", "hip-clang")
@@ -477,6 +492,10 @@ def _toolchain(c: _Checker, data: Mapping[str, Any], base: Path) -> ToolchainSpe
         for name in ("rocm", "root", "hip-clang", "device-libs"):
             if name in t:
                 c.add(join_key("toolchain", name), "only applies to kind = \"rocm\"")
+    if kind != "rocm-sdk":
+        for name in _SDK_ONLY:
+            if name in t:
+                c.add(join_key("toolchain", name), "only applies to kind = \"rocm-sdk\"")
     if device_libs is not None and hip_clang is None:
         c.add("toolchain.device-libs", "only applies with hip-clang (hipcc finds its own)")
     if rocm is not None and not _ROCM_VERSION.match(rocm):
@@ -489,9 +508,11 @@ def _toolchain(c: _Checker, data: Mapping[str, Any], base: Path) -> ToolchainSpe
         if not Path(rust).expanduser().is_absolute() and not rust.startswith("."):
             c.add("toolchain.rust", f"{rust!r} is neither \"host\" nor a toolchain directory")
         rust = str(base / Path(rust).expanduser())
+    sdk_version, families, index, sdk_wheels = _sdk(c, t) if kind == "rocm-sdk" else (
+        None, (), None, {})  # fmt: skip
     return ToolchainSpec(
         rust=rust,
-        kind="rocm" if kind == "rocm" else "system",
+        kind="rocm" if kind == "rocm" else "rocm-sdk" if kind == "rocm-sdk" else "system",
         python=python,
         cc=c.string(t, "toolchain", "cc") or "cc",
         cxx=c.string(t, "toolchain", "cxx") or "c++",
@@ -504,7 +525,50 @@ def _toolchain(c: _Checker, data: Mapping[str, Any], base: Path) -> ToolchainSpe
         ),
         hip_clang=hip_clang if kind == "rocm" else None,
         device_libs=base / device_libs if device_libs and kind == "rocm" else None,
+        sdk_version=sdk_version,
+        families=families,
+        index=index,
+        sdk_wheels=sdk_wheels,
     )
+
+
+def _sdk(
+    c: _Checker, t: Mapping[str, Any]
+) -> tuple[str | None, tuple[str, ...], str | None, dict[str, str]]:
+    """``kind = "rocm-sdk"``: ``version``, ``families``, ``index`` and the locked ``wheels``."""
+    version = c.string(t, "toolchain", "version", required=True)
+    if version is not None and not _valid_version(version):
+        c.add("toolchain.version", f"{version!r} is not an SDK version like '7.14.0'")
+    families: list[str] = []
+    if "families" not in t:
+        c.add("toolchain.families", 'required: the GPU families, e.g. ["gfx94X-dcgpu"]')
+    elif not t["families"]:
+        c.add("toolchain.families", 'must list at least one family, e.g. ["gfx94X-dcgpu"]')
+    for key, family in c.strings(t, "toolchain", "families"):
+        if not _FAMILY.match(family):
+            c.add(key, f"{family!r} is not a GPU family like 'gfx94X-dcgpu' or ISA like 'gfx942'")
+        elif family in families:
+            c.add(key, f"duplicate family {family!r}")
+        else:
+            families.append(family)
+    index = c.string(t, "toolchain", "index")
+    if index is not None and not re.match(r"^(https?|file)://", index):
+        c.add("toolchain.index", f"{index!r} is not an http(s):// or file:// URL")
+    value = t.get("wheels", {})
+    wheels: dict[str, str] = {}
+    if not isinstance(value, Mapping):
+        c.add("toolchain.wheels", f"must be a table of pin -> digest, not {_describe(value)}")
+        value = {}
+    for pin, digest in value.items():
+        key = join_key("toolchain.wheels", pin)
+        norm = normal_pin(pin)
+        if norm is None or not norm.startswith("rocm-sdk-"):
+            c.add(key, f"{pin!r} is not a 'rocm-sdk-NAME==version' pin")
+        elif not isinstance(digest, str) or not _DIGEST.match(digest):
+            c.add(key, "must be 'sha256:<64 hex>' or 'blake3:<64 hex>'")
+        else:
+            wheels[norm] = digest
+    return version, tuple(families), index, wheels
 
 
 def _requirements(c: _Checker, data: Mapping[str, Any]) -> RequirementsSpec:

@@ -143,6 +143,10 @@ def entry_refs(meta: EntryMeta, derivation: DerivationDoc) -> SourceRefs:
     for req in derivation.requirements or []:
         if isinstance(req, dict) and isinstance(req.get("wheel"), str):
             refs.add(f"{layout.SOURCES_WHEELS}/{req['wheel']}")
+    sdk = (derivation.toolchain or {}).get("rocm-sdk")
+    for w in sdk if isinstance(sdk, list) else []:  # a ROCm SDK made of wheels
+        if isinstance(w, dict) and isinstance(w.get("wheel"), str):
+            refs.add(f"{layout.SOURCES_WHEELS}/{w['wheel']}")
     commit = (derivation.source or {}).get("commit")
     if isinstance(commit, str):
         commits.add(commit)

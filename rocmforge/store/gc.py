@@ -296,6 +296,7 @@ class SourceItem:
             layout.SOURCES_TREES: "tree stat cache",
             layout.SOURCES_GIT_RESOLVED: "git resolve cache",
             layout.SOURCES_WHEELS_UNPACKED: "unpacked wheel",
+            layout.SOURCES_ROCM_SDK: "unpacked ROCm SDK",
         }.get(top, top)
 
     def to_json(self) -> dict[str, Any]:
@@ -414,6 +415,10 @@ def gather_sources(store: Store) -> list[SourceItem]:
         stem = n.rpartition(".")[0]
         if stem.endswith(layout.WHEEL_SUFFIX):
             items.append(SourceItem(rel=f"{unpacked}/{n}", size=tree_size(src / unpacked / n)))
+    sdk = layout.SOURCES_ROCM_SDK
+    for n in names(sdk):
+        if layout.is_hex(n):
+            items.append(SourceItem(rel=f"{sdk}/{n}", size=tree_size(src / sdk / n)))
     trees: dict[str, int] = defaultdict(int)
     for n in names(trees_dir):
         stem, dot, ext = n.rpartition(".")

@@ -15,6 +15,7 @@ Layout under the store root::
     sources/git/  wheels/  trees/      source caches: git mirrors, requirement wheels, tree stat
     sources/git-resolved/  inputs/     caches, resolved remote refs, extra build inputs
     sources/wheels-unpacked/           requirement wheels installed once, hard-linked into venvs
+    sources/rocm-sdk/<key>/            ROCm SDK wheels unpacked once (read-only, shared by builds)
     cache/                             other caches (the realize memo)
     ccache/<namespace>/                compiler cache (ccache), one per toolchain fingerprint
     roots/auto/  roots/pins/           gc roots: result links, named pins,
@@ -87,6 +88,10 @@ SOURCES_INPUTS = "inputs"
 #: ``<wheel file name>.<key>`` (key: the wheel's sha256, the venv Python and the shebang), whose
 #: files are hard-linked into build venvs. Collected by gc with the wheel it came from.
 SOURCES_WHEELS_UNPACKED = "wheels-unpacked"
+#: Below ``sources/``: a ROCm SDK's wheels unpacked and initialised once, read-only, named by a
+#: digest of the wheels' sha256s (:mod:`rocmforge.toolchain.rocmsdk`); gc collects a tree no
+#: kept entry lists in its ``sources``.
+SOURCES_ROCM_SDK = "rocm-sdk"
 #: Stat caches under ``cache/``: the toolchain probe, the system package manifest, the toolchain
 #: Python's prefix, a non-packaged ROCm root's content, declared views (and their farms).
 CACHE_TOOLCHAIN = "toolchain.json"
@@ -95,6 +100,8 @@ CACHE_PYPREFIX = "pyprefix.json"
 CACHE_ROCMROOT = "rocmroot.json"
 CACHE_VIEW = "view.json"
 CACHE_VIEWS = "views"
+#: The host's ROCm packages' paths a build on SDK wheels hides (keyed by dpkg's database).
+CACHE_ROCMSDK = "rocmsdk.json"
 #: A successful bwrap trial run, keyed by the binary's stat and the user-namespace settings.
 CACHE_BWRAP = "bwrap.json"
 #: Below ``sources/inputs``: downloaded archives and their unpacked trees.

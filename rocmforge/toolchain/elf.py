@@ -77,6 +77,8 @@ class Link:
             return f"links {self.soname} from {self.package} {self.version}"
         if self.provider == "wheel":
             return f"links {self.soname} from the wheel ({self.path})"
+        if self.provider == "rocm-sdk":
+            return f"links {self.soname} from the ROCm SDK wheels ({self.path})"
         if self.provider in ("rocm", "python"):
             return f"links {self.soname} from the toolchain's {self.provider} root ({self.path})"
         if self.provider == "missing":

@@ -12,9 +12,12 @@ import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rocmforge.errors import ToolchainError
+
+if TYPE_CHECKING:
+    from rocmforge.toolchain.rocmsdk import SdkWheel
 
 #: Bumped when what the system probe records changes; part of its stat-cache key.
 PROBE_VERSION = 1
@@ -36,6 +39,8 @@ class Toolchain:
     masks: tuple[str, ...] = ()
     #: A declared view (``[toolchain] packages``): ``{"packages": {...}, "links": {...}}``.
     view: Mapping[str, Any] | None = None
+    #: ``kind = "rocm-sdk"``: the locked SDK wheels, unpacked and mounted by the build.
+    sdk: tuple[SdkWheel, ...] = ()
 
 
 def probe_env() -> dict[str, str]:

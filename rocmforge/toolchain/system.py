@@ -150,6 +150,13 @@ def resolve_toolchain(spec: ToolchainSpec, *, cache_dir: Path) -> Toolchain:
 
         base = resolve_toolchain(dataclasses.replace(spec, rust=None), cache_dir=cache_dir)
         return with_rust(base, spec.rust, cache_dir=cache_dir)
+    if spec.kind == "rocm-sdk":  # the host side only: the SDK wheels are added by resolve
+        host = resolve_toolchain(
+            dataclasses.replace(spec, kind="system", sdk_version=None, families=(), index=None,
+                                sdk_wheels={}),
+            cache_dir=cache_dir,
+        )  # fmt: skip
+        return dataclasses.replace(host, fingerprint={**host.fingerprint, "kind": "rocm-sdk"})
     if spec.kind == "rocm":
         from rocmforge.toolchain.rocm import missing_root_message, resolve_rocm
 
