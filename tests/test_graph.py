@@ -353,9 +353,15 @@ def test_traceability_and_gc_through_the_graph(tmp_path: Path, store: Path) -> N
     assert "would delete" not in keep.stdout, keep.stdout
 
 
-def test_rocm_stack_plans_anywhere_without_cloning(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("where", "torch_version"), [("legacy", "2.5.1+rocm6.2"), ("", "2.14.1+rocm7.14")]
+)
+def test_rocm_stack_plans_anywhere_without_cloning(
+    tmp_path: Path, where: str, torch_version: str
+) -> None:
     store = tmp_path / "store"
-    proc = rf("plan", REPO / "recipes" / "legacy" / "mi300x-stack.toml", "--store", store, "--json")
+    directory = REPO / "recipes" / where
+    proc = rf("plan", directory / "mi300x-stack.toml", "--store", store, "--json")
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     assert data["stacks"][0]["name"] == "mi300x"
@@ -367,13 +373,12 @@ def test_rocm_stack_plans_anywhere_without_cloning(tmp_path: Path) -> None:
     git = store / "sources" / "git"
     assert not git.exists() or not any(git.iterdir())  # nothing cloned
     # the single-recipe plan hashes the dependency in the same way
-    legacy = REPO / "recipes" / "legacy"
-    one = rf("plan", legacy / "torchvision-mi300x.toml", "--store", store, "--json")
+    one = rf("plan", directory / "torchvision-mi300x.toml", "--store", store, "--json")
     drv = json.loads(one.stdout)["derivation"]
-    assert drv["recipes"] == [{"name": "torch", "version": "2.5.1+rocm6.2", "hash": torch}]
+    assert drv["recipes"] == [{"name": "torch", "version": torch_version, "hash": torch}]
     assert json.loads(one.stdout)["hash"] == nodes["torchvision"]["hash"]
     for name in ("torchvision-mi300x.toml", "torchaudio-mi300x.toml"):
-        rev = re.search(r'^rev = "([0-9a-f]+)"', (legacy / name).read_text(), re.M)
+        rev = re.search(r'^rev = "([0-9a-f]+)"', (directory / name).read_text(), re.M)
         assert rev and len(rev.group(1)) == 40, name
 
 

@@ -749,7 +749,7 @@ def _lint_attention(recipe: Recipe, facts: LintFacts) -> Iterator[Finding]:
         n in recipe.env for n in enabled) else "")  # fmt: skip
     have = _version(recipe.package.version)
     release = aotriton.for_torch(have.release) if have is not None else None
-    rocm = aotriton.rocm_minor(recipe.toolchain.rocm or getattr(recipe.toolchain, "version", None))
+    rocm = aotriton.rocm_minor(declared_rocm(recipe))
     archs = [t for _, t in recipe_archs(recipe) if ARCH_TOKEN.match(t)]
     assets = _aotriton_assets(recipe)
     runtimes = [(n, a) for n, a in assets if a.is_runtime]
