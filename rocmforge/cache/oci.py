@@ -4,7 +4,9 @@ Each entry is an OCI artifact tagged with its input hash: an image manifest with
 ``artifactType`` :data:`ARTIFACT_TYPE`, the empty config, one layer per file (title annotation =
 file name, the layer digest = the file's sha256) and the entry's identity and informational meta
 in annotations, the way ORAS and Spack store non-image content. Blobs are shared by digest across
-entries. Plain ``urllib`` suffices (see docs/sharing.md for the measurement against ``oras``).
+entries. A small ``http.client`` client suffices (no SDK): one keep-alive connection per
+backend, blobs uploaded monolithically with ``sendfile`` and downloaded with ``readinto``; see
+docs/performance.md ("Binary caches") for its throughput against ``curl``.
 
 Loopback hosts are spoken to over http, every other host over https. Credentials come from the
 usual places, never from recipes: ``$ROCMFORGE_OCI_USERNAME``/``$ROCMFORGE_OCI_PASSWORD``, else
