@@ -11,7 +11,6 @@ refusal is a warning naming the cache and the reason, and the next cache (or a b
 
 from __future__ import annotations
 
-import http.client
 import json
 import os
 from collections.abc import Sequence
@@ -149,6 +148,8 @@ def _try(store: Store, backend: Backend, want: Wanted, reporter: Reporter) -> En
             os.mkdir(dest)
         except OSError as exc:
             raise CacheError(f"cannot create {dest}: {exc}") from None
+        import http.client  # ~11 ms (ssl, email): only a hit pays for it, never a miss
+
         try:
             blake3s = _download(backend, manifest, dest)
         except (OSError, http.client.HTTPException) as exc:  # cut short, disk full: no entry

@@ -6,8 +6,9 @@ in Python. sha256 (the slowest part, ~1.9 GB/s with SHA-NI) runs in a worker thr
 *k* while the caller's thread hashes blake3, writes chunk *k* and reads chunk *k+1* into the
 other buffer (both hashers release the GIL): with a second core free the copy can cost about
 as much as the sha256 alone; on a loaded machine the threads take turns and it costs its CPU
-time (~0.5 s per 500 MB, against ~0.2 s for ``cp``'s in-kernel copy). Starting writeback while streaming
-(``sync_file_range``) was tried and dropped: it blocked the writes (0.77 s -> 1.27 s median).
+time (~0.5 s per 500 MB, against ~0.2 s for ``cp``'s in-kernel copy). Starting writeback
+while streaming (``sync_file_range``) was tried and dropped: it blocked the writes (0.77 s ->
+1.27 s median).
 
 A push of a local file to a ``file://`` cache needs no hashing (the digest comes from the
 entry's meta.json): :func:`copy_file` lets the kernel copy (``copy_file_range``).
