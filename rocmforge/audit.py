@@ -32,7 +32,7 @@ from typing import Any
 
 from rocmforge.errors import StoreError, UsageError
 from rocmforge.provenance import read_statement, run_facts
-from rocmforge.signing import SignatureCheck, check_entry
+from rocmforge.signing import PublicKey, SignatureCheck, check_entry
 from rocmforge.stamp import Stamp, StampError, read_stamp
 from rocmforge.store import layout
 from rocmforge.store.entry import DerivationDoc, read_derivation, read_meta
@@ -277,10 +277,13 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def audit_wheel(wheel: Path, *, store: Store | None) -> AuditReport:
+def audit_wheel(
+    wheel: Path, *, store: Store | None, trusted: Mapping[str, PublicKey] | None = None
+) -> AuditReport:
     """Audit the wheel file at ``wheel`` against ``store``; see the module doc for statuses.
 
     ``store`` None: there is no store where the command looked, so nothing can be verified.
+    ``trusted``: the keys a signature is checked with (default: :func:`signing.trusted_keys`).
     """
     try:
         st = os.stat(wheel)
@@ -319,7 +322,7 @@ def audit_wheel(wheel: Path, *, store: Store | None) -> AuditReport:
         else:
             notes.append(f"the store entry {row.path} no longer exists; facts from the stamp")
             derivation = _stamp_derivation(wheel)
-        signature = check_entry(row.path) if os.path.isdir(row.path) else None
+        signature = check_entry(row.path, trusted) if os.path.isdir(row.path) else None
         problems: list[str] = []
         if signature is not None and signature.status == "invalid":
             # A trusted key's signature that fails means the entry's provenance was altered.

@@ -100,15 +100,16 @@ def _log_tail(path: Path, n: int = TAIL_LINES) -> tuple[str, ...]:
     return tuple(ln.decode("utf-8", "replace").rstrip("\n") for ln in lines)
 
 
-def compress_file(src: Path, dest: Path) -> None:
-    """Compress ``src`` into ``dest`` with zstandard, streaming, and fsync it."""
+def compress_file(src: Path, dest: Path, *, durable: bool = True) -> None:
+    """Compress ``src`` into ``dest`` with zstandard, streaming, and fsync it (if ``durable``)."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(f".{dest.name}.tmp")
     try:
         with open(src, "rb") as fin, open(tmp, "wb") as fout:
             zstandard.ZstdCompressor(level=3).copy_stream(fin, fout)
             fout.flush()
-            os.fsync(fout.fileno())
+            if durable:
+                os.fsync(fout.fileno())
         os.replace(tmp, dest)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -375,7 +376,9 @@ def _stage(
     for w in wheels:
         # The stamp goes in while normalizing (one streamed pass), so RECORD includes it.
         stamp = stamp_bytes(resolved.derivation.hash, resolved.derivation.data)
-        normalize_wheel(w, epoch=resolved.source.epoch, add={STAMP_NAME: stamp})
+        normalize_wheel(
+            w, epoch=resolved.source.epoch, add={STAMP_NAME: stamp}, durable=False
+        )
     reporter.phase("check")
     found = check_wheels(
         wheels,
@@ -394,7 +397,9 @@ def _stage(
         d = wheel_digests(staged / w.name)
         size = (staged / w.name).stat().st_size
         records.append(WheelRecord(file=w.name, sha256=d["sha256"], blake3=d["blake3"], size=size))
-    write_atomic(staged / layout.DERIVATION, json_bytes(resolved.derivation.data))
+    write_atomic(  # sealed with the entry at publish
+        staged / layout.DERIVATION, json_bytes(resolved.derivation.data), durable=False
+    )
     links = record_links(resolved, [staged / w.name for w in wheels], log)
     return Staged(records=tuple(records), archs=found.get("archs"), links=links or None)
 
@@ -725,7 +730,7 @@ def build(
                 portability = check_portable(resolved, root, log_path, reporter)
                 log.write(f"rocmforge: build finished in {time.time() - started:.1f} s\n".encode())
             reporter.phase("publish")
-            compress_file(log_path, root / "entry" / layout.BUILD_LOG)
+            compress_file(log_path, root / "entry" / layout.BUILD_LOG, durable=False)
             finished = time.time()
             seconds = finished - started
             statement = make_statement(
@@ -741,7 +746,7 @@ def build(
             if staged.repair:  # what [build] repair did: the wheels before and after, the policy
                 internal = statement["predicate"]["buildDefinition"]["internalParameters"]
                 internal["repair"] = dict(staged.repair)
-            write_statement(root / "entry" / layout.PROVENANCE, statement)
+            write_statement(root / "entry" / layout.PROVENANCE, statement, durable=False)
             sign_entry(root / "entry", store_root=store.root)  # when a signing key exists
             meta = build_fields(
                 wheels=staged.records,

@@ -182,7 +182,7 @@ def _script(ccache: str, real: str) -> bytes:
 
 
 def _write_exec(path: Path, data: bytes) -> None:
-    write_atomic(path, data, mode=0o755)
+    write_atomic(path, data, mode=0o755, durable=False)  # the build's scratch directory
 
 
 def _real(name: str, search: str) -> str | None:
@@ -252,7 +252,7 @@ def prepare(
     stats = root / "ccstats"
     for d in (wrap / "bin", stats):
         d.mkdir(parents=True, exist_ok=True)
-    write_atomic(wrap / "ccache.conf", b"")
+    write_atomic(wrap / "ccache.conf", b"", durable=False)
     mounts = (
         Mount(host=directory, inside=CACHE_INSIDE, writable=True),
         Mount(host=wrap, inside=WRAP_INSIDE),

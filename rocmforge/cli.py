@@ -62,7 +62,7 @@ def _short(text: str) -> str:
 
 def _recipe_named(exc: RocmforgeError, args: argparse.Namespace) -> str | None:
     """For bad input that does not name it, the recipe the user ran (absolute), else None."""
-    if exc.exit_code != EXIT_BAD_INPUT or getattr(exc, "note", None):
+    if exc.exit_code != EXIT_BAD_INPUT or getattr(exc, "note", None) or not exc.about_recipe:
         return None
     recipe: Path | str | None = exc.recipe_file
     if recipe is None:

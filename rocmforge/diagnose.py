@@ -222,8 +222,54 @@ PATTERNS: tuple[Pattern, ...] = (
         "release's requirements-build.txt in [requirements] build (lint RF154)",
     ),
     Pattern(
+        id="build-backend-missing",
+        regex=r"Backend '([\w.:]+)' is not available|BackendUnavailable: Cannot import '([\w.]+)'",
+        cause="the PEP 517 build backend {0} is not installed in the build venv (a build without "
+        "isolation installs nothing itself; torch >= 2.14 builds with scikit_build_core.build)",
+        fix="add the backend's distribution to [requirements] build (for torch, the release's "
+        "requirements-build.txt: scikit-build-core>=1.0 since 2.14) or set build-system = true, "
+        "then `rocmforge lock RECIPE`",
+    ),
+    Pattern(
+        id="build-requirements-unmet",
+        regex=r"Unmet dependencies \(checked against ",
+        cause="`python -m build --no-isolation` checked the source's [build-system] requires "
+        "against the build venv: some are missing or of the wrong version (listed under this "
+        "line with wanted/found)",
+        fix="put the listed requirements into [requirements] build (for torch, its "
+        "requirements-build.txt) or set build-system = true, then `rocmforge lock RECIPE`",
+    ),
+    Pattern(
+        id="skbuild-no-cmake",
+        regex=r"Could not find CMake with version (\S+)",
+        cause="scikit-build-core found no CMake {0} in the build venv or on PATH",
+        fix="pin cmake in [requirements] build (torch's requirements-build.txt asks "
+        '"cmake>=3.27")',
+    ),
+    Pattern(
+        id="skbuild-cmake-failed",
+        regex=r"^\s*\*\*\* CMake (configuration|build) failed",
+        cause="the CMake {0} step run by scikit-build-core failed; this line only reports it: the "
+        "cause is the first 'CMake Error' or compiler error above it",
+        fix="read the first error above this line in the log (`rocmforge log RECIPE`): a "
+        "configuration error usually names a missing package or file, a build error a compiler "
+        "failure; rocmforge lists a known cause before this line when it recognises one",
+    ),
+    Pattern(
+        id="rocm-sdk-missing",
+        regex=r"Missing required rocm libraries|rocm_sdk_devel module for the ROCm SDK "
+        r"development package is not installed|No module named '_?rocm_sdk\w*'"
+        r"|Could not find rocm library '\w+'",
+        cause="a ROCm SDK wheel is not installed where this ran: torch built against the SDK "
+        "wheels loads ROCm from them (rocm-sdk-core, rocm-sdk-libraries-<family>; a build also "
+        "needs rocm-sdk-devel)",
+        fix='build with the rocm-sdk toolchain ([toolchain] kind = "rocm-sdk", locked by digest) '
+        "and install the same rocm[libraries]==<version> wheels from the family's index where "
+        "the program runs",
+    ),
+    Pattern(
         id="hip-invalid-image",
-        regex=r"hipErrorInvalidImage|device kernel image is invalid",
+        regex=r"hipErrorInvalidImage|device kernel image is invalid|hipErrorNoBinaryForGpu",
         cause="no code object for this GPU: the wheel was not built for its arch, or the ROCm SDK "
         "device wheel for it (rocm-sdk-device-<gfx>) is not installed",
         fix="add the GPU's arch to PYTORCH_ROCM_ARCH and [check] archs, and install the matching "

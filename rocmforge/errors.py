@@ -26,6 +26,9 @@ class RocmforgeError(Exception):
     #: The recipe the command was working on when this was raised, if the error does not name it
     #: itself: the CLI then names it (set by the command that ran the recipe).
     recipe_file: Path | None = None
+    #: False for errors about configuration (a config or key file): the CLI never prefixes them
+    #: with the recipe the command ran.
+    about_recipe: bool = True
 
 
 class UsageError(RocmforgeError):

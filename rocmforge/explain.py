@@ -231,17 +231,23 @@ class Nearest:
         }
 
 
+#: How many of a package's newest builds a miss compares itself with (each is a file read and a
+#: diff of ~1,000 keys; a store with hundreds of builds of one package must not pay for all).
+NEAREST_LIMIT = 16
+
+
 def nearest_cached(store: Store, derivation: Mapping[str, Any]) -> Nearest | None:
     """Return the indexed build of the same package nearest to ``derivation``, or None.
 
-    Nearest means the fewest differing keys; ties go to the newest build. Entries whose
+    Nearest means the fewest differing keys; ties go to the newest build. Only the
+    :data:`NEAREST_LIMIT` newest builds of the package are compared. Entries whose
     directory or derivation cannot be read are skipped (the index may lag behind the store).
     """
     name = DerivationDoc(derivation).package_name
     if name is None:
         return None
     best: tuple[int, float, Nearest] | None = None
-    for row in store.index.by_name(name):
+    for row in store.index.by_name(name)[-NEAREST_LIMIT:]:
         try:
             other = read_derivation(row.path)
         except StoreError:

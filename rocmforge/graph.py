@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rocmforge.derivation import Dependency
-from rocmforge.errors import BuildError, Problem, RecipeError, RocmforgeError
+from rocmforge.errors import BuildError, Problem, RecipeError, RocmforgeError, UsageError
 from rocmforge.recipe.load import load_recipe
 from rocmforge.recipe.model import Recipe
 from rocmforge.recipe.stack import Stack, load_stack
@@ -27,6 +27,7 @@ from rocmforge.resolve import resolve
 from rocmforge.sources.requirements import Fetcher, resolve_requirements
 from rocmforge.store import layout
 from rocmforge.store.store import Store
+from rocmforge.toolchain.probe import Toolchain
 
 if TYPE_CHECKING:
     RealizeReport = Any  # rocmforge.realize.RealizeReport (a sibling this module never imports)
@@ -45,17 +46,27 @@ class Graph:
     order: tuple[Path, ...]
     targets: tuple[Path, ...]
     stacks: tuple[Stack, ...] = ()
+    #: closures computed so far (a graph is walked once per node by plan and realize)
+    _closures: dict[Path, tuple[Path, ...]] = field(default_factory=dict, compare=False, repr=False)
 
     def closure(self, file: Path) -> tuple[Path, ...]:
         """Every recipe ``file`` is built against, transitively, in build order."""
+        found = self._closures.get(file)
+        if found is not None:
+            return found
         seen: set[Path] = set()
         todo = list(self.edges[file])
         while todo:
             f = todo.pop()
             if f not in seen:
                 seen.add(f)
-                todo.extend(self.edges[f])
-        return tuple(f for f in self.order if f in seen)
+                known = self._closures.get(f)
+                if known is not None:
+                    seen.update(known)
+                else:
+                    todo.extend(self.edges[f])
+        found = self._closures[file] = tuple(f for f in self.order if f in seen)
+        return found
 
     def closure_of_targets(self) -> tuple[Path, ...]:
         """The targets and everything they are built against, in build order."""
@@ -136,6 +147,35 @@ def load_graph(targets: Sequence[str | Path]) -> Graph:
     )
 
 
+def closure_files(targets: Sequence[str | Path]) -> list[Path]:
+    """The recipe files of ``targets`` (stacks expanded) and their closure, dependencies first.
+
+    For ``lock``: a recipe that does not validate yet (an unpinned ``ref`` is what ``lock``
+    fixes) is kept as a leaf, read without its lock file; cycles are left to ``load_graph``.
+    """
+    from rocmforge.recipe.load import load_recipe_unlocked
+
+    files, _ = expand_targets(targets)
+    order: list[Path] = []
+    seen: set[Path] = set()
+
+    def visit(file: Path) -> None:
+        if file in seen:
+            return
+        seen.add(file)
+        try:
+            deps = load_recipe_unlocked(file).requirements.recipes
+        except RecipeError:
+            deps = ()
+        for dep in deps:
+            visit(Path(dep))
+        order.append(file)
+
+    for f in files:
+        visit(f)
+    return order
+
+
 def lint_facts_for(graph: Graph, file: Path) -> LintFacts:
     """This machine's lint facts for ``file``, with the recipes it is built against."""
     from dataclasses import replace
@@ -199,12 +239,18 @@ def plan_graph(graph: Graph, *, store: Store, fetcher: Fetcher | None) -> tuple[
     nodes: dict[Path, NodePlan] = {}
     deps: dict[Path, Dependency] = {}
     targets = set(graph.targets)
+    toolchains: dict[str, Toolchain] = {}
     with store.shared_lock():
         for file in graph.order:
             recipe = graph.recipes[file]
             closure = tuple(deps[f] for f in graph.closure(file))
             r = resolve(
-                recipe, store=store, fetcher=fetcher, provisional=True, dependencies=closure
+                recipe,
+                store=store,
+                fetcher=fetcher,
+                provisional=True,
+                dependencies=closure,
+                toolchains=toolchains,
             )
             drv = r.derivation
             entry = store.lookup(drv.hash, drv.name, drv.version)
@@ -276,6 +322,46 @@ def _check_wheels(recipe: Recipe, *, store: Store, fetcher: Fetcher) -> tuple[Pa
     return tuple(q.wheel for q in reqs)
 
 
+def _built(
+    recipe: Recipe, hash: str, wheels: Sequence[Path], *, store: Store, fetcher: Fetcher
+) -> Dependency:
+    """A built dependency: its wheels and the wheels of its own ``[check] requirements``."""
+    check_wheels = _check_wheels(recipe, store=store, fetcher=fetcher)
+    return _dependency(recipe, hash, provisional=False, wheels=wheels, check_wheels=check_wheels)
+
+
+def built_dependencies(
+    graph: Graph, file: Path, *, store: Store, fetcher: Fetcher
+) -> tuple[Dependency, ...]:
+    """The built entries ``file`` is built against (for ``realize --check``), in build order.
+
+    Every dependency must already be in the store: a rebuild is checked against the exact
+    dependency wheels of the stored build, never against new ones.
+    """
+    done: dict[Path, Dependency] = {}
+    toolchains: dict[str, Toolchain] = {}
+    for f in graph.closure(file):
+        recipe = graph.recipes[f]
+        r = resolve(
+            recipe,
+            store=store,
+            fetcher=fetcher,
+            dependencies=tuple(done[g] for g in graph.closure(f)),
+            toolchains=toolchains,
+        )
+        drv = r.derivation
+        with store.shared_lock():
+            entry = store.lookup(drv.hash, drv.name, drv.version)
+        if entry is None:
+            raise UsageError(
+                f"{file}: its dependency {drv.name} {drv.version} ({drv.hash}, from "
+                f"{os.path.basename(f)}) is not in the store; `realize --check` rebuilds a cached "
+                "build: run `rocmforge realize` first"
+            )
+        done[f] = _built(recipe, drv.hash, entry.wheels, store=store, fetcher=fetcher)
+    return tuple(done[f] for f in graph.closure(file))
+
+
 def realize_graph(
     graph: Graph,
     *,
@@ -345,13 +431,7 @@ def realize_graph(
     def finished(file: Path, report: RealizeReport) -> None:
         recipe = graph.recipes[file]
         reports[file] = report
-        done[file] = _dependency(
-            recipe,
-            report.hash,
-            provisional=False,
-            wheels=report.wheels,
-            check_wheels=_check_wheels(recipe, store=store, fetcher=fetcher),
-        )
+        done[file] = _built(recipe, report.hash, report.wheels, store=store, fetcher=fetcher)
         if on_done is not None:
             on_done(report)
 

@@ -88,13 +88,15 @@ def resolve_ref(url: str, ref: str) -> str:
     return next(iter(found.values()))
 
 
-def _git_url(value: str, base: Path) -> str:
+def source_url(value: str, base: Path) -> str:
+    """The git URL of ``[source] git`` as written in a recipe in ``base`` (a relative path is
+    taken relative to the recipe's directory)."""
     if "://" in value or _SCP_LIKE.match(value):
         return value
     return os.path.normpath(os.path.join(base, value))
 
 
-def _insert_after(table: Any, after: str, key: str, value: Any) -> None:
+def insert_after(table: Any, after: str, key: str, value: Any) -> None:
     """Insert ``key`` right after ``after`` in a tomlkit table (appending if that fails)."""
     try:
         table.value._insert_after(after, key, value)
@@ -102,8 +104,12 @@ def _insert_after(table: Any, after: str, key: str, value: Any) -> None:
         table[key] = value
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    write_atomic(path, text.encode("utf-8"), mode=os.stat(path).st_mode & 0o7777)
+def write_recipe(path: Path, text: str) -> None:
+    """Replace the recipe at ``path`` with ``text`` atomically, keeping its mode."""
+    try:
+        write_atomic(path, text.encode("utf-8"), mode=os.stat(path).st_mode & 0o7777)
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot write recipe: {exc.strerror or exc}") from exc
 
 
 def lock_recipe(
@@ -168,10 +174,10 @@ def lock_recipe(
     source = doc.get("source")
     if isinstance(source, dict) and isinstance(source.get("ref"), str) and "git" in source:
         ref = str(source["ref"])
-        commit = resolve_ref(_git_url(str(source["git"]), path.parent), ref)
+        commit = resolve_ref(source_url(str(source["git"]), path.parent), ref)
         old = source.get("rev")
         if old is None:
-            _insert_after(source, "ref", "rev", commit)
+            insert_after(source, "ref", "rev", commit)
             changes.append(LockChange(key="source.rev", old=None, new=commit))
         elif str(old).lower() != commit:
             source["rev"] = commit
@@ -214,10 +220,7 @@ def lock_recipe(
 
     written = False
     if changes and write:
-        try:
-            _write_atomic(path, tomlkit.dumps(doc))
-        except OSError as exc:
-            raise UsageError(f"{path}: cannot write recipe: {exc.strerror or exc}") from exc
+        write_recipe(path, tomlkit.dumps(doc))
         written = True
     return LockReport(recipe=path, changes=tuple(changes), written=written)
 
@@ -238,7 +241,7 @@ def _lock_digests(
         digests = tomlkit.inline_table()
         anchor = "build" if "build" in table else None
         if anchor:
-            _insert_after(table, anchor, "digests", digests)
+            insert_after(table, anchor, "digests", digests)
         else:
             table["digests"] = digests
         digests = table["digests"]

@@ -280,10 +280,11 @@ def dependency_records(resolved: Resolved) -> list[dict[str, Any]]:
     return out
 
 
-def write_statement(path: Path, statement: Mapping[str, Any]) -> None:
-    """Write ``statement`` as JSON to ``path`` atomically (temp file, fsync, rename)."""
+def write_statement(path: Path, statement: Mapping[str, Any], *, durable: bool = True) -> None:
+    """Write ``statement`` as JSON to ``path`` atomically (temp file, fsync if ``durable``,
+    rename)."""
     try:
-        write_atomic(path, json_bytes(statement))
+        write_atomic(path, json_bytes(statement), durable=durable)
     except OSError as exc:
         raise StoreError(f"cannot write provenance {path}: {exc}") from exc
 

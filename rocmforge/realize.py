@@ -34,6 +34,7 @@ from rocmforge.util.progress import NullReporter, Reporter
 if TYPE_CHECKING:
     from rocmforge.explain import Nearest
     from rocmforge.sandbox import Runner
+    from rocmforge.signing import PublicKey
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -382,6 +383,7 @@ def realize(
     dependencies: Sequence[Dependency] = (),
     caches: Sequence[str] = (),
     require_substitute: bool = False,
+    trusted: Mapping[str, PublicKey] | None = None,
 ) -> RealizeReport:
     """Return the store entry for ``recipe``, building it in the sandbox on a miss.
 
@@ -406,7 +408,9 @@ def realize(
 
     ``compiler_cache`` False builds without the compiler cache (it never changes the hash).
     ``caches`` (URLs) are asked in order on a miss before building (:mod:`rocmforge.cache`);
-    ``require_substitute`` fails instead of building when none provides the entry.
+    ``require_substitute`` fails instead of building when none provides the entry;
+    ``trusted`` are the keys a substituted entry must be signed with (default: the trusted-keys
+    file or ``$ROCMFORGE_TRUSTED_KEYS``).
     """
     reporter = reporter or NullReporter()
     if lints is None:
@@ -443,7 +447,19 @@ def realize(
                 from rocmforge.cache.substitute import Wanted, substitute
 
                 want = Wanted(drv.hash, drv.name, drv.version)
-                entry = substitute(store, caches, want, reporter, require=require_substitute)
+                def protect(hash: str) -> None:  # a dependency substituted with it
+                    with store.shared_lock():
+                        roots.add(hash)
+
+                entry = substitute(
+                    store,
+                    caches,
+                    want,
+                    reporter,
+                    require=require_substitute,
+                    trusted=trusted,
+                    protect=protect,
+                )
                 if entry is not None and entry.meta.origin is not None:
                     fetched = str(entry.meta.origin["cache"])
             weaker = entry is not None and not satisfies(entry.meta.sandbox, wanted)
@@ -543,14 +559,17 @@ def check_rebuild(
     fetcher: Fetcher,
     runner_factory: Callable[[], Runner],
     reporter: Reporter | None = None,
+    dependencies: Sequence[Dependency] = (),
 ) -> CheckReport:
     """Rebuild the cached derivation of ``recipe`` in a fresh sandbox and compare the wheels.
 
     Like ``nix-build --check``: the recipe must already be in the store (a
     :class:`~rocmforge.errors.UsageError` otherwise); nothing is published. ``differences``
     maps each wheel whose bytes differ to the members inside it that differ.
+    ``dependencies`` are the stored entries it was built against
+    (:func:`rocmforge.graph.built_dependencies`).
     """
-    from rocmforge.build import rebuild
+    from rocmforge.build import closure_wheels, rebuild
     from rocmforge.errors import UsageError
     from rocmforge.util.hashing import file_blake3
     from rocmforge.wheels import differing_members
@@ -559,7 +578,7 @@ def check_rebuild(
     started = time.monotonic()
     roots = TempRoots(store)
     try:
-        r = resolve(recipe, store=store, fetcher=fetcher)
+        r = resolve(recipe, store=store, fetcher=fetcher, dependencies=dependencies)
         drv = r.derivation
         with store.shared_lock():
             entry = store.lookup(drv.hash, drv.name, drv.version)
@@ -584,7 +603,7 @@ def check_rebuild(
                 runner=runner_factory(),
                 reporter=reporter,
                 dest=dest,
-                check_requirements=tuple(q.wheel for q in check_reqs),
+                check_requirements=tuple(closure_wheels([q.wheel for q in check_reqs], r)),
             )
             stored = {w.name: w for w in entry.wheels}
             new = {w.name: w for w in rebuilt}

@@ -74,6 +74,18 @@ def check_digests(recipe: Recipe, requirements: Sequence[ResolvedRequirement]) -
             )
 
 
+def _toolchain(
+    spec: ToolchainSpec, cache_dir: Path, memo: dict[str, Toolchain] | None
+) -> Toolchain:
+    if memo is None:
+        return resolve_toolchain(spec, cache_dir=cache_dir)
+    key = repr(spec)
+    found = memo.get(key)
+    if found is None:
+        found = memo[key] = resolve_toolchain(spec, cache_dir=cache_dir)
+    return found
+
+
 def resolve(
     recipe: Recipe,
     *,
@@ -82,6 +94,7 @@ def resolve(
     url_fetcher: UrlFetcher | None = None,
     provisional: bool = False,
     dependencies: Sequence[Dependency] = (),
+    toolchains: dict[str, Toolchain] | None = None,
 ) -> Resolved:
     """Resolve every input of ``recipe``; fetch what is missing through ``fetcher``.
 
@@ -96,12 +109,15 @@ def resolve(
 
     Fetched wheels are checked against the recipe's locked digests (:func:`check_digests`),
     unless something is provisional.
+
+    ``toolchains`` memoizes resolved toolchains by spec across the nodes of one graph (one
+    command sees one consistent toolchain and probes it once, not once per node).
     """
     notes: list[str] = [
         f"recipes: {d.name} {d.version} is provisional" for d in dependencies if d.provisional
     ]
     try:
-        toolchain = resolve_toolchain(recipe.toolchain, cache_dir=store.cache_dir)
+        toolchain = _toolchain(recipe.toolchain, store.cache_dir, toolchains)
     except ToolchainError as exc:
         if not provisional:
             raise

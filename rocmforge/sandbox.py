@@ -498,25 +498,44 @@ def _run_streaming(
 def _pump(
     proc: subprocess.Popen[bytes], fd: int, deadline: float | None, log: BinaryIO, lines: _Lines
 ) -> bool:
-    """Copy output until the command exits (False) or the deadline passes (True)."""
+    """Copy output until the command exits (False) or the deadline passes (True).
+
+    One poll waits for output and for the exit (a pidfd), so a finished command is noticed at
+    once, not at the next tick.
+    """
+    poller = select.poll()
+    poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
+    pidfd: int | None = None
+    try:
+        pidfd = os.pidfd_open(proc.pid)
+        poller.register(pidfd, select.POLLIN)
+    except (AttributeError, OSError):  # an old kernel: poll the exit on a short tick
+        pass
     pipe_open = True
-    while True:
-        now = time.monotonic()
-        if deadline is not None and now >= deadline:
-            return True
-        if _exited(proc.pid):
-            return False
-        wait = 0.2 if deadline is None else min(0.2, deadline - now)
-        if not pipe_open:
-            time.sleep(min(wait, 0.02))
-            continue
-        if _readable(fd, wait):
-            chunk = os.read(fd, _CHUNK)
-            if chunk:
-                log.write(chunk)
-                lines.feed(chunk)
-            else:
-                pipe_open = False
+    try:
+        while True:
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                return True
+            if _exited(proc.pid):
+                return False
+            wait = 0.2 if deadline is None else min(0.2, deadline - now)
+            if not pipe_open and pidfd is None:
+                time.sleep(min(wait, 0.02))
+                continue
+            for ready, _ in poller.poll(max(0, math.ceil(wait * 1000))):
+                if ready != fd:
+                    continue
+                chunk = os.read(fd, _CHUNK)
+                if chunk:
+                    log.write(chunk)
+                    lines.feed(chunk)
+                else:
+                    pipe_open = False
+                    poller.unregister(fd)
+    finally:
+        if pidfd is not None:
+            os.close(pidfd)
 
 
 def _drain(fd: int, log: BinaryIO, lines: _Lines) -> None:

@@ -9,7 +9,8 @@ is the key's id (``keyid`` in the envelope): it says which trusted key to check 
   ``$XDG_CONFIG_HOME/rocmforge/signing.key`` (``~/.config/...``). When it exists, every build
   writes ``provenance.dsse.json`` beside ``provenance.json``.
 - The **trusted keys** are public keys, ``$ROCMFORGE_TRUSTED_KEYS`` (whitespace-separated) if set,
-  else ``$XDG_CONFIG_HOME/rocmforge/trusted-keys`` (one per line, ``#`` comments). ``audit``
+  else ``$XDG_CONFIG_HOME/rocmforge/trusted-keys`` (one per line, ``#`` comments) together with
+  the ``trusted-keys`` of the configuration files (:mod:`rocmforge.config`). ``audit``
   checks a signature made by a trusted key; a shared binary cache checks downloads the same way
   (:func:`trusted_keys`, :func:`verify_envelope`).
 
@@ -25,11 +26,12 @@ import base64
 import binascii
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rocmforge.config import KeyText
 from rocmforge.errors import RocmforgeError, UsageError
 from rocmforge.store import layout
 from rocmforge.util.fsutil import json_bytes, write_atomic
@@ -42,6 +44,8 @@ _SEED_BYTES = 32
 
 class SigningKeyError(RocmforgeError):
     """A key file or trusted key is unreadable or malformed (exit 2: fix the configuration)."""
+
+    about_recipe = False
 
     exit_code = UsageError.exit_code
 
@@ -87,8 +91,9 @@ class SignatureCheck:
 
 def config_dir() -> Path:
     """Return rocmforge's per-user configuration directory (``$XDG_CONFIG_HOME/rocmforge``)."""
-    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
-    return Path(base) / "rocmforge"
+    from rocmforge.config import config_home
+
+    return config_home()
 
 
 def signing_key_path() -> Path | None:
@@ -184,22 +189,29 @@ def trust_key(key: PublicKey, path: Path | None = None) -> Path:
     return path
 
 
-def trusted_keys() -> dict[str, PublicKey]:
-    """Return the trusted public keys by name (``$ROCMFORGE_TRUSTED_KEYS`` or the file)."""
+def trusted_keys(extra: Sequence[KeyText] = ()) -> dict[str, PublicKey]:
+    """Return the trusted public keys by name.
+
+    ``$ROCMFORGE_TRUSTED_KEYS``, when set (even empty), is the whole list. Otherwise the
+    trusted-keys file and ``extra``, the keys of the configuration files
+    (:class:`rocmforge.config.Settings`), count together.
+    """
     env = os.environ.get(TRUSTED_KEYS_ENV)
     if env is not None:
-        where, words = f"${TRUSTED_KEYS_ENV}", env.split()
+        found = [(w, f"${TRUSTED_KEYS_ENV}") for w in env.split()]
     else:
         path = trusted_keys_path()
         try:
             text = path.read_text(encoding="utf-8")
         except FileNotFoundError:
-            return {}
+            text = ""
         except (OSError, UnicodeDecodeError) as exc:
             raise SigningKeyError(f"trusted keys {path}: cannot read: {exc}") from None
-        where = str(path)
-        words = [w for line in text.splitlines() for w in line.split("#", 1)[0].split()]
-    keys = [parse_public_key(w, where=where) for w in words]
+        found = [
+            (w, str(path)) for line in text.splitlines() for w in line.split("#", 1)[0].split()
+        ]
+        found += [(k.text, k.where) for k in extra]
+    keys = [parse_public_key(w, where=where) for w, where in found]
     return {k.name: k for k in keys}
 
 
@@ -271,8 +283,11 @@ def sign_entry(entry_dir: Path, *, store_root: Path) -> str | None:
     return key.name
 
 
-def check_entry(entry_dir: Path) -> SignatureCheck:
-    """Check the envelope of the published entry at ``entry_dir`` against the trusted keys."""
+def check_entry(
+    entry_dir: Path, trusted: Mapping[str, PublicKey] | None = None
+) -> SignatureCheck:
+    """Check the envelope of the published entry at ``entry_dir`` against ``trusted`` keys
+    (default: :func:`trusted_keys`)."""
     try:
         raw = (entry_dir / layout.PROVENANCE_DSSE).read_bytes()
     except FileNotFoundError:
@@ -286,4 +301,5 @@ def check_entry(entry_dir: Path) -> SignatureCheck:
         return SignatureCheck("invalid", detail=f"unreadable envelope or statement: {exc}")
     if not isinstance(envelope, dict):
         return SignatureCheck("invalid", detail="the envelope is not a JSON object")
-    return verify_envelope(envelope, trusted_keys(), payload=payload)
+    keys = trusted_keys() if trusted is None else trusted
+    return verify_envelope(envelope, keys, payload=payload)

@@ -340,7 +340,9 @@ def _copy_member(
     return (_urlsafe_b64(h.digest()) if h is not None else None), size
 
 
-def normalize_wheel(path: Path, *, epoch: int, add: Mapping[str, bytes] | None = None) -> None:
+def normalize_wheel(
+    path: Path, *, epoch: int, add: Mapping[str, bytes] | None = None, durable: bool = True
+) -> None:
     """Rewrite the wheel at ``path`` in place so that its bytes are reproducible.
 
     Entries are sorted (``.dist-info`` files after the payload, RECORD last), every timestamp is
@@ -353,6 +355,7 @@ def normalize_wheel(path: Path, *, epoch: int, add: Mapping[str, bytes] | None =
     not grow with its size) and ZIP64 records are written where sizes or offsets need them.
     ``add`` (names inside ``.dist-info`` to bytes, e.g. the rocmforge stamp) is written in the
     same pass and listed in RECORD, giving the same bytes as adding it first and normalizing after.
+    ``durable=False`` skips the fsyncs (a wheel in a build directory that is sealed later).
     """
     date_time = _zip_date_time(epoch)
     directory = path.parent
@@ -362,13 +365,15 @@ def normalize_wheel(path: Path, *, epoch: int, add: Mapping[str, bytes] | None =
         with os.fdopen(fd, "wb") as out:
             mode = _rewrite(path, out, date_time, add)
             out.flush()
-            os.fsync(out.fileno())
+            if durable:
+                os.fsync(out.fileno())
         os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    fsync_path(directory, directory=True)
+    if durable:
+        fsync_path(directory, directory=True)
 
 
 def _rewrite(

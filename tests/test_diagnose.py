@@ -182,3 +182,15 @@ def test_a_build_that_tries_the_network_is_told_to_declare_an_input(
     proc = rf("realize", recipe, "--store", tmp_path / "store")
     assert proc.returncode == 1, proc.stderr
     assert "the sandbox has no network" in proc.stderr and "declare it as an input" in proc.stderr
+
+
+def test_a_known_cmake_error_comes_before_scikit_build_cores_summary_line() -> None:
+    lines = [
+        "*** Configuring CMake...",
+        "CMake Error at cmake/public/LoadHIP.cmake:33 (find_package):",
+        '  Could not find a package configuration file provided by "hipblaslt" with any of',
+        "*** CMake configuration failed",
+    ]
+    found = diagnose_lines(lines)
+    assert [d.id for d in found] == ["rocm-dev-package", "skbuild-cmake-failed"], found
+    assert "configuration" in found[1].cause

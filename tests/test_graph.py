@@ -77,6 +77,10 @@ def test_dependent_builds_dependency_first_and_imports_against_it(
     # without --all only the named recipe's wheel is printed; the graph is cached now
     again = realize(recipes / "rfuse.toml", "--store", store)
     assert again.stdout.split() == wheels[1:] and built(again.stderr) == []
+    # --check rebuilds the dependent against the stored dependency: byte-identical
+    check = rf("realize", "--check", recipes / "rfuse.toml", "--store", store)
+    assert check.returncode == 0, check.stderr[-3000:]
+    assert "rfuse 1.0.0" in check.stderr and "byte-identical" in check.stderr
     # the dependent's derivation names the dependency by input hash
     drv = json.loads((Path(wheels[1]).parent / "derivation.json").read_text())
     assert drv["recipes"] == [
@@ -92,6 +96,10 @@ def test_dependent_builds_dependency_first_and_imports_against_it(
     base.write_text(base.read_text().replace('RFBASE_SCALE = "2"', 'RFBASE_SCALE = "5"'))
     after = hashes(recipes / "rfuse.toml", store)
     assert after["rfbase"] != before["rfbase"] and after["rfuse"] != before["rfuse"]
+    # --check never builds: the changed dependency is not in the store yet
+    check = rf("realize", "--check", recipes / "rfuse.toml", "--store", store)
+    assert check.returncode == 2 and "its dependency rfbase 1.0.0" in check.stderr
+    assert "run `rocmforge realize` first" in check.stderr and "Traceback" not in check.stderr
     proc = realize(recipes / "rfuse.toml", "--store", store, "--all")
     assert built(proc.stderr) == ["rfbase", "rfuse"]
     assert scaled_in_fresh_venv(tmp_path, proc.stdout.split(), "v5") == 25

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import http.server
+import io
 import json
 import tarfile
 import threading
@@ -167,3 +168,61 @@ def test_plan_never_clones_a_remote_source(tmp_path: Path) -> None:
     assert len(data["provisional"]) == 2
     assert data["derivation"]["provisional"] == data["provisional"]
     assert not list((tmp_path / "store").rglob("*.git"))
+
+
+def _tar_tree(path: Path, files: dict[str, str]) -> str:
+    """Write a .tar.gz whose members are ``files`` (under their paths); return its sha256."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(path, "w:gz") as tf:
+        for name, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.mark.slow
+def test_aotriton_release_assets_as_inputs_merge_into_one_prefix(
+    tmp_path: Path, tiny_src: Path, http_dir: tuple[str, list[str]]
+) -> None:
+    """The AOTriton pattern of docs/recipes.md, for real: the [inputs] tables inputs_toml writes
+    for AOTriton 0.13b (runtime for ROCm 7.15 + the gfx942 image pack; here stand-in archives of
+    the same names and layout, served over loopback HTTP) are fetched, mounted read-only, and the
+    first build step merges them into the prefix AOTRITON_INSTALLED_PREFIX then names."""
+    from rocmforge.recipe.aotriton import AOTRITON_0_13B, BASE_URL, inputs_toml
+
+    base, _ = http_dir
+    rel = AOTRITON_0_13B
+    www = tmp_path / "www" / rel.version
+    sha_rt = _tar_tree(
+        www / rel.runtime_name("7.15"),
+        {"aotriton/lib/libaotriton_v2.so": "runtime\n", "aotriton/include/aotriton/dtypes.h": ""},
+    )
+    sha_img = _tar_tree(
+        www / rel.image_name("amd-gfx942"),
+        {"aotriton/lib/aotriton.images/amd-gfx942/__signature__": "gfx942 kernels\n"},
+    )
+    inputs = (
+        inputs_toml(rel, "7.15", ["gfx942"])
+        .replace(BASE_URL, base + "/")
+        .replace(rel.runtimes["7.15"], sha_rt)
+        .replace(rel.images["amd-gfx942"], sha_img)
+    )
+    merge = (
+        "mkdir -p $HOME/aotriton && "
+        "cp -r $AOTRITON_RUNTIME/. $AOTRITON_IMAGES_GFX942/. $HOME/aotriton/"
+    )
+    use = (
+        "AOTRITON_INSTALLED_PREFIX=$HOME/aotriton sh -c 'cat $AOTRITON_INSTALLED_PREFIX/lib/"
+        "libaotriton_v2.so $AOTRITON_INSTALLED_PREFIX/lib/aotriton.images/amd-gfx942/__signature__"
+        " > tiny/seen.txt' && python mkwheel.py $OUT tiny 0.1"
+    )
+    steps = f"steps = [{json.dumps(merge)}, {json.dumps(use)}]"
+    text = TINY_RECIPE.format(src=tiny_src).replace(
+        'steps = ["python mkwheel.py $OUT tiny 0.1"]', steps
+    )
+    path = tmp_path / "r.toml"
+    path.write_text(text + "\n" + inputs)
+    with realize_wheel(path, tmp_path / "store") as whl:
+        assert whl.read("tiny/seen.txt") == b"runtime\ngfx942 kernels\n"

@@ -330,6 +330,18 @@ def test_a_read_only_store_serves_hits_verify_and_list(built: dict, read_only: P
     assert proc.returncode == 3 and "read-only" in proc.stderr, proc.stderr
 
 
+def test_a_read_only_store_with_stale_probe_caches_still_serves(
+    built: dict, copy: Path, read_only: Path
+) -> None:
+    """A store mounted read-only on another machine (or after an apt-get install) cannot keep
+    its probe caches (toolchain, system manifest): they are recomputed in memory, not written."""
+    subprocess.run(["mount", "-o", "remount,bind,rw", str(read_only)], check=True)
+    for cache in (read_only / "cache").glob("*.json"):
+        cache.unlink()
+    subprocess.run(["mount", "-o", "remount,bind,ro", str(read_only)], check=True)
+    realize_ok(built, read_only, "--json")  # the full pipeline, every probe from scratch
+
+
 def test_a_read_only_store_with_a_corrupt_index_still_lists(
     built: dict, copy: Path, read_only: Path
 ) -> None:

@@ -3,7 +3,7 @@
 Every ``import`` in every module under ``rocmforge/`` counts, wherever it is: at module level,
 inside a function (lazy imports) or under ``TYPE_CHECKING``. Layers, lowest first:
 
-0. ``util/*``, ``errors.py``, ``__init__.py``
+0. ``util/*``, ``errors.py``, ``config.py``, ``__init__.py``
 1. ``recipe/*``
 2. ``store/*``
 3. ``sources/*`` and ``toolchain/*``
@@ -43,7 +43,7 @@ _SUBPACKAGE_LAYER = {
     "cache": 4,
     "commands": 5,
 }
-_TOP_LAYER = {"__init__": 0, "errors": 0, "cli": 6, "console": 7, "__main__": 7}
+_TOP_LAYER = {"__init__": 0, "errors": 0, "config": 0, "cli": 6, "console": 7, "__main__": 7}
 PIPELINE_LAYER = 4
 
 

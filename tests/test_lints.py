@@ -11,6 +11,7 @@ import pytest
 from conftest import REPO, TINY_RECIPE, pip_args, rf
 
 from rocmforge.errors import RecipeError
+from rocmforge.recipe.aotriton import AOTRITON_0_13B, inputs_toml, parse_asset
 from rocmforge.recipe.lints import (
     GIB,
     RULES,
@@ -116,6 +117,29 @@ TORCH_GFX90A = parse_recipe_text(
 )
 
 # (lint id, expected severity, edit, facts, a word the message must contain)
+AOT_INPUTS = '[inputs.aotriton]\npath = "aotriton"\nenv = "AOTRITON_INSTALLED_PREFIX"\n'
+MERGE = (
+    '"mkdir -p $HOME/aot && cp -r $AOTRITON_RUNTIME/. $AOTRITON_IMAGES_GFX942/. $HOME/aot/", '
+    '"AOTRITON_INSTALLED_PREFIX=$HOME/aot python -m build --wheel --no-isolation -o $OUT"'
+)
+
+
+def _torch_214(inputs: str | None = None, steps: str = MERGE) -> Callable[[str], str]:
+    """Make GOOD a torch 2.14.1 recipe on ROCm 7.15 whose AOTriton 0.13b comes from its release
+    assets (runtime + gfx942 image pack, the [inputs] aotriton.inputs_toml writes), merged into one
+    prefix by the build step."""
+    if inputs is None:
+        inputs = inputs_toml(AOTRITON_0_13B, "7.15", ["gfx942"])
+    return chain(
+        sub('version = "2.5.1+rocm6.2"', 'version = "2.14.1"'),
+        env("PYTORCH_BUILD_VERSION", "2.14.1"),
+        sub('rocm = "6.2.4"', 'rocm = "7.15.0"'),
+        sub('root = "/opt/rocm-6.2.4"', 'root = "/opt/rocm-7.15.0"'),
+        sub(AOT_INPUTS, inputs),
+        sub(f"steps = [{HIPIFY}{BUILD_STEP}]", f"steps = [{steps}]"),
+    )
+
+
 CASES: dict[str, tuple[str, str, Callable[[str], str], LintFacts, str]] = {
     "unknown-allow": (
         "RF001",
@@ -220,8 +244,8 @@ CASES: dict[str, tuple[str, str, Callable[[str], str], LintFacts, str]] = {
         "RF154",
         "error",
         chain(
-            sub('version = "2.5.1+rocm6.2"', 'version = "2.13.0"'),
-            env("PYTORCH_BUILD_VERSION", "2.13.0"),
+            sub('version = "2.5.1+rocm6.2"', 'version = "2.14.0"'),
+            env("PYTORCH_BUILD_VERSION", "2.14.0"),
         ),
         BIG,
         "scikit-build-core",
@@ -260,6 +284,32 @@ CASES: dict[str, tuple[str, str, Callable[[str], str], LintFacts, str]] = {
         chain(env("PYTORCH_ROCM_ARCH", "gfx942;gfx1100"), drop("archs")),
         BIG,
         "gfx1100",
+    ),
+    "aotriton-no-image-pack": (
+        "RF163",
+        "error",
+        _torch_214(
+            inputs=inputs_toml(AOTRITON_0_13B, "7.15", []),
+            steps=MERGE.replace(" $AOTRITON_IMAGES_GFX942/.", ""),
+        ),
+        BIG,
+        "amd-gfx942",
+    ),
+    "aotriton-other-release": (
+        "RF164",
+        "error",
+        chain(_torch_214(), sub("download/0.13b/aotriton-0.13b-manylinux",
+                                "download/0.12b/aotriton-0.12b-manylinux")),
+        BIG,
+        "0.12b",
+    ),
+    "aotriton-runtime-other-rocm": (
+        "RF164",
+        "error",
+        chain(_torch_214(), sub('rocm = "7.15.0"', 'rocm = "7.14.0"'),
+              sub('root = "/opt/rocm-7.15.0"', 'root = "/opt/rocm-7.14.0"')),
+        BIG,
+        "7a139797c16b002fd5d9bcd706d36dc9819bb108877150f8186da21d0590eaa6",
     ),
     "bad-version": (
         "RF171",
@@ -582,6 +632,42 @@ GATES: dict[str, tuple[Callable[[str], str], list[str]]] = {
         chain(_torch("2.3.0"), drop("[inputs"), drop('path = "aotriton"'), drop('env = "AOT')),
         ["RF161"],
     ),
+    "cmake4-2.6-breaks": (chain(_torch("2.6.0"), sub("cmake==3.31.1", "cmake==4.0.2")), ["RF152"]),
+    "cmake4-2.7-configures": (chain(_torch("2.7.0"), sub("cmake==3.31.1", "cmake==4.0.2")), []),
+    # AOTriton: torch 2.14 pins 0.13b, split into a runtime per ROCm and an image pack per arch.
+    "aotriton-2.14-release-assets": (_torch_214(), []),
+    "aotriton-2.14-nothing-declared": (
+        _torch_214(inputs="", steps=MERGE.split(", ")[1]),
+        ["RF161"],
+    ),
+    "aotriton-2.14-assets-not-used": (
+        _torch_214(steps='"python -m build --wheel --no-isolation -o $OUT"'),
+        ["RF161"],
+    ),
+    "aotriton-2.14-gfx950-has-images": (
+        chain(_torch_214(), env("PYTORCH_ROCM_ARCH", "gfx942;gfx950"), drop("archs")),
+        ["RF163"],
+    ),
+    "aotriton-2.5-gfx1100-unsupported": (
+        chain(env("PYTORCH_ROCM_ARCH", "gfx942;gfx1100"), drop("archs")),
+        ["RF162"],
+    ),
+    "aotriton-2.14-gfx1100-has-images": (
+        chain(_torch_214(), env("PYTORCH_ROCM_ARCH", "gfx942;gfx1100"), drop("archs")),
+        ["RF163"],
+    ),
+    "aotriton-2.14-gfx1030-unsupported": (
+        chain(_torch_214(), env("PYTORCH_ROCM_ARCH", "gfx942;gfx1030"), drop("archs")),
+        ["RF162"],
+    ),
+    "aotriton-2.13-no-version-facts": (
+        chain(_torch("2.13.0"), sub('rocm = "6.2.4"', 'rocm = "7.2.0"')),
+        [],
+    ),
+    "aotriton-2.14-preinstalled-prefix": (
+        _torch_214(inputs=AOT_INPUTS, steps='"python -m build --wheel --no-isolation -o $OUT"'),
+        [],
+    ),
     "setuptools80-bdist-wheel-works": (sub("setuptools==75.6.0", "setuptools==80.9.0"), []),
     "setuptools80-develop-breaks": (
         chain(sub("setuptools==75.6.0", "setuptools==80.9.0"), sub(BUILD_STEP, DEVELOP)),
@@ -603,14 +689,33 @@ GATES: dict[str, tuple[Callable[[str], str], list[str]]] = {
         ),
         [],
     ),
-    "setup-py-2.12-still-works": (_torch("2.12.0"), []),
-    "setup-py-2.13-removed": (_torch("2.13.0"), ["RF154"]),
-    "setup-py-2.13-pre-release": (_torch("2.13.0rc1"), ["RF154"]),
-    "setup-py-2.13-pep517-build": (
+    # 2.13.0 (release/2.13 cut 2026-06-08) still has setup.py; 2.14 (cut 2026-08-10) has none.
+    "setup-py-2.13-still-works": (_torch("2.13.0"), []),
+    "setup-py-2.13.1-still-works": (_torch("2.13.1+rocm7.2"), []),
+    "setup-py-2.14-removed": (_torch("2.14.0"), ["RF154"]),
+    "setup-py-2.14-pre-release": (_torch("2.14.0rc1"), ["RF154"]),
+    "setup-py-2.14-pep517-build": (
         chain(
-            _torch("2.13.0"), sub(BUILD_STEP, '"python -m build --wheel --no-isolation -o $OUT"')
+            _torch("2.14.1"), sub(BUILD_STEP, '"python -m build --wheel --no-isolation -o $OUT"')
         ),
         [],
+    ),
+    # RF153 (setuptools 80 breaks torch's setup.py develop) only while torch has a setup.py.
+    "setuptools80-develop-2.13-breaks": (
+        chain(
+            _torch("2.13.0"),
+            sub("setuptools==75.6.0", "setuptools==80.9.0"),
+            sub(BUILD_STEP, DEVELOP),
+        ),
+        ["RF153"],
+    ),
+    "setuptools80-develop-2.14-is-rf154": (
+        chain(
+            _torch("2.14.0"),
+            sub("setuptools==75.6.0", "setuptools==80.9.0"),
+            sub(BUILD_STEP, DEVELOP),
+        ),
+        ["RF154"],
     ),
     "rocm-path-without-rocm-toolchain": (
         chain(drop("kind = "), drop("rocm = "), drop("root = "), env("ROCM_PATH", "/x")),
@@ -643,3 +748,22 @@ def test_rf102_names_the_declared_version_readably(tmp_path: Path) -> None:
     [f] = lint_recipe(_load(sub('rocm = "6.2.4"', 'rocm = "5.2.0"')(GOOD), tmp_path), BIG)
     assert f.id == "RF102"
     assert f.message.endswith("but [toolchain] rocm declares ROCm 5.2.0"), f.message
+
+
+def test_aotriton_assets_are_named_and_matched_like_aotriton_cmake_does() -> None:
+    rel = AOTRITON_0_13B
+    runtime = parse_asset(rel.url(rel.runtime_name("7.15")))
+    assert runtime is not None and runtime.is_runtime
+    assert (runtime.version, runtime.rocm) == ("0.13b", "7.15")
+    assert rel.url(rel.runtime_name("7.15")) == (
+        "https://github.com/ROCm/aotriton/releases/download/0.13b/"
+        "aotriton-0.13b-manylinux_2_28_x86_64-rocm7.15-shared.tar.gz"
+    )
+    image = parse_asset(rel.image_name("amd-gfx942"))
+    assert image is not None and not image.is_runtime and image.image == "amd-gfx942"
+    assert parse_asset("aotriton.tar.gz") is None and parse_asset("/opt/aotriton") is None
+    assert rel.image_for("gfx942:sramecc+") == "amd-gfx942"
+    assert rel.image_for("gfx1101") == "amd-gfx110x" and rel.image_for("gfx1030") is None
+    text = inputs_toml(rel, "7.15", ["gfx942", "gfx90a", "gfx942"])
+    assert text.count("[inputs.") == 3 and rel.images["amd-gfx90a"] in text
+    assert inputs_toml(rel, "6.2", ["gfx942"]).count("[inputs.") == 1  # no 6.2 runtime in 0.13b

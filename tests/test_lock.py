@@ -158,3 +158,30 @@ def test_lock_refuses_an_unknown_ref(repo: Path, tmp_path: Path, store: Path) ->
     assert proc.returncode == 2
     assert "no tag or branch named 'v9'" in proc.stderr
     assert recipe.read_text() == text
+
+
+def test_lock_of_a_dependent_or_a_stack_locks_its_closure(
+    repo: Path, tmp_path: Path, store: Path
+) -> None:
+    """The dependency's stale rev is found through the dependent and through a stack."""
+    dep = tmp_path / "tiny.toml"
+    text = COMMENTED.format(repo=repo, rev=ZERO, digest=FAKE_DIGEST)
+    text = text.split("# requirements come next")[0] + text.split("# locked digests\n")[1]
+    dep.write_text(text)
+    user = tmp_path / "user.toml"
+    user.write_text(
+        'schema = 1\n[package]\nname = "user"\nversion = "1.0"\n'
+        f'[source]\npath = "{repo}"\n[requirements]\nrecipes = ["tiny.toml"]\n'
+        '[build]\nsteps = ["python mkwheel.py $OUT user 1.0"]\n'
+    )
+    stack = tmp_path / "both.toml"
+    stack.write_text('schema = 1\n[stack]\nname = "both"\nrecipes = ["user.toml"]\n')
+    for target in (user, stack):
+        proc = rf("lock", "--check", target, "--store", store)
+        assert proc.returncode == 1, proc.stderr
+        assert f"{dep}: would change" in proc.stdout and "source.rev" in proc.stdout
+        assert f"{user}: already locked" in proc.stdout
+    assert rf("lock", stack, "--store", store).returncode == 0
+    assert ZERO not in dep.read_text()
+    again = rf("lock", "--check", stack, "--store", store)
+    assert again.returncode == 0, again.stdout + again.stderr

@@ -16,7 +16,9 @@ from rocmforge.store import layout
 
 SCHEMA = 1
 #: meta.json fields a manifest carries across (informational; everything trusted is signed).
-CARRIED_META = ("build_seconds", "archs", "links", "steps")
+#: ``built_against`` lets ``cache gc`` keep closures without reading derivations; a substitute
+#: takes it from the verified derivation instead.
+CARRIED_META = ("build_seconds", "archs", "links", "steps", "built_against")
 
 
 @dataclass(frozen=True, slots=True)

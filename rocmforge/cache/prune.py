@@ -2,7 +2,8 @@
 
 ``gc`` follows the store's gc policies: ``--keep-last N`` keeps the newest N entries of each
 package, ``--older-than D`` keeps entries pushed within D; given both, an entry goes only when
-neither keeps it. Manifests go first, then blobs no remaining manifest references (blobs younger
+neither keeps it; an entry a kept one was built against stays too (closures are never broken).
+Manifests go first, then blobs no remaining manifest references (blobs younger
 than :data:`BLOB_GRACE` stay: a push in flight writes its blobs before its manifest).
 """
 
@@ -29,6 +30,8 @@ class CachedEntry:
     size: int
     pushed: float
     blobs: tuple[str, ...]
+    #: Input hashes of the entries this one was built against (its manifest's meta).
+    built_against: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, object]:
         """Return the entry as JSON-ready data."""
@@ -39,6 +42,12 @@ class CachedEntry:
             "size": self.size,
             "pushed": self.pushed,
         }
+
+
+def _against(value: object) -> tuple[str, ...]:
+    if not isinstance(value, list):
+        return ()
+    return tuple(str(h) for h in value)
 
 
 def list_cache(backend: Backend) -> list[CachedEntry]:
@@ -60,6 +69,7 @@ def list_cache(backend: Backend) -> list[CachedEntry]:
                 size=sum(f.size for f in m.files),
                 pushed=info.mtime,
                 blobs=tuple(f.sha256 for f in m.files),
+                built_against=_against(m.meta.get("built_against")),
             )
         )
     out.sort(key=lambda e: (-e.pushed, e.name, e.hash))
@@ -107,6 +117,18 @@ def prune_cache(
         kept_by_count = keep_last is not None and per_package[e.name] <= keep_last
         kept_by_age = older_than is not None and now - e.pushed < older_than
         (keep if kept_by_count or kept_by_age else gone).append(e)
+    # A kept entry keeps what it was built against (transitively), like the store's gc: a
+    # store substituting it substitutes its closure from the same cache.
+    by_hash = {e.hash: e for e in entries}
+    kept = {e.hash for e in keep}
+    todo = list(keep)
+    while todo:
+        for h in todo.pop().built_against:
+            if h in by_hash and h not in kept:
+                kept.add(h)
+                todo.append(by_hash[h])
+    keep = [e for e in entries if e.hash in kept]
+    gone = [e for e in entries if e.hash not in kept]
     for e in gone:
         if not dry_run:
             backend.delete_manifest(e.hash)

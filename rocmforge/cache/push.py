@@ -9,8 +9,10 @@ from dataclasses import dataclass
 
 from rocmforge.cache.backend import Backend
 from rocmforge.cache.manifest import CARRIED_META, FileRef, Manifest
+from rocmforge.errors import UsageError
 from rocmforge.store import layout
 from rocmforge.store.entry import Entry
+from rocmforge.store.store import Store
 from rocmforge.util.progress import NullReporter, Reporter
 
 _CHUNK = 1 << 20
@@ -67,6 +69,34 @@ def entry_manifest(entry: Entry) -> Manifest:
         tuple(files),
         {k: meta[k] for k in CARRIED_META if k in meta},
     )
+
+
+def with_closure(store: Store, entries: Iterable[Entry]) -> list[Entry]:
+    """Return ``entries`` with everything they were built against (``meta.json``
+    ``built_against``, transitively), each once, dependencies before their dependents: a cache
+    then never holds an entry whose closure it lacks, even halfway through a push."""
+    out: dict[str, Entry] = {}
+    visiting: set[str] = set()
+
+    def visit(entry: Entry) -> None:
+        if entry.hash in out or entry.hash in visiting:
+            return
+        visiting.add(entry.hash)
+        for h in entry.meta.built_against:
+            try:
+                dep = store.resolve(h)
+            except UsageError:
+                raise UsageError(
+                    f"{entry.name} {entry.version} ({entry.hash}) was built against {h}, which "
+                    f"is not in the store {store.root}: its closure cannot be pushed "
+                    "(--no-closure pushes the entry alone)"
+                ) from None
+            visit(dep)
+        out[entry.hash] = entry
+
+    for e in entries:
+        visit(e)
+    return list(out.values())
 
 
 def push_entries(

@@ -4,16 +4,20 @@ For each configured cache in order: one manifest lookup by input hash; on a hit,
 streamed into a private build directory with its sha256 checked while it is written; the DSSE
 envelope must verify against a trusted key and sign the provenance.json that came with it; the
 signed statement must name the same input hash and the very wheels downloaded; derivation.json
-must hash to the input hash. Only then is the directory published through
-:meth:`Store.publish` (the atomic path a build uses) with ``origin`` recording the cache. Any
-refusal is a warning naming the cache and the reason, and the next cache (or a build) follows.
+must hash to the input hash. The entries that derivation names under ``recipes`` (its
+closure) are then made present, substituted first if missing. Only then is the directory
+published through :meth:`Store.publish` (the atomic path a build uses) with ``origin``
+recording the cache and ``built_against`` the closure. Any refusal is a warning naming the
+cache and the reason, and the next cache (or a build) follows. :func:`offers` answers ``plan``:
+which cache holds which entry, without downloading.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,8 +26,8 @@ from rocmforge.cache.backend import Backend, CacheError, now
 from rocmforge.cache.manifest import Manifest, ManifestProblem, parse_manifest
 from rocmforge.cache.transfer import copy_hashing
 from rocmforge.cache.urls import open_backend
-from rocmforge.errors import RocmforgeError
-from rocmforge.signing import trusted_keys, verify_envelope
+from rocmforge.errors import RocmforgeError, StoreError
+from rocmforge.signing import PublicKey, trusted_keys, verify_envelope
 from rocmforge.store import layout
 from rocmforge.store.entry import Entry, input_hash, read_derivation
 from rocmforge.store.store import Store
@@ -77,8 +81,14 @@ def _download(backend: Backend, manifest: Manifest, dest: str) -> dict[str, str]
     return got
 
 
-def _check(manifest: Manifest, dest: str, want: Wanted) -> tuple[str, dict[str, Any]]:
-    """Check signature, statement and derivation of the downloaded entry; return (keyid, stmt)."""
+def _check(
+    manifest: Manifest, dest: str, want: Wanted, trusted: Mapping[str, PublicKey]
+) -> tuple[str, dict[str, Any], tuple[Wanted, ...]]:
+    """Check signature, statement and derivation of the downloaded entry.
+
+    Return the signing key's id, the signed statement, and the entries it was built against
+    (from the verified derivation's ``recipes``).
+    """
     names = {f.name for f in manifest.files}
     if layout.PROVENANCE_DSSE not in names:
         raise Refused("the entry is unsigned")
@@ -94,7 +104,7 @@ def _check(manifest: Manifest, dest: str, want: Wanted) -> tuple[str, dict[str, 
         payload = f.read()
     if not isinstance(envelope, dict):
         raise Refused("the signature envelope is not a JSON object")
-    check = verify_envelope(envelope, trusted_keys(), payload=payload)
+    check = verify_envelope(envelope, trusted, payload=payload)
     if check.status != "valid":
         who = f" ({check.keyid})" if check.keyid else ""
         raise Refused(f"signature {check.status}{who}: {check.detail}")
@@ -120,7 +130,16 @@ def _check(manifest: Manifest, dest: str, want: Wanted) -> tuple[str, dict[str, 
         raise Refused(f"derivation.json is unreadable ({exc})") from None
     if input_hash(derivation) != want.hash:
         raise Refused("derivation.json does not hash to the input hash")
-    return str(check.keyid), statement
+    deps = []
+    for d in derivation.get("recipes") or ():
+        try:
+            dep = Wanted(str(d["hash"]), str(d["name"]), str(d["version"]))
+        except (KeyError, TypeError):
+            raise Refused("derivation.json names a malformed dependency") from None
+        if layout.entry_problem(dep.hash, dep.name, dep.version):
+            raise Refused(f"derivation.json names an invalid dependency {dep.hash!r}")
+        deps.append(dep)
+    return str(check.keyid), statement, tuple(deps)
 
 
 def manifest_size(manifest: Manifest, name: str) -> int:
@@ -128,7 +147,46 @@ def manifest_size(manifest: Manifest, name: str) -> int:
     return next(f.size for f in manifest.files if f.name == name)
 
 
-def _try(store: Store, backend: Backend, want: Wanted, reporter: Reporter) -> Entry | None:
+def _closure(
+    store: Store,
+    caches: Sequence[str],
+    deps: Sequence[Wanted],
+    reporter: Reporter,
+    trusted: Mapping[str, PublicKey],
+    protect: Callable[[str], None] | None,
+) -> None:
+    """Make sure every entry in ``deps`` is in the store, substituting the missing ones (and
+    their own closures) from ``caches``; :class:`Refused` names the first that no cache has.
+
+    ``protect`` makes each a temp gc root first: until the dependent is published, nothing
+    else keeps a dependency from gc.
+    """
+    for dep in deps:
+        if protect is not None:
+            protect(dep.hash)
+        if store.lookup(dep.hash, dep.name, dep.version) is not None:
+            continue
+        with store.build_lock(dep.hash):  # dependent -> dependency: the DAG orders the locks
+            if store.lookup(dep.hash, dep.name, dep.version) is not None:
+                continue
+            reporter.phase(f"substitute its dependency {dep.name} {dep.version}")
+            entry, reasons = _ask(store, caches, dep, reporter, trusted, protect, suffix="")
+        if entry is None:
+            raise Refused(
+                f"its dependency {dep.name} {dep.version} ({dep.hash}) is in no cache "
+                f"({'; '.join(reasons) or 'no cache configured'})"
+            )
+
+
+def _try(
+    store: Store,
+    backend: Backend,
+    want: Wanted,
+    reporter: Reporter,
+    caches: Sequence[str],
+    trusted: Mapping[str, PublicKey],
+    protect: Callable[[str], None] | None = None,
+) -> Entry | None:
     raw = backend.get_manifest(want.hash)
     if raw is None:
         return None
@@ -153,8 +211,11 @@ def _try(store: Store, backend: Backend, want: Wanted, reporter: Reporter) -> En
         try:
             blake3s = _download(backend, manifest, dest)
         except (OSError, http.client.HTTPException) as exc:  # cut short, disk full: no entry
-            raise CacheError(f"cannot download {want.hash}: {exc}") from None
-        keyid, statement = _check(manifest, dest, want)
+            raise CacheError(f"cannot download {want.hash}: {_reason(exc)}") from None
+        keyid, statement, deps = _check(manifest, dest, want, trusted)
+        # Its closure first, as Nix substitutes a path's references before the path: an entry
+        # never lands in the store without what it was built against.
+        _closure(store, caches, deps, reporter, trusted, protect)
         internal = statement["predicate"]["buildDefinition"]["internalParameters"]
         meta: dict[str, Any] = dict(manifest.meta)
         sha = {f.name: f.sha256 for f in manifest.files}
@@ -164,6 +225,8 @@ def _try(store: Store, backend: Backend, want: Wanted, reporter: Reporter) -> En
         ]
         meta["sandbox"] = internal.get("sandbox")
         meta["sources"] = []  # nothing here depends on local source caches
+        # From the verified derivation, not the manifest: gc keeps these while this one stays.
+        meta["built_against"] = sorted({d.hash for d in deps})
         meta["origin"] = {
             "cache": backend.url,
             "keyid": keyid,
@@ -175,6 +238,48 @@ def _try(store: Store, backend: Backend, want: Wanted, reporter: Reporter) -> En
         )
 
 
+def _reason(exc: BaseException) -> str:
+    """A one-line reason for a failed download (``No space left on device`` rather than
+    ``[Errno 28] No space left on device: '/long/tmp/path'``)."""
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return f"the local disk is full ({exc.strerror})"
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"{exc.strerror} (errno {exc.errno})" if exc.errno else exc.strerror
+    return str(exc) or type(exc).__name__
+
+
+def _ask(
+    store: Store,
+    caches: Sequence[str],
+    want: Wanted,
+    reporter: Reporter,
+    trusted: Mapping[str, PublicKey],
+    protect: Callable[[str], None] | None,
+    *,
+    suffix: str,
+) -> tuple[Entry | None, list[str]]:
+    """Ask each cache in order; return the published entry (or None) and why each failed."""
+    reasons: list[str] = []
+    for url in caches:
+        try:
+            backend = open_backend(url)
+            entry = _try(store, backend, want, reporter, caches, trusted, protect)
+        except Refused as exc:
+            msg = f"cache {url}: refused {want.name} {want.version} ({want.hash}): {exc}"
+        except CacheError as exc:
+            msg = f"cache {url}: {exc}"
+        except StoreError as exc:  # the local store (disk full while publishing)
+            msg = f"cache {url}: cannot store {want.name} {want.version} ({want.hash}): {exc}"
+        else:
+            if entry is not None:
+                return entry, reasons
+            reasons.append(f"{url}: not there")
+            continue
+        reporter.warning(msg + suffix)
+        reasons.append(msg)
+    return None, reasons
+
+
 def substitute(
     store: Store,
     caches: Sequence[str],
@@ -182,31 +287,79 @@ def substitute(
     reporter: Reporter,
     *,
     require: bool = False,
+    trusted: Mapping[str, PublicKey] | None = None,
+    protect: Callable[[str], None] | None = None,
 ) -> Entry | None:
-    """Ask ``caches`` in order for ``want``; return the published entry, or None to build.
+    """Ask ``caches`` in order for ``want`` (and its closure); return the published entry, or
+    None to build.
 
+    ``trusted`` are the keys a signature must verify with (default: :func:`trusted_keys`);
+    ``protect(hash)`` roots each dependency against gc until the caller's roots close.
     Refusals and unreachable caches are warnings; with ``require`` they end in
     :class:`SubstituteError` instead of a build.
     """
-    reasons = []
-    for url in caches:
-        try:
-            backend = open_backend(url)
-            entry = _try(store, backend, want, reporter)
-        except Refused as exc:
-            msg = f"cache {url}: refused {want.name} {want.version} ({want.hash}): {exc}"
-        except CacheError as exc:
-            msg = f"cache {url}: {exc}"
-        else:
-            if entry is not None:
-                return entry
-            reasons.append(f"{url}: not there")
-            continue
-        reporter.warning(msg + ("" if require else "; building instead"))
-        reasons.append(msg)
-    if require:
+    keys = trusted_keys() if trusted is None else trusted
+    entry, reasons = _ask(
+        store, caches, want, reporter, keys, protect, suffix="" if require else "; building instead"
+    )
+    if entry is None and require:
         raise SubstituteError(
             f"{want.name} {want.version} ({want.hash}): no cache could provide it "
             f"(--require-substitute): " + ("; ".join(reasons) or "no cache configured")
         )
-    return None
+    return entry
+
+
+@dataclass(frozen=True, slots=True)
+class Offer:
+    """What ``plan`` learned of one missing entry: the first cache that has it (or None), and
+    why the others did not count (unreachable, unsigned, another hash)."""
+
+    hash: str
+    cache: str | None
+    notes: tuple[str, ...] = ()
+
+
+def offers(caches: Sequence[str], wants: Sequence[Wanted]) -> dict[str, Offer]:
+    """Ask ``caches`` in order which of ``wants`` they hold: one manifest request per entry and
+    cache, nothing downloaded. A manifest must name the same entry and list a signature; the
+    signature itself is checked only by a substitution. An unreachable cache is asked no more.
+    """
+    backends: list[tuple[str, Backend | None]] = []
+    notes: list[str] = []
+    for url in caches:
+        try:
+            backends.append((url, open_backend(url)))
+        except RocmforgeError as exc:
+            notes.append(f"cache {url}: {exc}")
+    out: dict[str, Offer] = {}
+    dead: dict[str, str] = {}
+    for want in wants:
+        mine = list(notes)
+        found = None
+        for url, backend in backends:
+            if backend is None or url in dead:
+                continue
+            try:
+                raw = backend.get_manifest(want.hash)
+            except CacheError as exc:
+                dead[url] = f"cache {url}: {exc}"
+                mine.append(dead[url])
+                continue
+            if raw is None:
+                continue
+            try:
+                m = parse_manifest(raw)
+            except ManifestProblem as exc:
+                mine.append(f"cache {url}: {exc}")
+                continue
+            if (m.hash, m.name, m.version) != (want.hash, want.name, want.version):
+                mine.append(f"cache {url}: answered with {m.hash} ({m.name} {m.version})")
+                continue
+            if layout.PROVENANCE_DSSE not in {f.name for f in m.files}:
+                mine.append(f"cache {url}: has it unsigned (a substitution refuses it)")
+                continue
+            found = url
+            break
+        out[want.hash] = Offer(want.hash, found, tuple(mine))
+    return out

@@ -1,15 +1,11 @@
-"""Cache URLs: which backend serves a URL, and which caches a realize asks."""
+"""Cache URLs: which backend serves a URL (which caches a command asks: :mod:`rocmforge.config`)."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from rocmforge.cache.backend import Backend, FileCache
 from rocmforge.errors import UsageError
-
-#: Environment variable with cache URLs (space-separated), asked in order after ``--cache``.
-CACHES_ENV = "ROCMFORGE_CACHES"
 
 
 def open_backend(url: str) -> Backend:
@@ -29,14 +25,3 @@ def open_backend(url: str) -> Backend:
         raise UsageError(f"cache {url!r}: no directory")
     root = Path(path).expanduser().absolute()
     return FileCache(root, f"file://{root}")
-
-
-def configured_caches(flags: list[str] | None) -> list[str]:
-    """Return the cache URLs to ask, in order: ``--cache`` flags, then ``$ROCMFORGE_CACHES``."""
-    urls = list(flags or [])
-    urls += os.environ.get(CACHES_ENV, "").split()
-    seen: list[str] = []
-    for u in urls:
-        if u not in seen:
-            seen.append(u)
-    return seen

@@ -25,4 +25,5 @@ COMMANDS = (
     "export",
     "push",
     "cache",
+    "config",
 )

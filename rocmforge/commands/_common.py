@@ -14,6 +14,8 @@ from typing import IO, TYPE_CHECKING, Any
 from rocmforge.errors import StoreError
 
 if TYPE_CHECKING:
+    from rocmforge.config import Settings
+    from rocmforge.signing import PublicKey
     from rocmforge.store.entry import Entry
     from rocmforge.store.store import Store
 
@@ -47,6 +49,115 @@ def add_global_options(parser: argparse.ArgumentParser) -> None:
     """Add the options every command also accepts before its name (``rocmforge --store X ...``)."""
     parser.add_argument("--store", metavar="DIR", default=None, help=STORE_HELP)
     parser.add_argument("--json", action="store_true", default=False, help=JSON_HELP)
+
+
+CONFIG_HELP = (
+    "the project configuration file (default: the first rocmforge.toml walking up from the "
+    "recipe's directory, then the current one; '' reads none); see docs/sharing.md"
+)
+
+
+def add_config_option(parser: argparse.ArgumentParser) -> None:
+    """Add ``--config FILE`` (the project configuration file) to a command's parser."""
+    parser.add_argument("--config", metavar="FILE", default=None, help=CONFIG_HELP)
+
+
+def settings_of(
+    args: argparse.Namespace,
+    *,
+    caches: list[str] | None = None,
+    substitute: bool | None = None,
+    require_substitute: bool | None = None,
+) -> Settings:
+    """Return the effective configuration of the command (flags given here, the environment,
+    the project file, the user file) and print its notes as warnings."""
+    from rocmforge.config import effective_settings
+
+    config = getattr(args, "config", None)
+    starts = [os.path.dirname(os.path.abspath(r)) for r in _recipes_of(args)]
+    starts.append(os.getcwd())
+    settings = effective_settings(
+        caches=caches or (),
+        substitute=substitute,
+        require_substitute=require_substitute,
+        starts=starts,
+        project=Path(config) if config else None,
+        no_project=config == "",
+    )
+    for note in settings.notes:
+        _warn(note)
+    return settings
+
+
+def add_substitute_options(parser: argparse.ArgumentParser, *, require: bool = True) -> None:
+    """Add ``--cache``, ``--no-substitute``/``--offline``, ``--substitute``, ``--config`` and
+    (with ``require``) ``--require-substitute``: which binary caches a command asks."""
+    parser.add_argument(
+        "--cache",
+        action="append",
+        metavar="URL",
+        help="on a miss, substitute from this binary cache (file://DIR, oci://HOST/REPO); "
+        "repeatable, asked before $ROCMFORGE_CACHES and the configuration files' caches",
+    )
+    parser.add_argument(
+        "--no-substitute",
+        "--offline",
+        dest="substitute",
+        action="store_false",
+        default=None,
+        help="ask no binary cache: build every miss here",
+    )
+    parser.add_argument(
+        "--substitute",
+        dest="substitute",
+        action="store_true",
+        help="ask the binary caches even if a configuration file says substitute = false",
+    )
+    if require:
+        parser.add_argument(
+            "--require-substitute",
+            action="store_true",
+            default=None,
+            help="fail (exit 1) instead of building when no cache provides a missing entry",
+        )
+    add_config_option(parser)
+
+
+def substitution_of(
+    args: argparse.Namespace,
+) -> tuple[Settings, list[str], dict[str, PublicKey] | None]:
+    """Return the settings, the cache URLs to ask (none when substitution is off) and the
+    trusted keys (None when no cache is asked) of a command with :func:`add_substitute_options`.
+    """
+    from rocmforge.errors import UsageError
+
+    require = getattr(args, "require_substitute", None)
+    if args.substitute is False and require:
+        raise UsageError("--require-substitute and --no-substitute/--offline contradict")
+    settings = settings_of(
+        args,
+        caches=args.cache,
+        substitute=args.substitute,
+        # --offline on the command line also turns off a configured require-substitute
+        require_substitute=False if args.substitute is False else require,
+    )
+    if settings.require_substitute and not settings.substitute:
+        raise UsageError(
+            "require-substitute and substitute = false contradict (from "
+            f"{settings.origins.get('require_substitute')} and "
+            f"{settings.origins.get('substitute')})"
+        )
+    if not settings.substitute:
+        return settings, [], None
+    trusted = trusted_of(settings) if settings.caches or settings.require_substitute else None
+    return settings, list(settings.caches), trusted
+
+
+def trusted_of(settings: Settings) -> dict[str, PublicKey]:
+    """The trusted keys of ``settings`` (with the trusted-keys file; the environment wins)."""
+    from rocmforge.signing import trusted_keys
+
+    return trusted_keys(settings.trusted_keys)
 
 
 def count(text: str) -> int:

@@ -14,11 +14,14 @@ from pathlib import Path
 from typing import Any
 
 from rocmforge.commands._common import (
+    add_config_option,
     add_json_option,
     add_store_option,
     emit_json,
     open_store,
+    settings_of,
     store_choice,
+    trusted_of,
 )
 
 EPILOG = """\
@@ -54,6 +57,7 @@ def register(sub: Any) -> None:
     )
     p.add_argument("wheels", nargs="+", metavar="WHEEL")
     add_store_option(p)
+    add_config_option(p)
     add_json_option(p)
     p.set_defaults(func=run)
 
@@ -70,7 +74,8 @@ def run(args: argparse.Namespace) -> int:
         + ("" if store else ": there is no store there, so nothing can be verified"),
         file=sys.stderr,
     )
-    reports = [audit_wheel(Path(w), store=store) for w in args.wheels]
+    trusted = trusted_of(settings_of(args))  # the keys of the config files count here too
+    reports = [audit_wheel(Path(w), store=store, trusted=trusted) for w in args.wheels]
     if args.json:
         emit_json([r.to_json() for r in reports])
     else:

@@ -6,15 +6,18 @@ import argparse
 import time
 from typing import Any
 
-from rocmforge.commands._common import add_json_option, emit_json
+from rocmforge.commands._common import add_config_option, add_json_option, emit_json
 
 
 def register(sub: Any) -> None:
     """Add the ``cache`` command with its ``ls`` and ``gc`` actions."""
     p = sub.add_parser("cache", help="list or prune a binary cache (file://DIR, oci://HOST/REPO)")
     actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
-    ls = actions.add_parser("ls", help="list the entries a cache holds, newest first")
-    ls.add_argument("cache", metavar="CACHE")
+    ls = actions.add_parser(
+        "ls", help="list the entries a cache holds, newest first (default: every configured cache)"
+    )
+    ls.add_argument("cache", metavar="CACHE", nargs="?")
+    add_config_option(ls)
     add_json_option(ls)
     gc = actions.add_parser(
         "gc",
@@ -37,17 +40,33 @@ def run(args: argparse.Namespace) -> int:
     from rocmforge.errors import UsageError
     from rocmforge.store.gc import format_size
 
-    backend = open_backend(args.cache)
     if args.action == "ls":
-        entries = list_cache(backend)
+        if args.cache:
+            urls = [args.cache]
+        else:
+            from rocmforge.commands._common import settings_of
+
+            urls = list(settings_of(args).caches)
+            if not urls:
+                raise UsageError(
+                    "cache ls: no CACHE given and none configured (--cache flags aside: "
+                    "$ROCMFORGE_CACHES, rocmforge.toml, the user config.toml)"
+                )
+        listed = []
+        for url in urls:
+            backend = open_backend(url)
+            listed.append((backend.url, list_cache(backend)))
         if args.json:
-            emit_json({"cache": backend.url, "entries": [e.to_json() for e in entries]})
+            caches = [{"cache": u, "entries": [e.to_json() for e in es]} for u, es in listed]
+            emit_json(caches[0] if args.cache else {"caches": caches})
             return 0
-        for e in entries:
-            when = time.strftime("%Y-%m-%d %H:%M", time.gmtime(e.pushed))
-            print(f"{e.hash}  {e.name} {e.version}  {format_size(e.size)}  {when} UTC")
-        print(f"{len(entries)} entries in {backend.url}")
+        for url, entries in listed:
+            for e in entries:
+                when = time.strftime("%Y-%m-%d %H:%M", time.gmtime(e.pushed))
+                print(f"{e.hash}  {e.name} {e.version}  {format_size(e.size)}  {when} UTC")
+            print(f"{len(entries)} entries in {url}")
         return 0
+    backend = open_backend(args.cache)
     if args.keep_last is None and args.older_than is None:
         raise UsageError("cache gc: give --keep-last N and/or --older-than DURATION")
     if args.keep_last is not None and args.keep_last < 0:

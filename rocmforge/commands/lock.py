@@ -1,4 +1,8 @@
-"""``rocmforge lock RECIPE...``: pin ``[source] ref`` to a commit and requirements to digests."""
+"""``rocmforge lock TARGET...``: pin ``[source] ref`` to a commit and requirements to digests.
+
+A TARGET is a recipe or a stack file; every recipe it is built against (``[requirements]
+recipes``) is locked too, dependencies first.
+"""
 
 from __future__ import annotations
 
@@ -19,11 +23,18 @@ def register(sub: Any) -> None:
         description="Resolve [source] ref to a full commit (written to rev) and the build "
         "requirements to their exact closure of wheels (written to the recipe's lock file, "
         "NAME.lock beside NAME.toml; a recipe of exact pins only gets [requirements] digests). "
+        "A stack, or a recipe built against other recipes, locks its whole closure. "
         "Comments and layout of the recipe are kept byte for byte outside the changed values. "
         "The resolver is uv if installed, else pip; ROCMFORGE_PIP_ARGS passes index options.",
     )
-    p.add_argument("recipes", nargs="*", metavar="RECIPE")
+    p.add_argument("recipes", nargs="*", metavar="TARGET", help="recipe or stack file")
     p.add_argument("--check", action="store_true", help="only report; exit 1 if not locked")
+    p.add_argument(
+        "--companions",
+        action="store_true",
+        help="RECIPE is a stack: pin its triton (torch's ci_commit_pins/triton.txt), torchvision "
+        "and torchaudio (released with that torch) from the stack's torch tree",
+    )
     p.add_argument(
         "--upgrade",
         nargs="?",
@@ -49,6 +60,7 @@ class _LazyPipFetcher:
 
 def run(args: argparse.Namespace) -> int:
     """``rocmforge lock RECIPE...``: write the resolved values back into each recipe."""
+    from rocmforge.graph import closure_files
     from rocmforge.lock import lock_recipe
 
     store = open_store(args, create=True)
@@ -60,12 +72,24 @@ def run(args: argparse.Namespace) -> int:
             upgrade[i] = "*"
     if not recipes:
         raise UsageError("lock: name at least one RECIPE")
-    reports = [
-        lock_recipe(
-            Path(r), store=store, fetcher=_LazyPipFetcher(), write=not args.check, upgrade=upgrade
-        )
-        for r in recipes
-    ]
+    if args.companions:
+        if upgrade:
+            raise UsageError("lock: --companions and --upgrade do not go together")
+        from rocmforge.companions import lock_companions
+
+        reports = [
+            report
+            for stack in recipes
+            for report in lock_companions(Path(stack), store=store, write=not args.check)
+        ]
+    else:
+        closure = closure_files(recipes)  # stacks expanded, dependencies first
+        reports = [
+            lock_recipe(
+                r, store=store, fetcher=_LazyPipFetcher(), write=not args.check, upgrade=upgrade
+            )
+            for r in closure
+        ]
     if args.json:
         emit_json([r.to_json() for r in reports])
     else:

@@ -7,7 +7,14 @@ import json
 import sys
 from typing import Any
 
-from rocmforge.commands._common import add_json_option, add_store_option, emit_json, open_store
+from rocmforge.commands._common import (
+    add_json_option,
+    add_store_option,
+    add_substitute_options,
+    emit_json,
+    open_store,
+    substitution_of,
+)
 
 
 def register(sub: Any) -> None:
@@ -20,6 +27,7 @@ def register(sub: Any) -> None:
         help="show the graph of recipes it is built against: each node's hash, cached or not",
     )
     add_store_option(p)
+    add_substitute_options(p, require=False)
     add_json_option(p)
     p.set_defaults(func=run)
 
@@ -47,17 +55,33 @@ def _left_out(recipe: Any) -> list[str]:
     return left
 
 
+def _offers(args: argparse.Namespace, missing: list[tuple[str, str, str]]) -> dict[str, Any]:
+    """Which binary cache would provide each missing ``(hash, name, version)``: one manifest
+    request per entry and cache (none with ``--offline``); problems are printed as warnings."""
+    if not missing:
+        return {}
+    _, caches, _ = substitution_of(args)
+    if not caches:
+        return {}
+    from rocmforge.cache.substitute import Wanted, offers
+
+    found = offers(caches, [Wanted(*m) for m in missing])
+    for note in dict.fromkeys(n for o in found.values() for n in o.notes):
+        print(f"warning: {note}", file=sys.stderr)
+    return {h: o.cache for h, o in found.items()}
+
+
 def run(args: argparse.Namespace) -> int:
     """``rocmforge plan TARGET``: show the derivation, the hash and whether it is cached."""
     from rocmforge.graph import lint_facts_for, load_graph, plan_dependencies
-    from rocmforge.realize import plan
-    from rocmforge.recipe.lints import describe
-    from rocmforge.sources.requirements import PipFetcher
 
     store = open_store(args, create=True)
     graph = load_graph([args.recipe])
     if args.graph or graph.stacks:
         return _graph(args, graph, store)
+    from rocmforge.realize import plan  # not before: `plan --graph` lints nothing
+    from rocmforge.recipe.lints import describe
+    from rocmforge.sources.requirements import PipFetcher
     [file] = graph.targets
     recipe = graph.recipes[file]
     deps = plan_dependencies(graph, file, store=store, fetcher=PipFetcher())
@@ -67,8 +91,12 @@ def run(args: argparse.Namespace) -> int:
         if finding.allowed is None:
             print(f"warning: {describe(recipe, finding)}", file=sys.stderr)
     left = _left_out(recipe)
+    missing = (
+        [] if report.cached or report.provisional else [(report.hash, report.name, report.version)]
+    )
+    offered = _offers(args, missing)
     if args.json:
-        emit_json({**report.to_json(), "left_out": left})
+        emit_json({**report.to_json(), "left_out": left, "substitutable": offered.get(report.hash)})
         return 0
     print(f"name:    {report.name} {report.version}")
     if report.provisional:
@@ -79,6 +107,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(f"hash:    {report.hash}")
     print(f"cached:  {'yes, ' + str(report.path) if report.cached else 'no'}")
+    if report.hash in offered:
+        where = offered[report.hash]
+        print(f"cache:   {'substitutable from ' + where if where else 'in no configured cache'}")
     if report.nearest:
         print(f"nearest cached build {report.nearest.hash[:12]} differs in:")
         for d in report.nearest.differences:
@@ -117,12 +148,15 @@ def _graph(args: argparse.Namespace, graph: Any, store: Any) -> int:
     from rocmforge.sources.requirements import PipFetcher
 
     nodes = plan_graph(graph, store=store, fetcher=PipFetcher())
+    offered = _offers(
+        args, [(n.hash, n.name, n.version) for n in nodes if not n.cached and not n.provisional]
+    )
     if args.json:
         emit_json(
             {
                 "targets": [str(t) for t in graph.targets],
                 "stacks": [{"name": s.name, "file": str(s.file)} for s in graph.stacks],
-                "nodes": [n.to_json() for n in nodes],
+                "nodes": [{**n.to_json(), "substitutable": offered.get(n.hash)} for n in nodes],
             }
         )
         return 0
@@ -130,6 +164,8 @@ def _graph(args: argparse.Namespace, graph: Any, store: Any) -> int:
     lines = []
     for n in nodes:
         state = "cached" if n.cached else "missing"
+        if offered.get(n.hash):
+            state += f", substitutable from {offered[n.hash]}"
         if n.provisional:
             state += ", provisional"
         mark = "*" if n.target else " "

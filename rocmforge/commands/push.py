@@ -1,6 +1,8 @@
 """``rocmforge push CACHE [TARGET...]``: upload store entries to a binary cache.
 
-Without TARGETs every sound entry of the store is pushed. Only what the cache lacks goes up (an
+Without TARGETs every sound entry of the store is pushed. A TARGET brings its closure (what it
+was built against; for a graph recipe or a stack, every node), dependencies first, unless
+``--no-closure``. Only what the cache lacks goes up (an
 entry whose manifest the cache has is skipped without reading it); blobs are written before the
 manifest, each with a no-replace rename, so a concurrent push of the same hash is safe.
 """
@@ -18,6 +20,7 @@ from rocmforge.commands._common import (
     emit_json,
     entry_of,
     open_store,
+    resolve_targets,
 )
 
 
@@ -31,6 +34,12 @@ def register(sub: Any) -> None:
     )
     p.add_argument("cache", metavar="CACHE", help="cache URL: file://DIR or oci://HOST[:PORT]/REPO")
     p.add_argument("targets", nargs="*", metavar="TARGET", help="entries to push (default: all)")
+    p.add_argument(
+        "--closure",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="push what each TARGET was built against too, dependencies first (default: on)",
+    )
     add_store_option(p)
     add_json_option(p)
     p.set_defaults(func=run)
@@ -38,16 +47,20 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """``rocmforge push CACHE [TARGET...]``."""
-    from rocmforge.cache.push import push_entries
+    from rocmforge.cache.push import push_entries, with_closure
     from rocmforge.cache.urls import open_backend
 
     backend = open_backend(args.cache)
     store = open_store(args)
     with store.shared_lock():
-        if args.targets:
-            entries = [entry_of(store, t) for t in args.targets]
-        else:
+        if not args.targets:
             entries = list(store.sound_entries())
+        elif args.closure:
+            entries = [e for t in args.targets for e in resolve_targets(store, t)]
+        else:
+            entries = [entry_of(store, t) for t in args.targets]
+        if args.closure:
+            entries = with_closure(store, entries)
         reporter = ConsoleReporter(sys.stderr, label="push")
         try:
             pushed = push_entries(backend, entries, reporter=reporter)

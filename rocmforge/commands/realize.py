@@ -12,9 +12,11 @@ from rocmforge.commands._common import (
     ConsoleReporter,
     add_json_option,
     add_store_option,
+    add_substitute_options,
     count,
     emit_json,
     open_store,
+    substitution_of,
 )
 
 
@@ -43,24 +45,12 @@ def register(sub: Any) -> None:
         action="store_true",
         help="build without the compiler cache (ccache); the hash and the wheel are the same",
     )
+    add_substitute_options(p)
     p.add_argument(
-        "--cache",
-        action="append",
-        metavar="URL",
-        help="on a miss, substitute from this binary cache (file://DIR, oci://HOST/REPO); "
-        "repeatable, asked before $ROCMFORGE_CACHES",
-    )
-    p.add_argument(
-        "--no-substitute",
-        "--offline",
-        dest="no_substitute",
-        action="store_true",
-        help="ask no binary cache: build every miss here",
-    )
-    p.add_argument(
-        "--require-substitute",
-        action="store_true",
-        help="fail (exit 1) instead of building when no cache provides a missing entry",
+        "--push",
+        metavar="CACHE",
+        help="after a successful realize, push every entry realized (the targets and their "
+        "closure, built or substituted) to CACHE; only what it lacks goes up",
     )
     p.add_argument("-v", "--verbose", action="store_true", help="echo build output (non-TTY)")
     p.add_argument(
@@ -99,6 +89,12 @@ def run(args: argparse.Namespace) -> int:
     from rocmforge.graph import lint_facts_for, load_graph, realize_graph
     from rocmforge.realize import check_link, lint, realize
 
+    if args.check and args.push:
+        from rocmforge.errors import UsageError
+
+        error = UsageError("--push does not go with --check (a check publishes nothing)")
+        error.about_recipe = False
+        raise error
     graph = load_graph(args.recipes)  # every recipe is checked before any build
     # Error lints of any recipe stop all of them; realize reports the warnings, without linting
     # (or probing the machine) again.
@@ -120,8 +116,7 @@ def run(args: argparse.Namespace) -> int:
         return detect_runner(args.sandbox, probe_cache=store.cache_dir / layout.CACHE_BWRAP)
 
     if args.check:
-        targets = [graph.recipes[f] for f in graph.targets]
-        return _check(args, targets, store, PipFetcher(), runner_factory)
+        return _check(args, graph, store, PipFetcher(), runner_factory)
 
     def reporter_factory(recipe: Any) -> ConsoleReporter:
         return ConsoleReporter(
@@ -138,14 +133,14 @@ def run(args: argparse.Namespace) -> int:
             how += _cache_note(report)
             print(f"rocmforge: {report.name} {report.version} {report.hash} {how}", file=sys.stderr)
 
-    from rocmforge.cache.urls import configured_caches
     from rocmforge.store.roots import TempRoots
 
-    caches = [] if args.no_substitute else configured_caches(args.cache)
-    if args.no_substitute and args.require_substitute:
-        from rocmforge.errors import UsageError
+    settings, caches, trusted = substitution_of(args)
+    push = None
+    if args.push:
+        from rocmforge.cache.urls import open_backend
 
-        raise UsageError("--require-substitute and --no-substitute/--offline contradict")
+        push = open_backend(args.push)  # a bad URL stops before any build
     # Every entry printed stays rooted until the output is out (the flock dies with us anyway).
     temp_roots = TempRoots(store)
     result = realize_graph(
@@ -168,14 +163,18 @@ def run(args: argparse.Namespace) -> int:
             "verify": args.verify,
             "compiler_cache": not args.no_compiler_cache,
             "caches": caches,
-            "require_substitute": args.require_substitute,
+            "require_substitute": settings.require_substitute,
+            "trusted": trusted,
         },
         child_args=[
             *(["--verify"] if args.verify else []),
             *(["--no-compiler-cache"] if args.no_compiler_cache else []),
-            *(["--no-substitute"] if args.no_substitute else []),
+            # the settings resolved here, so a child reads no other project file
+            "--config",
+            str(settings.project_file or ""),
+            "--substitute" if settings.substitute else "--no-substitute",
             *(a for url in (args.cache or []) for a in ("--cache", url)),
-            *(["--require-substitute"] if args.require_substitute else []),
+            *(["--require-substitute"] if settings.require_substitute else []),
         ],
     )
     if not result.ok:
@@ -194,10 +193,15 @@ def run(args: argparse.Namespace) -> int:
 
         for stack in graph.stacks:
             memo.record_stack(str(store.root), str(stack.file), [str(r) for r in stack.recipes])
+    pushed = None
+    if push is not None:
+        pushed = _push(push, store, [result.reports[f] for f in result.order])
     shown = list(graph.targets)
     if args.all:
         shown = [f for f in result.order if f not in graph.targets] + shown
     reports = [result.reports[f] for f in shown]
+    if pushed is not None:
+        print(pushed, file=sys.stderr)
     if args.json:
         emit_json([r.to_json() for r in reports])
     else:
@@ -207,6 +211,31 @@ def run(args: argparse.Namespace) -> int:
     sys.stdout.flush()
     temp_roots.close()
     return 0
+
+
+def _push(backend: Any, store: Any, reports: list[Any]) -> str:
+    """Push the entries of ``reports`` (a realized closure) to ``backend``; return a summary."""
+    from rocmforge.cache.push import push_entries
+
+    with store.shared_lock():
+        entries = [store.load(r.path) for r in reports]
+        reporter = ConsoleReporter(sys.stderr, label="push")
+        try:
+            pushed = push_entries(backend, entries, reporter=reporter)
+        finally:
+            reporter.close()
+    for p in pushed:
+        if not p.signed:
+            print(
+                f"warning: pushed {p.name} {p.version} unsigned: caches refuse it "
+                "(rocmforge key generate)",
+                file=sys.stderr,
+            )
+    sent = [p for p in pushed if not p.present]
+    return (
+        f"rocmforge: pushed {len(sent)} of {len(pushed)} entries to {backend.url} "
+        f"({sum(p.bytes for p in sent)} bytes; the others were there)"
+    )
 
 
 def _cache_note(report: Any) -> str:
@@ -228,13 +257,19 @@ def _link(out_link: str, i: int) -> Path:
 
 
 def _check(
-    args: argparse.Namespace, recipes: list[Any], store: Any, fetcher: Any, runner_factory: Any
+    args: argparse.Namespace, graph: Any, store: Any, fetcher: Any, runner_factory: Any
 ) -> int:
-    """``realize --check``: rebuild each cached recipe, compare, exit 1 on any difference."""
+    """``realize --check``: rebuild each cached target, compare, exit 1 on any difference.
+
+    A target built against other recipes is rebuilt against their stored entries.
+    """
+    from rocmforge.graph import built_dependencies
     from rocmforge.realize import check_rebuild
 
     reports = []
-    for recipe in recipes:
+    for file in graph.targets:
+        recipe = graph.recipes[file]
+        dependencies = built_dependencies(graph, file, store=store, fetcher=fetcher)
         reporter = ConsoleReporter(sys.stderr, label=recipe.package.name, verbose=args.verbose)
         try:
             report = check_rebuild(
@@ -243,6 +278,7 @@ def _check(
                 fetcher=fetcher,
                 runner_factory=runner_factory,
                 reporter=reporter,
+                dependencies=dependencies,
             )
         finally:
             reporter.close()

@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from rocmforge.errors import Problem, RecipeError
+from rocmforge.recipe import aotriton
+from rocmforge.recipe.aotriton import Asset
 from rocmforge.recipe.model import Recipe
 
 Severity = Literal["error", "warning"]
@@ -151,11 +153,15 @@ RULES: dict[str, Rule] = {
         Rule(id="RF153", name="setuptools-80", severity="error",
              summary="torch's setup.py develop/install need setuptools < 80"),
         Rule(id="RF154", name="setup-py-removed", severity="error",
-             summary="torch >= 2.13 has no setup.py (scikit-build-core): use the PEP 517 build"),
+             summary="torch >= 2.14 has no setup.py (scikit-build-core): use the PEP 517 build"),
         Rule(id="RF161", name="aotriton-input", severity="error",
              summary="torch >= 2.3: flash / memory-efficient attention need AOTriton as an input"),
         Rule(id="RF162", name="aotriton-arch", severity="warning",
-             summary="AOTriton supports only some archs (gfx90a, gfx942)"),
+             summary="AOTriton supports only some archs (2.5: gfx90a, gfx942)"),
+        Rule(id="RF163", name="aotriton-images", severity="error",
+             summary="an arch built with attention has no AOTriton image pack input"),
+        Rule(id="RF164", name="aotriton-version", severity="error",
+             summary="an AOTriton input of another release or ROCm than this torch expects"),
         Rule(id="RF171", name="build-version", severity="error",
              summary="PYTORCH_BUILD_VERSION is not a valid PEP 440 version"),
         Rule(id="RF172", name="build-version-mismatch", severity="error",
@@ -247,10 +253,12 @@ _SETUP_DEVELOP = re.compile(r"setup\.py\b[^;&|]*\b(develop|install)\b")
 #: own build (setup.py / its PEP 517 backend) runs hipify itself.
 HIPIFY_BY_TORCH_SINCE = "2.9"
 #: RF154: the first torch release without setup.py. The switch to scikit-build-core and the removal
-#: of setup.py landed on main on 2026-07-20 (pytorch#189758, #180247, #180248); release/2.12 was
-#: branched before and still builds with setuptools (TheRock#6537 built it with ``python -m build``
-#: through the setuptools backend), so 2.13 is the first release without it.
-SETUP_PY_REMOVED_SINCE = "2.13"
+#: of setup.py landed on main on 2026-07-20 (pytorch#189758, #180247, #180248). release/2.13 was
+#: branched in the week of 2026-06-08 (release tracker pytorch#186934; 2.13.0 shipped 2026-07-08)
+#: and still builds with setuptools; release/2.14 was branched on 2026-08-10 (pytorch#193034), after
+#: the switch, so 2.14 is the first release without setup.py (spack's py-torch: scikit-build-core
+#: ``when="@2.14:"``, setuptools/cmake/ninja "historical" ``when="@:2.13"``).
+SETUP_PY_REMOVED_SINCE = "2.14"
 #: Any step that runs torch's setup.py.
 _SETUP_PY = re.compile(r"\bsetup\.py\b")
 #: RF161: ROCm flash / memory-efficient attention (built on AOTriton) arrived in torch 2.3
@@ -659,7 +667,10 @@ def _lint_steps(recipe: Recipe, facts: LintFacts) -> Iterator[Finding]:
                     "with the release's requirements-build.txt in [requirements] build",
                 )
                 break
-    if is_torch(recipe) and any(_SETUP_DEVELOP.search(s) for s in steps):
+    # RF153 is about torch's own setup.py: from SETUP_PY_REMOVED_SINCE on there is none (RF154).
+    if torch_in_range(recipe, before=SETUP_PY_REMOVED_SINCE) and any(
+        _SETUP_DEVELOP.search(s) for s in steps
+    ):
         pins = _pins(recipe)
         if "setuptools" not in pins:
             yield _emit(
@@ -714,6 +725,18 @@ def _lint_cmake(recipe: Recipe, facts: LintFacts) -> Iterator[Finding]:
         )
 
 
+def _aotriton_assets(recipe: Recipe) -> list[tuple[str, Asset]]:
+    """(input name, asset) of every ``[inputs]`` archive named like an AOTriton release asset."""
+    out = []
+    for name in sorted(recipe.inputs):
+        spec = recipe.inputs[name]
+        where = spec.url or (spec.path.name if spec.path is not None else "")
+        asset = aotriton.parse_asset(where)
+        if asset is not None:
+            out.append((name, asset))
+    return out
+
+
 def _lint_attention(recipe: Recipe, facts: LintFacts) -> Iterator[Finding]:
     if not (is_rocm(recipe) and torch_in_range(recipe, since=AOTRITON_SINCE)):
         return
@@ -723,10 +746,25 @@ def _lint_attention(recipe: Recipe, facts: LintFacts) -> Iterator[Finding]:
         return
     which = " and ".join(enabled) + (" (on by default)" if not any(
         n in recipe.env for n in enabled) else "")  # fmt: skip
-    fix = (
-        'declare AOTriton as an input with env = "AOTRITON_INSTALLED_PREFIX", '
-        'or set USE_FLASH_ATTENTION = "0" and USE_MEM_EFF_ATTENTION = "0"'
-    )
+    have = _version(recipe.package.version)
+    release = aotriton.for_torch(have.release) if have is not None else None
+    rocm = aotriton.rocm_minor(recipe.toolchain.rocm or getattr(recipe.toolchain, "version", None))
+    archs = [t for _, t in recipe_archs(recipe) if ARCH_TOKEN.match(t)]
+    assets = _aotriton_assets(recipe)
+    runtimes = [(n, a) for n, a in assets if a.is_runtime]
+    if release is not None and rocm is not None and rocm in release.runtimes:
+        fix = (
+            f"declare AOTriton {release.version}'s release assets as [inputs] (url + sha256; "
+            f"`{release.runtime_name(rocm)}` and the image pack of each arch, docs/recipes.md "
+            '"AOTriton"), or set USE_FLASH_ATTENTION = "0" and USE_MEM_EFF_ATTENTION = "0"'
+        )
+    else:
+        fix = (
+            'declare AOTriton as an input with env = "AOTRITON_INSTALLED_PREFIX", '
+            'or set USE_FLASH_ATTENTION = "0" and USE_MEM_EFF_ATTENTION = "0"'
+        )
+    expects = f" (this torch expects AOTriton {release.version})" if release else ""
+    prefix_step = any("AOTRITON_INSTALLED_PREFIX=" in step for step in recipe.build.steps)
     if "AOTRITON_INSTALLED_PREFIX" not in _inputs_env(recipe):
         if "AOTRITON_INSTALLED_PREFIX" in recipe.env:
             yield _emit(
@@ -737,23 +775,89 @@ def _lint_attention(recipe: Recipe, facts: LintFacts) -> Iterator[Finding]:
                 fix,
                 severity="warning",
             )
-        else:
+        elif runtimes and not prefix_step:
+            yield _emit(
+                "RF161",
+                f"inputs.{runtimes[0][0]}",
+                "AOTriton is declared as an input, but no step sets AOTRITON_INSTALLED_PREFIX to "
+                "it, so torch's CMake still downloads AOTriton, which fails without network",
+                'merge the inputs into one prefix and run the build with AOTRITON_INSTALLED_PREFIX'
+                '=<it> (docs/recipes.md "AOTriton")',
+            )
+        elif not runtimes:
             yield _emit(
                 "RF161",
                 "env.USE_FLASH_ATTENTION",
-                f"{which} pull in AOTriton; without a preinstalled one the build downloads it, "
-                "which fails without network",
+                f"{which} pull in AOTriton{expects}; without a preinstalled one the build "
+                "downloads it, which fails without network",
                 fix,
             )
-    built = {_base(t) for _, t in recipe_archs(recipe) if ARCH_TOKEN.match(t)}
-    bad = sorted((built & KNOWN_ARCHS) - AOTRITON_ARCHS)  # unknown ones are RF104's
+    if release is not None:
+        yield from _aotriton_release(recipe, release, rocm, archs, assets)
+    built = {_base(t) for t in archs}
+    if release is not None and release.images:
+        bad = sorted(a for a in built & KNOWN_ARCHS if release.image_for(a) is None)
+        supported = ", ".join(i.removeprefix("amd-") for i in release.images)
+    else:
+        bad = sorted((built & KNOWN_ARCHS) - AOTRITON_ARCHS)  # unknown ones are RF104's
+        supported = "gfx90a and gfx942"
     if bad:
         yield _emit(
             "RF162",
             "env.PYTORCH_ROCM_ARCH",
-            f"AOTriton (flash / memory-efficient attention) supports gfx90a and gfx942, not "
-            f"{', '.join(bad)}",
+            f"AOTriton{' ' + release.version if release else ''} (flash / memory-efficient "
+            f"attention) supports {supported}, not {', '.join(bad)}",
             'set USE_FLASH_ATTENTION = "0" and USE_MEM_EFF_ATTENTION = "0" for these archs',
+        )
+
+
+def _aotriton_release(
+    recipe: Recipe,
+    release: aotriton.Release,
+    rocm: str | None,
+    archs: list[str],
+    assets: list[tuple[str, Asset]],
+) -> Iterator[Finding]:
+    """RF163/RF164: the declared AOTriton assets against the release this torch pins."""
+    torch = recipe.package.version
+    for name, asset in assets:
+        if asset.version != release.version:
+            yield _emit(
+                "RF164",
+                f"inputs.{name}",
+                f"AOTriton {asset.version}, but torch {torch} is built against AOTriton "
+                f"{release.version} (its cmake/External/aotriton.cmake); another release's API "
+                "and kernels do not match",
+                f"use the {release.version} assets (docs/recipes.md \"AOTriton\")",
+            )
+        elif asset.rocm is not None and rocm is not None and asset.rocm != rocm:
+            ok = rocm in release.runtimes
+            yield _emit(
+                "RF164",
+                f"inputs.{name}",
+                f"the AOTriton runtime for ROCm {asset.rocm}, but the toolchain is ROCm {rocm}: "
+                "aotriton.cmake only uses a runtime built for exactly the build's ROCm (ABI)",
+                f"use {release.runtime_name(rocm)} (sha256 {release.runtimes[rocm]})"
+                if ok
+                else f"AOTriton {release.version} has no runtime for ROCm {rocm}: use a ROCm of "
+                f"{', '.join(release.runtimes)} or turn attention off",
+            )
+    if not release.images or not assets:
+        return  # before the split, or a preinstalled prefix (a directory) that may hold them
+    declared = {a.image for _, a in assets if a.image is not None}
+    missing: dict[str, str] = {}
+    for arch in archs:
+        image = release.image_for(arch)
+        if image is not None and image not in declared:
+            missing.setdefault(image, _base(arch))
+    for image, arch in missing.items():
+        yield _emit(
+            "RF163",
+            "env.PYTORCH_ROCM_ARCH",
+            f"AOTriton {release.version} ships the kernels for {arch} as a separate image pack "
+            f"({image}) and no input declares it: flash attention would find no kernel for {arch}",
+            f"declare {release.url(release.image_name(image))} (sha256 {release.images[image]}) "
+            "as an input and merge it into the AOTriton prefix",
         )
 
 

@@ -56,6 +56,12 @@ def load_recipe(path: Path | str) -> Recipe:
     return _load(file, _read(file, None))
 
 
+def load_recipe_unlocked(path: Path | str) -> Recipe:
+    """Like :func:`load_recipe`, without applying the lock file (what ``lock`` reads)."""
+    file = Path(os.path.abspath(path))
+    return _load(file, _read(file, None), locked=False)
+
+
 def parse_recipe_text(text: str, *, file: Path, locked: bool = True) -> Recipe:
     """Validate recipe ``text`` as if it were stored at ``file``.
 

@@ -783,7 +783,7 @@ class Store:
         """Write ``meta.json`` into ``staged`` and seal it; return its derivation document."""
         try:
             derivation, full_meta = self._prepare(staged, hash, name, version, meta)
-            write_atomic(staged / layout.META, json_bytes(full_meta.to_json()))
+            write_atomic(staged / layout.META, json_bytes(full_meta.to_json()), durable=False)
             self._seal(staged)
         except OSError as e:
             raise StoreError(f"cannot stage {staged} for publishing as {final.name}: {e}") from e

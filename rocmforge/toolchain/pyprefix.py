@@ -79,6 +79,20 @@ def scan_prefix(prefix: Path, short: str) -> tuple[dict[str, Any], list[str]]:
 _SEEN: dict[tuple[str, str, str], tuple[Mapping[str, Any], tuple[str, ...], tuple[str, ...]]] = {}
 
 
+def _memo_guards(prefix: Path, short: str, guards: list[str]) -> list[str]:
+    """Every directory of ``guards`` plus the interpreter's key files (headers, libpython)."""
+    key_files = (str(prefix / "include"), str(prefix / "lib"))
+    return [
+        g
+        for g in guards
+        if os.path.isdir(g)
+        or (
+            g.startswith(key_files)
+            and _part(os.path.relpath(g, prefix), short) in ("headers", "libpython")
+        )
+    ]
+
+
 def prefix_coverage(
     prefix: Path, short: str, *, cache_dir: Path
 ) -> tuple[Mapping[str, Any], tuple[str, ...], tuple[str, ...]]:
@@ -95,23 +109,14 @@ def prefix_coverage(
     cache = StatCache(cache_dir / layout.CACHE_PYPREFIX)
     key = f"pyprefix|{PREFIX_VERSION}|{prefix}|{short}"
     hit = cache.get(key)
-    if isinstance(hit, dict) and isinstance(hit.get("guards"), list):
-        parts, guards = hit["parts"], hit["guards"]
+    if isinstance(hit, dict) and isinstance(hit.get("memo"), list):
+        parts, memo = hit["parts"], hit["memo"]
     else:
         parts, guards = scan_prefix(prefix, short)
-        cache.put(key, {"parts": parts, "guards": guards}, guards)
+        memo = _memo_guards(prefix, short, guards)
+        cache.put(key, {"parts": parts, "memo": memo}, guards)
     site = prefix / "lib" / f"python{short}" / "site-packages"
     masks = (str(site),) if site.is_dir() else ()
-    key_files = (str(prefix / "include"), str(prefix / "lib"))
-    memo = [
-        g
-        for g in guards
-        if os.path.isdir(g)
-        or (
-            g.startswith(key_files)
-            and _part(os.path.relpath(g, prefix), short) in ("headers", "libpython")
-        )
-    ]
     result = (parts, tuple(memo), masks)
     _SEEN[(str(prefix), short, str(cache_dir))] = result
     return result

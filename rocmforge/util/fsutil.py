@@ -25,11 +25,13 @@ _FULL = (errno.ENOSPC, errno.EDQUOT)
 _SQLITE_FULL = 13  # SQLITE_FULL: "database or disk is full"
 
 
-def write_atomic(path: Path, data: bytes, *, mode: int = 0o644) -> None:
+def write_atomic(path: Path, data: bytes, *, mode: int = 0o644, durable: bool = True) -> None:
     """Replace ``path`` with ``data`` atomically; the parent directory is created if missing.
 
     Raises :class:`OSError`; callers convert it into their own error with context. On any
-    failure the temp file is removed and ``path`` is untouched.
+    failure the temp file is removed and ``path`` is untouched. ``durable=False`` skips the
+    fsync: for files in a scratch directory, or in a staged entry that is sealed (fsynced as a
+    whole) before it is published.
     """
     import tempfile  # here, not at the top: the CLI imports this module on every run
 
@@ -40,7 +42,8 @@ def write_atomic(path: Path, data: bytes, *, mode: int = 0o644) -> None:
             f.write(data)
             f.flush()
             os.fchmod(f.fileno(), mode)
-            os.fsync(f.fileno())
+            if durable:
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

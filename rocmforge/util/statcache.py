@@ -8,6 +8,7 @@ corrupt cache never reaches the code that trusts its shape.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from collections.abc import Iterable, Mapping
@@ -43,8 +44,17 @@ def read_json(path: Path) -> dict[str, Any]:
 
 
 def write_json_atomic(path: Path, data: Mapping[str, Any]) -> None:
-    """Write ``data`` as JSON to ``path`` atomically (temp file in the same dir, fsync, rename)."""
-    write_atomic(path, json_bytes(data))
+    """Write ``data`` as JSON to ``path`` atomically (temp file in the same dir, rename).
+
+    Not fsynced: a cache file torn by a crash reads as empty (:func:`read_json`) and each value
+    carries its own seal, so the worst case is recomputing it.
+    """
+    write_atomic(path, json_bytes(data), durable=False)
+
+
+#: Why a cache file may not be writable without anything being wrong: a read-only store (a
+#: shared mount), or a full disk (the command fails later where it must write, not here).
+_UNWRITABLE = (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC, errno.EDQUOT)
 
 
 def _seal(value: Any) -> str | None:
@@ -86,5 +96,9 @@ class StatCache:
         """Store ``value`` under ``key``, valid while ``guards`` keep their stat signatures."""
         data = dict(read_json(self.path))  # re-read: another process may have added keys
         data[key] = {"guards": signatures(guards), "value": value, "seal": _seal(value)}
-        write_json_atomic(self.path, data)
+        try:
+            write_json_atomic(self.path, data)
+        except OSError as exc:
+            if exc.errno not in _UNWRITABLE:
+                raise
         self._data = data
