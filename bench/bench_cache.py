@@ -92,8 +92,9 @@ def make_entry(t: Path, mb: int) -> tuple[Store, Entry, str]:
     return store, entry, "bench:" + base64.b64encode(pub).decode()
 
 
-def start_registry(root: Path) -> tuple[subprocess.Popen[bytes], int] | None:
-    """Start docker-registry on loopback with storage in ``root``; None when not installed."""
+def start_registry(root: Path) -> tuple[subprocess.Popen[bytes], str] | None:
+    """Start docker-registry on loopback with storage in ``root``; return (process, cache URL)
+    or None when not installed."""
     exe = shutil.which("docker-registry")
     if exe is None:
         return None
@@ -115,7 +116,7 @@ def start_registry(root: Path) -> tuple[subprocess.Popen[bytes], int] | None:
     for _ in range(100):
         try:
             opener.open(f"http://127.0.0.1:{port}/v2/", timeout=1).close()
-            return proc, port
+            return proc, f"oci://127.0.0.1:{port}/bench/cache"
         except OSError:
             time.sleep(0.05)
     proc.terminate()
@@ -251,6 +252,7 @@ def main() -> None:
         wheel = entry.path / WHEEL
         sha = entry.meta.wheels[0].sha256
         reg = start_registry(t / "registry")
+        port = int(reg[1].split(":")[2].split("/")[0]) if reg is not None else 0
         caches = ["file"] + (["oci"] if reg is not None else [])
         if reg is None:
             print("docker-registry not installed: oci:// figures skipped")
@@ -262,7 +264,7 @@ def main() -> None:
                     if kind == "file":
                         return f"file://{t / name}"
                     assert reg is not None
-                    return f"oci://127.0.0.1:{reg[1]}/bench/{name}"
+                    return f"oci://127.0.0.1:{port}/bench/{name}"
 
                 print(f"{kind}://")
                 # 1. miss, whole processes (imports included): a realize's local lookup alone
@@ -295,7 +297,7 @@ def main() -> None:
                         assert reg is not None
                         c1 = registry_cpu(reg[0].pid)
                         anchors.append(
-                            timed(lambda r=r: curl_put(reg[1], f"bench/curl{r}", wheel, sha))
+                            timed(lambda r=r: curl_put(port, f"bench/curl{r}", wheel, sha))
                         )
                         cpu["push"].append(c1 - c0)
                         cpu["curl"].append(registry_cpu(reg[0].pid) - c1)
@@ -339,7 +341,7 @@ def main() -> None:
                     else:
                         assert reg is not None
                         anchors.append(
-                            timed(lambda o=out: curl_get(reg[1], f"bench/push{runs - 1}", sha, o))
+                            timed(lambda o=out: curl_get(port, f"bench/push{runs - 1}", sha, o))
                         )
                     os.unlink(out)
                 anchor = "cp" if kind == "file" else "curl -o"
