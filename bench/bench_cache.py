@@ -1,14 +1,21 @@
 """Binary caches (issue 16): miss cost, substitution and push throughput, file:// and oci://.
 
 A synthetic signed entry (one wheel of random bytes, a derivation, a provenance statement signed
-with a fresh ed25519 key) is pushed and substituted through the real backends: a file:// cache
-in a temp directory and Debian's docker-registry on 127.0.0.1 (skipped when not installed).
-Figures, each a pair and its ratio:
-  1. a cache miss (one manifest lookup) vs nothing: target <= 30 ms extra;
-  2. substituting the entry (download, sha256 while streaming, signature, publish) vs `cp` of
-     the wheel: target >= 80% of cp speed (file://), >= 200 MB/s (loopback registry);
-  3. pushing it: >= 200 MB/s to the registry; a second push (manifest present): <= 100 ms.
-Usage: python bench/bench_cache.py [--mb 500] [--quick]  (--quick: 50 MB)
+with a fresh ed25519 key) is published into store A and pushed (``push_entries``) and
+substituted (``substitute``) through the real backends: a file:// cache in a temp directory and
+Debian's docker-registry on 127.0.0.1 (skipped when not installed). Each figure is a pair
+measured in the same run, alternating A B A B over ``--runs`` rounds, printed as both medians
+and the median of the per-round ratios:
+  1. a cache miss (``substitute`` asking the cache, which lacks the hash) vs a plain local miss
+     (the store lookup): target <= 30 ms extra;
+  2. push of the entry to a fresh cache vs the anchor: ``cp`` + fsync of the wheel (file://) or
+     a raw ``curl -T`` PUT of the same blob (oci://): target >= 200 MB/s to the registry;
+     a second push (the cache has it): <= 100 ms;
+  3. substituting it into a fresh store (download, sha256 + blake3 while streaming, signature,
+     publish with fsync) vs the anchor: ``cp`` + fsync of the cached blob (file://, target
+     >= 80% of its speed) or ``curl -o`` + fsync of the blob (oci://, target >= 200 MB/s).
+Page caches are warm (the wheel was just written): it measures CPU and copies, not the disk.
+Usage: python bench/bench_cache.py [--mb 500] [--runs 5] [--quick]  (--quick: 50 MB, 2 rounds)
 """
 
 from __future__ import annotations
@@ -18,37 +25,47 @@ import base64
 import hashlib
 import json
 import os
+import resource
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from rocmforge.cache.manifest import FileRef, Manifest  # noqa: E402
+from rocmforge.cache.push import push_entries  # noqa: E402
 from rocmforge.cache.substitute import Wanted, substitute  # noqa: E402
 from rocmforge.cache.urls import open_backend  # noqa: E402
 from rocmforge.signing import PublicKey, SecretKey, sign_payload  # noqa: E402
-from rocmforge.store.entry import input_hash  # noqa: E402
-from rocmforge.store.store import open_store  # noqa: E402
+from rocmforge.store.entry import Entry, input_hash  # noqa: E402
+from rocmforge.store.store import Store, open_store  # noqa: E402
 from rocmforge.util.progress import NullReporter  # noqa: E402
 
+WHEEL = "bench-1.0-py3-none-any.whl"
 
-def make_entry(d: Path, mb: int) -> tuple[Wanted, dict[str, Path], str]:
-    """Write a signed synthetic entry's files into ``d``; return (identity, files, public key)."""
+
+def make_entry(t: Path, mb: int) -> tuple[Store, Entry, str]:
+    """Publish a signed synthetic entry into a store under ``t``; return (store, entry, key)."""
     from nacl.signing import SigningKey
 
+    store = open_store(t / "store-a")
+    d = t / "staged"
     d.mkdir(parents=True)
-    wheel = d / "bench-1.0-py3-none-any.whl"
+    wheel = d / WHEEL
+    sha = hashlib.sha256()
     with open(wheel, "wb") as f:
         for _ in range(mb):
-            f.write(os.urandom(1 << 20))
-    sha = hashlib.sha256(wheel.read_bytes()).hexdigest()
+            block = os.urandom(1 << 20)
+            sha.update(block)
+            f.write(block)
     derivation = {
         "package": {"name": "bench", "version": "1.0"},
         "env": {"NONCE": os.urandom(8).hex()},
@@ -58,7 +75,7 @@ def make_entry(d: Path, mb: int) -> tuple[Wanted, dict[str, Path], str]:
     h = input_hash(derivation)
     statement = {
         "_type": "https://in-toto.io/Statement/v1",
-        "subject": [{"name": wheel.name, "digest": {"sha256": sha}}],
+        "subject": [{"name": WHEEL, "digest": {"sha256": sha.hexdigest()}}],
         "predicate": {
             "buildDefinition": {
                 "internalParameters": {"inputHash": h, "sandbox": "bwrap", "host": "bench"}
@@ -71,35 +88,13 @@ def make_entry(d: Path, mb: int) -> tuple[Wanted, dict[str, Path], str]:
     pub = bytes(SigningKey(seed).verify_key)
     key = SecretKey("bench", seed, PublicKey("bench", pub))
     (d / "provenance.dsse.json").write_text(json.dumps(sign_payload(payload, key)))
-    files = {p.name: p for p in d.iterdir()}
-    return Wanted(h, "bench", "1.0"), files, "bench:" + base64.b64encode(pub).decode()
-
-
-def push(backend, want: Wanted, files: dict[str, Path]) -> float:
-    """Upload the entry's blobs and manifest; return seconds."""
-    t = time.perf_counter()
-    refs = []
-    for name, p in sorted(files.items()):
-        digest = hashlib.sha256(p.read_bytes()).hexdigest()
-        refs.append(FileRef(name, digest, p.stat().st_size))
-        if not backend.has_blob(digest):
-            backend.put_blob(digest, p)
-    if backend.get_manifest(want.hash) is None:
-        backend.put_manifest(
-            want.hash, Manifest(want.hash, want.name, want.version, tuple(refs), {}).to_bytes()
-        )
-    return time.perf_counter() - t
-
-
-def second_push(backend, want: Wanted) -> float:
-    """What push does for an entry the cache has: one manifest lookup."""
-    t = time.perf_counter()
-    assert backend.get_manifest(want.hash) is not None
-    return time.perf_counter() - t
+    entry = store.publish(d, hash=h, name="bench", version="1.0", meta={"sandbox": "bwrap"})
+    return store, entry, "bench:" + base64.b64encode(pub).decode()
 
 
 def start_registry(root: Path) -> tuple[subprocess.Popen[bytes], str] | None:
-    """Start docker-registry on loopback with storage in ``root``; None when not installed."""
+    """Start docker-registry on loopback with storage in ``root``; return (process, cache URL)
+    or None when not installed."""
     exe = shutil.which("docker-registry")
     if exe is None:
         return None
@@ -128,61 +123,241 @@ def start_registry(root: Path) -> tuple[subprocess.Popen[bytes], str] | None:
     return None
 
 
+def timed(fn: Callable[[], Any]) -> float:
+    """Return the seconds ``fn()`` took."""
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
+def cp_fsync(src: Path, dst: Path) -> None:
+    """``cp`` with an fsync of the copy (a published entry is fsynced too)."""
+    subprocess.run(["cp", str(src), str(dst)], check=True)
+    fd = os.open(dst, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def curl_put(port: int, repo: str, wheel: Path, sha: str) -> None:
+    """The registry's own ceiling: a POST for an upload location, then ``curl -T`` of the blob."""
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{port}/v2/{repo}/blobs/uploads/", data=b"", method="POST"
+    )
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with opener.open(req, timeout=30) as resp:
+        location = resp.headers["Location"]
+    target = urllib.parse.urljoin(f"http://127.0.0.1:{port}/", location)
+    sep = "&" if "?" in target else "?"
+    subprocess.run(
+        ["curl", "-sSf", "--noproxy", "*", "-H", "Expect:", "-H",
+         "Content-Type: application/octet-stream", "-T", str(wheel),
+         f"{target}{sep}digest=sha256:{sha}", "-o", os.devnull],
+        check=True,
+    )  # fmt: skip
+
+
+def curl_get(port: int, repo: str, sha: str, out: Path) -> None:
+    """``curl -o`` of the blob, then fsync (what a substitution's publish does)."""
+    subprocess.run(
+        ["curl", "-sSf", "--noproxy", "*", "-o", str(out),
+         f"http://127.0.0.1:{port}/v2/{repo}/blobs/sha256:{sha}"],
+        check=True,
+    )  # fmt: skip
+    fd = os.open(out, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+MISS = """
+import sys
+import rocmforge.realize
+from rocmforge.store.store import open_store
+store = open_store(sys.argv[1])
+assert store.lookup(sys.argv[2], "bench", "1.0") is None
+if len(sys.argv) > 3:
+    from rocmforge.cache.substitute import Wanted, substitute
+    from rocmforge.util.progress import NullReporter
+    want = Wanted(sys.argv[2], "bench", "1.0")
+    assert substitute(store, [sys.argv[3]], want, NullReporter()) is None
+"""
+
+
+def miss_process(store: Path, want: Wanted, cache: str | None) -> None:
+    """A process that imports realize, opens the store and misses in it (then in ``cache``)."""
+    subprocess.run(
+        [sys.executable, "-c", MISS, str(store), want.hash, *([cache] if cache else [])],
+        check=True,
+        cwd=REPO,
+    )
+
+
+def children_cpu() -> float:
+    """CPU seconds (user + system) of the finished child processes so far."""
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+def registry_cpu(pid: int) -> float:
+    """CPU seconds (user + system) the registry process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def sha256_floor(path: Path) -> None:
+    """Read the file and sha256 it (no write): what checking a digest costs at the least."""
+    h = hashlib.sha256()
+    buf = memoryview(bytearray(1 << 20))
+    with open(path, "rb", buffering=0) as f:
+        while n := f.readinto(buf):
+            h.update(buf[:n])
+
+
+def pair(label: str, a: list[float], b: list[float], a_name: str, b_name: str) -> float:
+    """Print medians of ``a`` and ``b`` and the median per-round ratio a/b; return it."""
+    ratio = statistics.median(x / y for x, y in zip(a, b, strict=True))
+    print(
+        f"  {label}: {a_name} {statistics.median(a) * 1000:.2f} ms vs {b_name} "
+        f"{statistics.median(b) * 1000:.2f} ms: ratio {ratio:.2f} "
+        f"(min {min(a) * 1000:.2f} / {min(b) * 1000:.2f} ms)"
+    )
+    return ratio
+
+
+def verdict(ok: bool) -> str:
+    """``met`` or ``MISSED``."""
+    return "met" if ok else "MISSED"
+
+
 def main() -> None:
     """Run the figures and print each pair with its ratio."""
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--mb", type=int, default=500)
-    ap.add_argument("--quick", action="store_true", help="50 MB")
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--quick", action="store_true", help="50 MB, 2 rounds")
     args = ap.parse_args()
-    mb = 50 if args.quick else args.mb
+    mb, runs = (50, 2) if args.quick else (args.mb, args.runs)
+    size_mb = mb * (1 << 20) / 1e6  # MB/s figures are in 10^6 bytes
     with tempfile.TemporaryDirectory(prefix="bench-cache-", dir=os.environ.get("TMPDIR")) as tmp:
         t = Path(tmp)
-        want, files, public = make_entry(t / "entry", mb)
+        store_a, entry, public = make_entry(t, mb)
         os.environ["ROCMFORGE_TRUSTED_KEYS"] = public
-        wheel = files["bench-1.0-py3-none-any.whl"]
-        t0 = time.perf_counter()
-        shutil.copyfile(wheel, t / "cp.whl")
-        with open(t / "cp.whl", "rb+") as f:
-            os.fsync(f.fileno())
-        cp = time.perf_counter() - t0
-        print(f"cp of {mb} MB (with fsync): {cp:.3f} s ({mb / cp:.0f} MB/s)")
-        urls = [f"file://{t / 'cache'}"]
+        want = Wanted(entry.hash, entry.name, entry.version)
+        missing = Wanted("0" * 32, entry.name, entry.version)
+        wheel = entry.path / WHEEL
+        sha = entry.meta.wheels[0].sha256
         reg = start_registry(t / "registry")
-        if reg is not None:
-            urls.append(reg[1])
-        else:
+        port = int(reg[1].split(":")[2].split("/")[0]) if reg is not None else 0
+        caches = ["file"] + (["oci"] if reg is not None else [])
+        if reg is None:
             print("docker-registry not installed: oci:// figures skipped")
+        print(f"entry: {mb} MiB wheel ({size_mb:.0f} MB), {runs} rounds, A B alternating")
         try:
-            for url in urls:
-                backend = open_backend(url)
-                n = 20
-                t0 = time.perf_counter()
-                for _ in range(n):
-                    backend.get_manifest("0" * 32)
-                miss = (time.perf_counter() - t0) / n
-                print(
-                    f"{url.split(':')[0]}: miss lookup {miss * 1000:.2f} ms vs 0 (target <= 30 ms)"
-                )
-                up = push(backend, want, files)
-                print(
-                    f"  push {mb} MB: {up:.3f} s ({mb / up:.0f} MB/s; "
-                    "target >= 200 MB/s to a registry)"
-                )
-                again = second_push(backend, want)
-                print(f"  second push: {again * 1000:.1f} ms (target <= 100 ms)")
-                store = open_store(t / f"store-{url.split(':')[0]}")
-                t0 = time.perf_counter()
-                entry = substitute(store, [url], want, NullReporter(), require=True)
-                sub = time.perf_counter() - t0
-                assert entry is not None
-                print(
-                    f"  substitute {mb} MB: {sub:.3f} s ({mb / sub:.0f} MB/s) vs cp {cp:.3f} s: "
-                    f"{cp / sub:.0%} of cp speed (target >= 80% file://, >= 200 MB/s oci://)"
-                )
-                store.close()
+            for kind in caches:
+
+                def url(name: str, kind: str = kind) -> str:
+                    if kind == "file":
+                        return f"file://{t / name}"
+                    assert reg is not None
+                    return f"oci://127.0.0.1:{port}/bench/{name}"
+
+                print(f"{kind}://")
+                # 1. miss, whole processes (imports included): a realize's local lookup alone
+                #    vs that plus asking the cache, which lacks the hash.
+                local, cache, local_cpu, cache_cpu = [], [], [], []
+                for _ in range(4 if args.quick else 10):
+                    c0 = children_cpu()
+                    local.append(timed(lambda: miss_process(t / "store-a", missing, None)))
+                    c1 = children_cpu()
+                    cache.append(timed(lambda: miss_process(t / "store-a", missing, url("empty"))))
+                    local_cpu.append(c1 - c0)
+                    cache_cpu.append(children_cpu() - c1)
+                extra = statistics.median(cache) - statistics.median(local)
+                extra_cpu = statistics.median(cache_cpu) - statistics.median(local_cpu)
+                pair("miss (whole process)", cache, local, "local + cache", "local")
+                print(f"    -> {extra * 1000:.1f} ms wall, {extra_cpu * 1000:.1f} ms CPU over a "
+                      f"local miss (target <= 30 ms: wall {verdict(extra <= 0.030)}, "
+                      f"CPU {verdict(extra_cpu <= 0.030)})")  # fmt: skip
+                # 2. push to a fresh cache vs the anchor; then a second push.
+                pushes, anchors, seconds = [], [], []
+                cpu: dict[str, list[float]] = {"push": [], "curl": []}
+                for r in range(runs):
+                    dest = url(f"push{r}")
+                    c0 = registry_cpu(reg[0].pid) if reg is not None else 0.0
+                    pushes.append(timed(lambda d=dest: push_entries(open_backend(d), [entry])))
+                    if kind == "file":
+                        anchors.append(timed(lambda r=r: cp_fsync(wheel, t / f"cp{r}.whl")))
+                        os.unlink(t / f"cp{r}.whl")
+                    else:
+                        assert reg is not None
+                        c1 = registry_cpu(reg[0].pid)
+                        anchors.append(
+                            timed(lambda r=r: curl_put(port, f"bench/curl{r}", wheel, sha))
+                        )
+                        cpu["push"].append(c1 - c0)
+                        cpu["curl"].append(registry_cpu(reg[0].pid) - c1)
+                    seconds.append(timed(lambda d=dest: push_entries(open_backend(d), [entry])))
+                    if kind == "file" and r < runs - 1:
+                        shutil.rmtree(t / f"push{r}")
+                anchor = "cp" if kind == "file" else "curl -T"
+                ratio = pair("push", pushes, anchors, "push", anchor)
+                rate = size_mb / statistics.median(pushes)
+                target = "" if kind == "file" else f"; target >= 200 MB/s: {verdict(rate >= 200)}"
+                print(f"    -> push {rate:.0f} MB/s, {anchor} "
+                      f"{size_mb / statistics.median(anchors):.0f} MB/s, "
+                      f"{1 / ratio:.0%} of {anchor} speed{target}")  # fmt: skip
+                if kind == "oci":
+                    busy = statistics.median(cpu["push"])
+                    print(f"    registry CPU per push: {busy:.2f} s (ours), "
+                          f"{statistics.median(cpu['curl']):.2f} s (curl): its ceiling on one "
+                          f"free core ~{size_mb / busy:.0f} MB/s")  # fmt: skip
+                second = statistics.median(seconds)
+                print(f"  second push: {second * 1000:.1f} ms (max {max(seconds) * 1000:.1f}; "
+                      f"target <= 100 ms: {verdict(second <= 0.100)})")  # fmt: skip
+                # 3. substitute into a fresh store vs the anchor.
+                src = url(f"push{runs - 1}")
+                blob = t / f"push{runs - 1}" / "blobs" / "sha256" / sha
+                subs, anchors, floors = [], [], []
+                for r in range(runs):
+                    floors.append(timed(lambda: sha256_floor(wheel)))
+                    store_b = open_store(t / f"store-b{r}")
+                    got: list[Entry | None] = []
+
+                    def sub(s: Store = store_b, g: list[Entry | None] = got, u: str = src) -> None:
+                        g.append(substitute(s, [u], want, NullReporter(), require=True))
+
+                    subs.append(timed(sub))
+                    assert got[0] is not None
+                    store_b.close()
+                    shutil.rmtree(t / f"store-b{r}", ignore_errors=True)
+                    out = t / f"anchor{r}.whl"
+                    if kind == "file":
+                        anchors.append(timed(lambda o=out, b=blob: cp_fsync(b, o)))
+                    else:
+                        assert reg is not None
+                        anchors.append(
+                            timed(lambda o=out: curl_get(port, f"bench/push{runs - 1}", sha, o))
+                        )
+                    os.unlink(out)
+                anchor = "cp" if kind == "file" else "curl -o"
+                ratio = pair("substitute", subs, anchors, "substitute", anchor)
+                floor = statistics.median(floors)
+                print(f"    read + sha256 alone (no write): {floor * 1000:.1f} ms "
+                      f"({size_mb / floor:.0f} MB/s), {floor / statistics.median(anchors):.0%} "
+                      f"of {anchor}'s time")  # fmt: skip
+                rate = size_mb / statistics.median(subs)
+                ok = 1 / ratio >= 0.8 if kind == "file" else rate >= 200
+                target = "target >= 80% of cp" if kind == "file" else "target >= 200 MB/s"
+                print(f"    -> substitute {rate:.0f} MB/s, {anchor} "
+                      f"{size_mb / statistics.median(anchors):.0f} MB/s, "
+                      f"{1 / ratio:.0%} of {anchor} speed ({target}: {verdict(ok)})")  # fmt: skip
         finally:
+            store_a.close()
             if reg is not None:
                 reg[0].terminate()
                 reg[0].wait(10)

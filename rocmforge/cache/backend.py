@@ -11,17 +11,17 @@ from __future__ import annotations
 import os
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
+from rocmforge.cache.transfer import copy_file, write_all
 from rocmforge.errors import RocmforgeError
 
 BLOBS = "blobs"
 ENTRIES = "entries"
 MANIFEST_SUFFIX = ".json"
-_CHUNK = 1 << 20
 
 
 class CacheError(RocmforgeError):
@@ -101,20 +101,21 @@ class FileCache:
         _check_digest(sha256)
         return self.root / BLOBS / "sha256" / sha256
 
-    def _write(self, final: Path, chunks: Iterator[bytes]) -> bool:
-        """Write ``chunks`` to ``final`` via a temp file and a no-replace link; False if present."""
+    def _write(self, final: Path, fill: Callable[[int], None]) -> bool:
+        """Write ``final`` via a temp file (``fill`` writes into its descriptor), fsync and a
+        no-replace link; False if present."""
         if final.exists():
             return False
         try:
             final.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=final.parent, prefix=".tmp-")
             try:
-                with os.fdopen(fd, "wb") as f:
-                    for chunk in chunks:
-                        f.write(chunk)
-                    f.flush()
-                    os.fsync(f.fileno())
-                os.chmod(tmp, 0o644)
+                try:
+                    fill(fd)
+                    os.fsync(fd)
+                    os.fchmod(fd, 0o644)
+                finally:
+                    os.close(fd)
                 try:
                     os.link(tmp, final)  # fails if another pusher won: never replaces
                 except FileExistsError:
@@ -136,24 +137,19 @@ class FileCache:
 
     def put_manifest(self, hash: str, data: bytes) -> bool:
         """Write the manifest for ``hash`` unless present."""
-        return self._write(self._manifest_path(hash), iter((data,)))
+        return self._write(self._manifest_path(hash), lambda fd: write_all(fd, data))
 
     def has_blob(self, sha256: str) -> bool:
         """Return whether blob ``sha256`` is present."""
         return self._blob_path(sha256).is_file()
 
     def put_blob(self, sha256: str, path: Path) -> bool:
-        """Copy ``path`` into the cache as blob ``sha256`` unless present."""
+        """Copy ``path`` into the cache as blob ``sha256`` unless present (in the kernel:
+        ``copy_file_range``; the digest is the entry's, not recomputed)."""
         final = self._blob_path(sha256)
         if final.exists():
             return False
-
-        def chunks() -> Iterator[bytes]:
-            with open(path, "rb") as f:
-                while chunk := f.read(_CHUNK):
-                    yield chunk
-
-        return self._write(final, chunks())
+        return self._write(final, lambda fd: copy_file(str(path), fd))
 
     def open_blob(self, sha256: str) -> BinaryIO:
         """Open blob ``sha256``."""

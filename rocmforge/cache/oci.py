@@ -4,7 +4,9 @@ Each entry is an OCI artifact tagged with its input hash: an image manifest with
 ``artifactType`` :data:`ARTIFACT_TYPE`, the empty config, one layer per file (title annotation =
 file name, the layer digest = the file's sha256) and the entry's identity and informational meta
 in annotations, the way ORAS and Spack store non-image content. Blobs are shared by digest across
-entries. Plain ``urllib`` suffices (see docs/sharing.md for the measurement against ``oras``).
+entries. A small ``http.client`` client suffices (no SDK): one keep-alive connection per
+backend, blobs uploaded monolithically with ``sendfile`` and downloaded with ``readinto``; see
+docs/performance.md ("Binary caches") for its throughput against ``curl``.
 
 Loopback hosts are spoken to over http, every other host over https. Credentials come from the
 usual places, never from recipes: ``$ROCMFORGE_OCI_USERNAME``/``$ROCMFORGE_OCI_PASSWORD``, else
@@ -15,7 +17,8 @@ registry asking for a bearer token gets one from its realm with those credential
 from __future__ import annotations
 
 import base64
-import hashlib
+import http.client
+import io
 import json
 import os
 import re
@@ -23,8 +26,9 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator, Mapping
+from email.message import Message
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, cast
 
 from rocmforge.cache.backend import CacheError, ManifestInfo
 
@@ -32,7 +36,8 @@ ARTIFACT_TYPE = "application/vnd.rocmforge.entry.v1+json"
 MANIFEST_TYPE = "application/vnd.oci.image.manifest.v1+json"
 EMPTY_TYPE = "application/vnd.oci.empty.v1+json"
 EMPTY = b"{}"
-EMPTY_DIGEST = "sha256:" + hashlib.sha256(EMPTY).hexdigest()
+#: sha256 of :data:`EMPTY` (a literal: hashlib costs ~8 ms to import, a cache miss pays it).
+EMPTY_DIGEST = "sha256:44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a"
 LAYER_TYPE = "application/octet-stream"
 TITLE = "org.opencontainers.image.title"
 CREATED = "org.opencontainers.image.created"
@@ -65,61 +70,211 @@ def _credentials(host: str) -> tuple[str, str] | None:
     return None
 
 
+def _send_file(conn: http.client.HTTPConnection, f: BinaryIO) -> None:
+    """Send the file ``f`` as the request body: ``sendfile`` on a plain socket (no copy
+    through Python), 1 MiB writes through TLS."""
+    sock = conn.sock
+    if sock is None:  # pragma: no cover - endheaders() connected it
+        raise http.client.NotConnected()
+    import ssl  # ~10 ms to import: only an upload pays for it
+
+    if not isinstance(sock, ssl.SSLSocket):
+        sock.sendfile(f)
+        return
+    buf = memoryview(bytearray(1 << 20))
+    while n := f.readinto(buf):  # type: ignore[attr-defined]
+        sock.sendall(buf[:n])
+
+
+class _Body(io.RawIOBase):
+    """A streamed response body (a blob): ``readinto`` straight from the socket; closing it
+    before the end drops the connection, which then cannot carry another request."""
+
+    def __init__(self, resp: http.client.HTTPResponse, owner: OciCache) -> None:
+        self._resp = resp
+        self._owner = owner
+
+    def readable(self) -> bool:
+        """A body is readable."""
+        return True
+
+    def readinto(self, buf: Any) -> int:
+        """Read into ``buf`` (a short read only at the end)."""
+        return self._resp.readinto(buf)
+
+    def close(self) -> None:
+        """Close the body; a body not read to its end closes the connection too."""
+        if not self.closed:
+            if not self._resp.isclosed():
+                self._owner._drop()
+            self._resp.close()
+        super().close()
+
+
+class _Reply:
+    """A response read to its end: status, headers and body."""
+
+    def __init__(self, resp: http.client.HTTPResponse, body: bytes) -> None:
+        self.status = resp.status
+        self.headers = resp.headers
+        self.body = body
+
+
 class OciCache:
-    """A cache in an OCI distribution registry repository: ``oci://HOST[:PORT]/REPO``."""
+    """A cache in an OCI distribution registry repository: ``oci://HOST[:PORT]/REPO``.
+
+    Requests go over one keep-alive ``http.client`` connection per backend (a second push is a
+    few requests on it); a blob is uploaded monolithically from the file with ``sendfile`` and
+    downloaded with ``readinto`` into the caller's buffer.
+    """
 
     def __init__(self, host: str, repo: str, url: str) -> None:
         self.url = url
         self.host = host
         self.repo = repo
-        loopback = host.rsplit(":", 1)[0] in _LOOPBACK or host in _LOOPBACK
-        scheme = "http" if loopback else "https"
+        self._loopback = host.rsplit(":", 1)[0] in _LOOPBACK or host in _LOOPBACK
+        self._scheme = "http" if self._loopback else "https"
         # A loopback registry is never reached through a proxy from the environment.
-        handlers = [urllib.request.ProxyHandler({})] if loopback else []
+        handlers = [urllib.request.ProxyHandler({})] if self._loopback else []
         self._opener = urllib.request.build_opener(*handlers)
-        self.base = f"{scheme}://{host}/v2/{repo}"
+        self.base = f"{self._scheme}://{host}/v2/{repo}"
         self._auth: str | None = None
         self._creds = _credentials(host)
+        self._conn: http.client.HTTPConnection | None = None
 
     # -- HTTP -------------------------------------------------------------------------------
+    def _connect(self, scheme: str, netloc: str) -> http.client.HTTPConnection:
+        """Open a connection to ``netloc`` (through the environment's proxy unless loopback)."""
+        host = urllib.parse.urlsplit(f"//{netloc}").hostname or netloc
+        proxy = None
+        if not self._loopback and not urllib.request.proxy_bypass(host):
+            proxy = urllib.request.getproxies().get(scheme)
+        if proxy is None:
+            if scheme == "https":
+                return http.client.HTTPSConnection(netloc, timeout=_TIMEOUT)
+            return http.client.HTTPConnection(netloc, timeout=_TIMEOUT)
+        p = urllib.parse.urlsplit(proxy if "://" in proxy else f"http://{proxy}")
+        headers = {}
+        if p.username:
+            cred = f"{urllib.parse.unquote(p.username)}:{urllib.parse.unquote(p.password or '')}"
+            headers["Proxy-Authorization"] = "Basic " + base64.b64encode(cred.encode()).decode()
+        proxy_netloc = f"{p.hostname}:{p.port or 80}"
+        if scheme == "https":
+            conn: http.client.HTTPConnection = http.client.HTTPSConnection(
+                proxy_netloc, timeout=_TIMEOUT
+            )
+            conn.set_tunnel(netloc, headers=headers)
+        else:
+            conn = http.client.HTTPConnection(proxy_netloc, timeout=_TIMEOUT)
+            conn.set_tunnel(netloc, headers=headers)
+        return conn
+
+    def _drop(self) -> None:
+        """Close the keep-alive connection (a body left unread, an error)."""
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def _send(
+        self,
+        method: str,
+        url: str,
+        body: bytes | BinaryIO | None,
+        headers: dict[str, str],
+    ) -> http.client.HTTPResponse:
+        """Send one request; a keep-alive connection the server closed meanwhile is reopened
+        once (the body is rewound)."""
+        parts = urllib.parse.urlsplit(url)
+        path = parts.path + (f"?{parts.query}" if parts.query else "")
+        own = (parts.scheme, parts.netloc) == (self._scheme, self.host)
+        for attempt in (0, 1):
+            if own:
+                reused = self._conn is not None
+                if self._conn is None:
+                    self._conn = self._connect(parts.scheme, parts.netloc)
+                conn = self._conn
+            else:  # a redirect to another host (a blob store): a connection of its own
+                reused = False
+                conn = self._connect(parts.scheme, parts.netloc)
+            try:
+                if body is None or isinstance(body, bytes):
+                    conn.request(method, path, body=body, headers=headers)
+                else:
+                    body.seek(0)  # a file body is sent whole, from its start
+                    conn.putrequest(method, path, skip_accept_encoding=True)
+                    for k, v in headers.items():
+                        conn.putheader(k, v)
+                    conn.endheaders()
+                    _send_file(conn, body)
+                return conn.getresponse()
+            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
+                conn.close()
+                if own:
+                    self._conn = None
+                if not reused or attempt:
+                    raise
+            except BaseException:
+                conn.close()
+                if own:
+                    self._conn = None
+                raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
     def _request(
         self,
         method: str,
         url: str,
         *,
-        data: Any = None,
+        data: bytes | BinaryIO | None = None,
         headers: Mapping[str, str] | None = None,
         ok: tuple[int, ...] = (200,),
         missing_ok: bool = False,
+        stream: bool = False,
     ) -> Any:
-        """Send one request (with auth on a 401 challenge); return the open response or None."""
-        for attempt in (0, 1):
-            req = urllib.request.Request(url, data=data, method=method, headers=dict(headers or {}))
-            if self._auth:
-                req.add_header("Authorization", self._auth)
-            try:
-                resp = self._opener.open(req, timeout=_TIMEOUT)
-            except urllib.error.HTTPError as exc:
-                if exc.code == 401 and attempt == 0 and self._authenticate(exc):
-                    continue
-                if exc.code == 404 and missing_ok:
-                    return None
-                body = exc.read(300).decode("utf-8", "replace").strip()
-                raise CacheError(
-                    f"{self.url}: {method} {urllib.parse.urlsplit(url).path}: HTTP {exc.code}"
-                    + (f" ({body})" if body else "")
-                ) from None
-            except (urllib.error.URLError, OSError) as exc:
-                reason = getattr(exc, "reason", exc)
-                raise CacheError(f"{self.url}: cannot reach the registry: {reason}") from None
-            if resp.status not in ok:
-                resp.close()
-                raise CacheError(f"{self.url}: {method} {url}: unexpected HTTP {resp.status}")
-            return resp
-        raise CacheError(f"{self.url}: authentication failed")  # pragma: no cover
+        """Send one request (with auth on a 401 challenge, redirects followed for GET and HEAD).
 
-    def _authenticate(self, exc: urllib.error.HTTPError) -> bool:
-        challenge = exc.headers.get("WWW-Authenticate", "")
+        Return a :class:`_Reply`, or with ``stream`` the open body (:class:`_Body`); None for
+        a 404 with ``missing_ok``.
+        """
+        authed = False
+        for _hop in range(6):
+            own = urllib.parse.urlsplit(url).netloc == self.host
+            hdrs = dict(headers or {})
+            if self._auth and own:
+                hdrs["Authorization"] = self._auth
+            if data is None and method in ("POST", "PUT"):
+                hdrs.setdefault("Content-Length", "0")
+            try:
+                resp = self._send(method, url, data, hdrs)
+                status = resp.status
+                if stream and status in ok:
+                    return _Body(resp, self)
+                body = resp.read()
+            except (OSError, http.client.HTTPException) as exc:
+                self._drop()
+                raise CacheError(f"{self.url}: cannot reach the registry: {exc}") from None
+            if status in (301, 302, 303, 307, 308) and method in ("GET", "HEAD"):
+                location = resp.headers.get("Location")
+                if location:
+                    url = urllib.parse.urljoin(url, location)
+                    continue
+            if status == 401 and not authed and own:
+                authed = True
+                if self._authenticate(resp.headers):
+                    continue
+            if status == 404 and missing_ok:
+                return None
+            if status not in ok:
+                text = body[:300].decode("utf-8", "replace").strip()
+                raise CacheError(
+                    f"{self.url}: {method} {urllib.parse.urlsplit(url).path}: HTTP {status}"
+                    + (f" ({text})" if text else "")
+                )
+            return _Reply(resp, body)
+        raise CacheError(f"{self.url}: {method} {url}: too many redirects")
+
+    def _authenticate(self, headers: Message) -> bool:
+        challenge = headers.get("WWW-Authenticate", "")
         basic = None
         if self._creds:
             basic = "Basic " + base64.b64encode(":".join(self._creds).encode()).decode()
@@ -161,10 +316,8 @@ class OciCache:
         )
         if resp is None:
             return None
-        with resp:
-            raw = resp.read()
         try:
-            doc = json.loads(raw)
+            doc = json.loads(resp.body)
         except ValueError:
             raise CacheError(f"{self.url}: manifest {ref} is not JSON") from None
         if not isinstance(doc, dict):
@@ -249,21 +402,18 @@ class OciCache:
             data=body,
             headers={"Content-Type": MANIFEST_TYPE},
             ok=(200, 201),
-        ).close()
+        )
         return True
 
     def has_blob(self, sha256: str) -> bool:
         """HEAD the blob."""
         resp = self._request("HEAD", f"{self.base}/blobs/sha256:{sha256}", missing_ok=True)
-        if resp is None:
-            return False
-        resp.close()
-        return True
+        return resp is not None
 
-    def _upload(self, digest: str, body: Any, size: int) -> None:
+    def _upload(self, digest: str, body: bytes | BinaryIO, size: int) -> None:
+        """Upload one blob monolithically: POST for a location, then one PUT of the body."""
         resp = self._request("POST", f"{self.base}/blobs/uploads/", data=b"", ok=(202,))
         location = resp.headers.get("Location", "")
-        resp.close()
         if not location:
             raise CacheError(f"{self.url}: the registry gave no upload location")
         target = urllib.parse.urljoin(self.base + "/", location)
@@ -271,10 +421,10 @@ class OciCache:
         headers = {"Content-Type": "application/octet-stream", "Content-Length": str(size)}
         self._request(
             "PUT", f"{target}{sep}digest={digest}", data=body, headers=headers, ok=(201, 204)
-        ).close()
+        )
 
     def put_blob(self, sha256: str, path: Path) -> bool:
-        """Upload ``path`` as blob ``sha256`` (monolithic, streamed from the file)."""
+        """Upload ``path`` as blob ``sha256`` (monolithic, ``sendfile`` from the file)."""
         if self.has_blob(sha256):
             return False
         with open(path, "rb") as f:
@@ -283,8 +433,8 @@ class OciCache:
 
     def open_blob(self, sha256: str) -> BinaryIO:
         """GET the blob (redirects followed) as a stream."""
-        resp = self._request("GET", f"{self.base}/blobs/sha256:{sha256}")
-        return resp  # type: ignore[no-any-return]
+        body = self._request("GET", f"{self.base}/blobs/sha256:{sha256}", stream=True)
+        return cast(BinaryIO, body)
 
     def delete_manifest(self, hash: str) -> None:
         """Delete the artifact tagged ``hash`` by its digest (the registry must allow deletes)."""
@@ -297,10 +447,9 @@ class OciCache:
         if resp is None:
             return
         digest = resp.headers.get("Docker-Content-Digest", "")
-        resp.close()
         if not digest:
             raise CacheError(f"{self.url}: the registry gave no digest for {hash}")
-        self._request("DELETE", f"{self.base}/manifests/{digest}", ok=(200, 202)).close()
+        self._request("DELETE", f"{self.base}/manifests/{digest}", ok=(200, 202))
 
     def prune_blobs(self, referenced: set[str], *, grace: float, dry_run: bool) -> tuple[int, int]:
         """Nothing: a registry frees unreferenced blobs with its own garbage collection."""
@@ -311,8 +460,7 @@ class OciCache:
         resp = self._request("GET", f"{self.base}/tags/list", missing_ok=True)
         if resp is None:
             return
-        with resp:
-            tags = json.loads(resp.read()).get("tags") or []
+        tags = json.loads(resp.body).get("tags") or []
         import calendar
         import time
 

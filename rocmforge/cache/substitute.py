@@ -15,8 +15,6 @@ which cache holds which entry, without downloading.
 from __future__ import annotations
 
 import errno
-import hashlib
-import http.client
 import json
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -26,6 +24,7 @@ from typing import Any
 
 from rocmforge.cache.backend import Backend, CacheError, now
 from rocmforge.cache.manifest import Manifest, ManifestProblem, parse_manifest
+from rocmforge.cache.transfer import copy_hashing
 from rocmforge.cache.urls import open_backend
 from rocmforge.errors import RocmforgeError, StoreError
 from rocmforge.signing import PublicKey, trusted_keys, verify_envelope
@@ -33,8 +32,6 @@ from rocmforge.store import layout
 from rocmforge.store.entry import Entry, input_hash, read_derivation
 from rocmforge.store.store import Store
 from rocmforge.util.progress import Reporter
-
-_CHUNK = 1 << 20
 
 
 class SubstituteError(RocmforgeError):
@@ -59,31 +56,28 @@ class Wanted:
 def _download(backend: Backend, manifest: Manifest, dest: str) -> dict[str, str]:
     """Stream every blob into ``dest``, checking size and sha256 on the way.
 
-    Return each wheel's blake3, computed in the same pass (publish then reads nothing again).
+    Return each wheel's blake3, computed in the same pass (publish then reads nothing again);
+    the bytes are read once and hashed from the buffer they are written from
+    (:func:`rocmforge.cache.transfer.copy_hashing`).
     """
-    import blake3
-
     got = {}
     for f in manifest.files:
-        h = hashlib.sha256()
-        b3 = blake3.blake3() if f.name.endswith(layout.WHEEL_SUFFIX) else None
-        size = 0
+        wheel = f.name.endswith(layout.WHEEL_SUFFIX)
         path = os.path.join(dest, f.name)
-        with backend.open_blob(f.sha256) as src, open(path, "xb") as out:
-            while chunk := src.read(_CHUNK):
-                size += len(chunk)
-                if size > f.size:
-                    raise Refused(f"blob of {f.name} is longer than the manifest says")
-                h.update(chunk)
-                if b3 is not None:
-                    b3.update(chunk)
-                out.write(chunk)
-        if size != f.size:
-            raise Refused(f"blob of {f.name} is truncated ({size} of {f.size} bytes)")
-        if h.hexdigest() != f.sha256:
+        with backend.open_blob(f.sha256) as src:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+            try:
+                copied = copy_hashing(src, fd, limit=f.size, blake3=wheel)
+            finally:
+                os.close(fd)
+        if copied.size > f.size:
+            raise Refused(f"blob of {f.name} is longer than the manifest says")
+        if copied.size != f.size:
+            raise Refused(f"blob of {f.name} is truncated ({copied.size} of {f.size} bytes)")
+        if copied.sha256 != f.sha256:
             raise Refused(f"blob of {f.name} does not match its digest")
-        if b3 is not None:
-            got[f.name] = b3.hexdigest()
+        if copied.blake3 is not None:
+            got[f.name] = copied.blake3
     return got
 
 
@@ -212,6 +206,8 @@ def _try(
             os.mkdir(dest)
         except OSError as exc:
             raise CacheError(f"cannot create {dest}: {exc}") from None
+        import http.client  # ~11 ms (ssl, email): only a hit pays for it, never a miss
+
         try:
             blake3s = _download(backend, manifest, dest)
         except (OSError, http.client.HTTPException) as exc:  # cut short, disk full: no entry
