@@ -152,6 +152,10 @@ def test_refusals_fall_back_to_building(pushed: dict, tiny_recipe: Path, tmp_pat
     whole = blob.read_bytes()
     _rewrite(blob, whole[: len(whole) // 2])
     _refused(tiny_recipe, tmp_path, pushed, env_b, "truncated")
+    # The wheel's blob replaced in place (same address and size, other bytes): the wheel is
+    # checked by its blake3 against the signed statement, not by the manifest's sha256.
+    _rewrite(blob, whole[:-1] + bytes([whole[-1] ^ 1]))
+    _refused(tiny_recipe, tmp_path, pushed, env_b, "does not match the signed statement")
     _rewrite(blob, whole)
     # Unsigned: the envelope is left out of the manifest.
     unsigned = json.loads(original)
