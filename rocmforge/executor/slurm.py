@@ -49,7 +49,9 @@ class SlurmOptions:
 
     ``time`` is the default time limit in seconds (a recipe's ``[build] resources`` time wins);
     ``scratch_store`` the store a job builds into on its node (None: ``$TMPDIR`` per user);
-    ``rocmforge`` the command that runs rocmforge on a compute node.
+    ``rocmforge`` the command that runs rocmforge on a compute node; ``poll`` the longest wait
+    between two polls (the wait starts at 0.2 s and grows with the run's age: short graphs are
+    seen at once, long ones cost slurmctld one ``squeue`` per ``poll`` seconds per submitter).
     """
 
     job_dir: Path
@@ -61,7 +63,7 @@ class SlurmOptions:
     scratch_store: str | None = None
     retries: int = 0
     detach: bool = False
-    poll: float = 0.25
+    poll: float = 5.0
     rocmforge: tuple[str, ...] = field(default_factory=tuple)
 
     #: the keys :meth:`from_mapping` accepts (a config file's ``[slurm]`` table, CLI flags)
@@ -116,7 +118,7 @@ class SlurmOptions:
             scratch_store=text("scratch-store"),
             retries=retries,
             detach=bool(t.get("detach", False)),
-            poll=float(t.get("poll", 0.25)),
+            poll=float(t.get("poll", 5.0)),
             rocmforge=tuple(command),
         )
 

@@ -449,12 +449,13 @@ class _Run:
     ) -> None:
         """Poll until no job may run any more, reporting every change."""
         self._report(on_update)
+        started = time.monotonic()
         while True:
             live = {n.job_id: n for n in self.nodes.values()
                     if n.job_id and n.state in ("pending", "running")}  # fmt: skip
             if not live:
                 break
-            time.sleep(self.opts.poll)
+            time.sleep(min(self.opts.poll, 0.2 + (time.monotonic() - started) / 30))
             infos = slurm.query(live)
             for n in list(self.nodes.values()):  # graph order: a parent's retry goes first
                 if n.job_id not in live or live[n.job_id] is not n:
