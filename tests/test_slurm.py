@@ -276,7 +276,23 @@ def test_matrix_cells_are_queued_at_once_and_tabled(slurm: dict[str, str], tmp_p
     assert all(ln.split()[3] == "cached" for ln in lines)
 
 
-# -- quick: no Slurm needed ------------------------------------------------------------------------
+@pytest.mark.slow
+def test_job_cancelled_from_outside_is_named(slurm: dict[str, str], tmp_path: Path) -> None:
+    root = tmp_path / "recipes"
+    root.mkdir()
+    victim = recipe(root, "victim", [], "sleep 20")
+    p = _popen(slurm, "realize", victim, *_args(tmp_path))
+    _wait(lambda: (tmp_path / "jobs" / "jobs").is_dir()
+          and any((tmp_path / "jobs" / "jobs").iterdir()), what="a job record")  # fmt: skip
+    job = _record(tmp_path)["job_id"]
+    _wait(lambda: _squeue(slurm, job) == "RUNNING", what="RUNNING")
+    subprocess.run(["scancel", job], env={**os.environ, **slurm}, check=True)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 1, err
+    assert f"victim 1.0 ({_record(tmp_path)['hash']}): Slurm job {job} cancelled (scancel" in err
+
+
+# -- no Slurm needed ------------------------------------------------------------------------
 
 
 @pytest.mark.slow
@@ -338,3 +354,20 @@ def test_slurm_executor_needs_a_cache_and_a_job_dir(tmp_path: Path, tiny_recipe:
                 "--cache", f"file://{tmp_path}/c", env={"ROCMFORGE_JOB_DIR": ""})  # fmt: skip
     assert no_dir.returncode == 2 and "needs --job-dir DIR" in no_dir.stderr
     assert len(no_dir.stderr.strip().splitlines()) == 1 and not (tmp_path / "c").exists()
+
+
+@pytest.mark.slow
+def test_matrix_with_the_local_executor(tmp_path: Path) -> None:
+    root = tmp_path / "recipes"
+    root.mkdir()
+    r = recipe(root, "loc", [], 'test "$MODE" = fast -o "$MODE" = safe')
+    proc = rf("realize", r, "--store", tmp_path / "store", "--matrix", "MODE=fast,safe", "--json")
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(proc.stdout)
+    assert [(row["cell"], row["status"]) for row in rows] == [
+        ({"MODE": "fast"}, "built"), ({"MODE": "safe"}, "built")]  # fmt: skip
+    assert len({row["hash"] for row in rows}) == 2
+    cells = sorted(p.name for p in (tmp_path / "store" / "cache" / "matrix").iterdir())
+    assert cells == ["loc@MODE=fast.toml", "loc@MODE=safe.toml"]
+    bad = rf("realize", r, "--store", tmp_path / "store", "--matrix", "MODE")
+    assert bad.returncode == 2 and "expected KEY=v1,v2" in bad.stderr

@@ -142,6 +142,7 @@ def run_slurm(
     lints: Mapping[Path, Any],
     runner_factory: Any,
     cells: list[Any] | None,
+    links: Mapping[Path, Path] | None = None,
 ) -> int:
     """``realize --executor slurm``: queue the jobs, watch them, substitute what they pushed."""
     from rocmforge.cache.urls import configured_caches
@@ -193,7 +194,7 @@ def run_slurm(
             sub, realize=realize, store=store, fetcher=fetcher, runner_factory=runner_factory,
             reporter_factory=lambda r: ConsoleReporter(sys.stderr, label=r.package.name,
                                                        heartbeat=args.heartbeat),
-            lints=lints, temp_roots=temp_roots, on_done=on_done,
+            lints=lints, temp_roots=temp_roots, on_done=on_done, links=links,
             options={"caches": caches, "require_substitute": True, "verify": args.verify},
         )  # fmt: skip
         if local.errors:

@@ -139,7 +139,7 @@ def run(args: argparse.Namespace) -> int:
     if args.executor == "slurm":
         from rocmforge.commands._cluster import run_slurm
 
-        return run_slurm(args, graph, store, lints, runner_factory, cells)
+        return run_slurm(args, graph, store, lints, runner_factory, cells, links)
 
     def reporter_factory(recipe: Any) -> ConsoleReporter:
         return ConsoleReporter(
