@@ -140,6 +140,9 @@ def test_graph_of_three_runs_as_dependent_jobs_queued_at_once(
     log = rf("log", records["b"]["hash"][:10], "--store", tmp_path / "scratch",
              "--job-dir", tmp_path / "jobs", env=slurm)  # fmt: skip
     assert log.returncode == 0 and "mkwheel: wrote b 1.0" in log.stdout, log.stderr
+    # Once substituted, the build log came with the entry through the cache.
+    stored = rf("log", c, "--store", tmp_path / "store", env=slurm)
+    assert stored.returncode == 0 and "mkwheel: wrote c 1.0" in stored.stdout, stored.stderr
     # Again: all in the store, nothing submitted.
     again = rf("realize", c, *_args(tmp_path), env=slurm)
     assert again.returncode == 0, again.stderr

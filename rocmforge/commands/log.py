@@ -65,11 +65,14 @@ def _find_log(store: Any, target: str, job_dir: Path | None = None) -> Path:
     from rocmforge.store import layout
 
     if target.endswith(".toml") or os.path.isfile(target):
+        from rocmforge.graph import load_graph, plan_dependencies
         from rocmforge.realize import plan
-        from rocmforge.recipe.load import load_recipe
 
         try:
-            report = plan(load_recipe(target), store=store, fetcher=None)
+            graph = load_graph([target])  # a recipe built against recipes hashes with them
+            file = graph.targets[0]
+            deps = plan_dependencies(graph, file, store=store, fetcher=None)
+            report = plan(graph.recipes[file], store=store, fetcher=None, dependencies=deps)
         except RequirementError as exc:
             raise UsageError(f"{target}: never built here ({exc})") from exc
         h, name, version = report.hash, report.name, report.version
