@@ -256,6 +256,9 @@ def test_node_failure_is_retried(slurm: dict[str, str], tmp_path: Path) -> None:
     assert p.returncode == 0, err
     assert "flaky 1.0" in err and "resubmitted after node-fail" in err
     assert "(attempt 2)" in err
+    # Its dependent (cancelled by Slurm with the failed job) was queued again behind it.
+    assert "dependent 1.0" in err and "pending (resubmitted)" in err, err
+    assert "2 jobs submitted" not in err and "4 jobs submitted, 0 attached" in err
 
 
 @pytest.mark.slow
@@ -374,3 +377,28 @@ def test_matrix_with_the_local_executor(tmp_path: Path) -> None:
     assert cells == ["loc@MODE=fast.toml", "loc@MODE=safe.toml"]
     bad = rf("realize", r, "--store", tmp_path / "store", "--matrix", "MODE")
     assert bad.returncode == 2 and "expected KEY=v1,v2" in bad.stderr
+
+
+@pytest.mark.slow
+def test_a_stack_matrix_table_realizes_each_recipe_per_cell(tmp_path: Path) -> None:
+    root = tmp_path / "recipes"
+    root.mkdir()
+    recipe(root, "one", [], 'test -n "$ARCH"')
+    (root / "st.toml").write_text(
+        'schema = 1\n[stack]\nname = "st"\nrecipes = ["one.toml"]\n'
+        '[stack.matrix]\nARCH = ["gfx90a", "gfx942"]\n'
+    )
+    proc = rf("realize", root / "st.toml", "--store", tmp_path / "store", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert [row["cell"] for row in json.loads(proc.stdout)] == [{"ARCH": "gfx90a"},
+                                                                {"ARCH": "gfx942"}]  # fmt: skip
+    # --matrix overrides the stack's values for the same variable
+    proc = rf("realize", root / "st.toml", "--store", tmp_path / "store", "--json",
+              "--matrix", "ARCH=gfx1100")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert [row["cell"] for row in json.loads(proc.stdout)] == [{"ARCH": "gfx1100"}]
+    (root / "bad.toml").write_text(
+        'schema = 1\n[stack]\nname = "b"\nrecipes = ["one.toml"]\nmatrix = {ARCH = []}\n'
+    )
+    bad = rf("realize", root / "bad.toml", "--store", tmp_path / "store")
+    assert bad.returncode == 2 and "stack.matrix.ARCH" in bad.stderr, bad.stderr

@@ -94,13 +94,32 @@ def matrix_cells(args: argparse.Namespace) -> list[Any]:
     from rocmforge.graph import expand_targets
     from rocmforge.store import layout
 
-    axes = parse_axes(args.matrix)
-    files, _ = expand_targets(args.recipes)
+    flags = parse_axes(args.matrix or [])
+    files, stacks = expand_targets(args.recipes)
     if args.executor == "slurm":
         directory = slurm_options(args).job_dir / layout.JOBDIR_CELLS
     else:
         directory = open_store(args, create=True).cache_dir / layout.CACHE_MATRIX
-    return write_cells(files, axes, directory)
+    stack_axes: dict[Path, tuple[tuple[str, tuple[str, ...]], ...]] = {}
+    for stack in stacks:
+        for r in stack.recipes:
+            stack_axes.setdefault(r, stack.matrix)
+    cells = []
+    for f in files:  # a stack's [stack] matrix, then --matrix (which wins for the same key)
+        named = {k for k, _ in flags}
+        axes = [(k, v) for k, v in stack_axes.get(f, ()) if k not in named] + flags
+        cells += write_cells([f], axes, directory)
+    return cells
+
+
+def wants_matrix(args: argparse.Namespace) -> bool:
+    """Whether ``--matrix`` is given or a stack target has a ``[stack] matrix``."""
+    from rocmforge.graph import expand_targets
+
+    if args.matrix:
+        return True
+    _, stacks = expand_targets(args.recipes)
+    return any(s.matrix for s in stacks)
 
 
 class StatusPrinter:

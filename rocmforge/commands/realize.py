@@ -104,11 +104,12 @@ def run(args: argparse.Namespace) -> int:
     Each TARGET is a recipe or a stack file; every recipe they are built against
     (``[requirements] recipes``) is realized first, in topological order.
     """
+    from rocmforge.commands._cluster import wants_matrix
     from rocmforge.graph import lint_facts_for, load_graph, realize_graph
     from rocmforge.realize import check_link, lint, realize
 
     cells = None
-    if args.matrix:
+    if wants_matrix(args):
         from rocmforge.commands._cluster import matrix_cells
 
         cells = matrix_cells(args)

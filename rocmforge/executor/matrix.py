@@ -71,6 +71,9 @@ def write_cells(
     keys = [k for k, _ in axes]
     for recipe in recipes:
         recipe = Path(os.path.abspath(recipe))
+        if not axes:  # no matrix for this recipe: the recipe itself is its one cell
+            cells.append(Cell(recipe=recipe, values={}, file=recipe))
+            continue
         for combo in itertools.product(*(v for _, v in axes)):
             values = dict(zip(keys, combo, strict=True))
             tag = ",".join(f"{k}={_UNSAFE.sub('_', v)}" for k, v in values.items())
