@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -120,8 +121,11 @@ def test_graph_of_three_runs_as_dependent_jobs_queued_at_once(
     recipe(root, "a", [])
     recipe(root, "b", ["a.toml"])
     c = recipe(root, "c", ["b.toml"])
-    proc = rf("realize", c, *_args(tmp_path), "--all", "--json", env=slurm, timeout=300)
+    proc = rf("realize", c, *_args(tmp_path), "--all", "--json", "--heartbeat", "1", env=slurm,
+              timeout=300)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
+    # Off a terminal, a heartbeat line says how many jobs are where.
+    assert re.search(r"\[slurm\] \d+ s: .*\d (done|pending|running)", proc.stderr), proc.stderr
     reports = {r["name"]: r for r in json.loads(proc.stdout)}
     assert sorted(reports) == ["a", "b", "c"]
     assert all(r["substituted"] == f"file://{tmp_path}/cache" for r in reports.values())
