@@ -302,6 +302,27 @@ def test_job_cancelled_from_outside_is_named(slurm: dict[str, str], tmp_path: Pa
     assert f"victim 1.0 ({_record(tmp_path)['hash']}): Slurm job {job} cancelled (scancel" in err
 
 
+@pytest.mark.slow
+def test_a_node_that_hashes_differently_pushes_nothing(
+    slurm: dict[str, str], tmp_path: Path
+) -> None:
+    root = tmp_path / "recipes"
+    root.mkdir()
+    recipe(root, "first", [], "echo first-running; sleep 3")
+    second = recipe(root, "second", ["first.toml"])
+    p = _popen(slurm, "realize", second, *_args(tmp_path))
+    log = tmp_path / "jobs" / "logs"
+    _wait(lambda: log.is_dir() and any("first-running" in f.read_text() for f in log.iterdir()),
+          what="the first job running")  # fmt: skip
+    # The source changes while the second job waits: its node computes another input hash.
+    (root / "second-src" / "second" / "__init__.py").write_text("NAME = 'changed'\n")
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 1, err
+    assert "hashed" in err and "differently from the submitter" in err and "exit 3" in err
+    cached = [m.name for m in (tmp_path / "cache" / "entries").iterdir()]
+    assert len(cached) == 1  # only the first one
+
+
 # -- no Slurm needed ------------------------------------------------------------------------
 
 
