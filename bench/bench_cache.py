@@ -38,6 +38,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import blake3
+
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
@@ -61,10 +63,12 @@ def make_entry(t: Path, mb: int) -> tuple[Store, Entry, str]:
     d.mkdir(parents=True)
     wheel = d / WHEEL
     sha = hashlib.sha256()
+    b3 = blake3.blake3()
     with open(wheel, "wb") as f:
         for _ in range(mb):
             block = os.urandom(1 << 20)
             sha.update(block)
+            b3.update(block)
             f.write(block)
     derivation = {
         "package": {"name": "bench", "version": "1.0"},
@@ -75,7 +79,10 @@ def make_entry(t: Path, mb: int) -> tuple[Store, Entry, str]:
     h = input_hash(derivation)
     statement = {
         "_type": "https://in-toto.io/Statement/v1",
-        "subject": [{"name": WHEEL, "digest": {"sha256": sha.hexdigest()}}],
+        # as rocmforge's provenance names a wheel: sha256 and blake3
+        "subject": [
+            {"name": WHEEL, "digest": {"sha256": sha.hexdigest(), "blake3": b3.hexdigest()}}
+        ],
         "predicate": {
             "buildDefinition": {
                 "internalParameters": {"inputHash": h, "sandbox": "bwrap", "host": "bench"}

@@ -18,6 +18,10 @@ command -v cmake >/dev/null || need+=(cmake)
 command -v ninja >/dev/null || need+=(ninja-build)
 # a real OCI registry on loopback for the oci:// binary-cache tests (docs/sharing.md)
 command -v docker-registry >/dev/null || need+=(docker-registry)
+# a private single-node Slurm on loopback for the --executor slurm tests (docs/cluster.md,
+# scripts/slurm-up.sh): slurmctld, slurmd and the clients, and munge for their authentication
+command -v slurmctld >/dev/null || need+=(slurm-wlm)
+command -v munged >/dev/null || need+=(munge)
 command -v python3.11 >/dev/null || need+=(python3.11 python3.11-venv python3.11-dev)
 python3.11 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3.11-venv)
 python3.11 -c 'import sysconfig, os, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' 2>/dev/null \

@@ -1,4 +1,8 @@
-"""``rocmforge log TARGET``: print the build log of an entry or of a failed build."""
+"""``rocmforge log TARGET``: print the build log of an entry, a failed build or a Slurm job.
+
+A build running (or failed) on a cluster node (``realize --executor slurm``) has its log in the
+shared job directory (``--job-dir``, default ``$ROCMFORGE_JOB_DIR``), readable while it runs.
+"""
 
 from __future__ import annotations
 
@@ -20,6 +24,10 @@ def register(sub: Any) -> None:
         "target", metavar="TARGET", help="recipe file, input hash (prefix) or entry path"
     )
     add_store_option(p)
+    p.add_argument(
+        "--job-dir", metavar="DIR",
+        help="also look for the log of a Slurm job there (default $ROCMFORGE_JOB_DIR)",
+    )  # fmt: skip
     p.set_defaults(func=run)
 
 
@@ -31,29 +39,48 @@ def run(args: argparse.Namespace) -> int:
     if os.path.exists(target) and not (os.path.isfile(target) or os.path.isdir(target)):
         raise UsageError(f"{target}: not a regular file, a recipe or a store entry")
     store = open_store(args)
-    path = _find_log(store, target)
+    job_dir = args.job_dir or os.environ.get("ROCMFORGE_JOB_DIR")
+    path = _find_log(store, target, Path(job_dir) if job_dir else None)
     out = sys.stdout.buffer
     with open(path, "rb") as f:
-        zstandard.ZstdDecompressor().copy_stream(f, out)
+        if path.name.endswith(".zst"):
+            zstandard.ZstdDecompressor().copy_stream(f, out)
+        else:  # a job's live log in the job directory: plain text
+            while chunk := f.read(1 << 16):
+                out.write(chunk)
     out.flush()
     return 0
 
 
-def _find_log(store: Any, target: str) -> Path:
+def _job_log(job_dir: Path | None, hash: str) -> Path | None:
+    if job_dir is None:
+        return None
+    from rocmforge.executor.submit import find_job_log
+
+    return find_job_log(job_dir, hash)
+
+
+def _find_log(store: Any, target: str, job_dir: Path | None = None) -> Path:
     from rocmforge.errors import RequirementError
     from rocmforge.store import layout
 
     if target.endswith(".toml") or os.path.isfile(target):
+        from rocmforge.graph import load_graph, plan_dependencies
         from rocmforge.realize import plan
-        from rocmforge.recipe.load import load_recipe
 
         try:
-            report = plan(load_recipe(target), store=store, fetcher=None)
+            graph = load_graph([target])  # a recipe built against recipes hashes with them
+            file = graph.targets[0]
+            deps = plan_dependencies(graph, file, store=store, fetcher=None)
+            report = plan(graph.recipes[file], store=store, fetcher=None, dependencies=deps)
         except RequirementError as exc:
             raise UsageError(f"{target}: never built here ({exc})") from exc
         h, name, version = report.hash, report.name, report.version
         if report.path is not None:
             return Path(report.path) / layout.BUILD_LOG
+        job_log = _job_log(job_dir, h)
+        if job_log is not None and job_log.exists():
+            return job_log
         failed = Path(store.failed_log_path(h, name, version))
         if failed.exists():
             return failed
@@ -66,6 +93,9 @@ def _find_log(store: Any, target: str) -> Path:
             raise  # a path, not a hash prefix: there is no failed log to match
         pattern = f"{glob.escape(target)}*{layout.FAILED_LOG_SUFFIX}"
         failed_logs = sorted(Path(store.failed_dir).glob(pattern))
+        job_log = _job_log(job_dir, target)
+        if job_log is not None and job_log.exists():
+            return job_log
         if len(failed_logs) == 1:
             return failed_logs[0]
         raise

@@ -76,6 +76,14 @@ def register(sub: Any) -> None:
         help="after a failure, still build what does not depend on it",
     )  # fmt: skip
     p.add_argument("--all", action="store_true", help="print the wheels of every dependency too")
+    p.add_argument(
+        "--matrix", action="append", metavar="KEY=v1,v2",
+        help="realize each target once per value (an [env] override; repeatable: every "
+        "combination), each cell its own derivation; prints a table of cells",
+    )  # fmt: skip
+    from rocmforge.commands._cluster import add_cluster_options
+
+    add_cluster_options(p)
     add_json_option(p)
     p.set_defaults(func=run)
 
@@ -86,6 +94,7 @@ def run(args: argparse.Namespace) -> int:
     Each TARGET is a recipe or a stack file; every recipe they are built against
     (``[requirements] recipes``) is realized first, in topological order.
     """
+    from rocmforge.commands._cluster import wants_matrix
     from rocmforge.graph import lint_facts_for, load_graph, realize_graph
     from rocmforge.realize import check_link, lint, realize
 
@@ -95,7 +104,14 @@ def run(args: argparse.Namespace) -> int:
         error = UsageError("--push does not go with --check (a check publishes nothing)")
         error.about_recipe = False
         raise error
-    graph = load_graph(args.recipes)  # every recipe is checked before any build
+    cells = None
+    if wants_matrix(args):
+        from rocmforge.commands._cluster import matrix_cells
+
+        cells = matrix_cells(args)
+        graph = load_graph([c.file for c in cells])
+    else:
+        graph = load_graph(args.recipes)  # every recipe is checked before any build
     # Error lints of any recipe stop all of them; realize reports the warnings, without linting
     # (or probing the machine) again.
     lints = {
@@ -117,6 +133,10 @@ def run(args: argparse.Namespace) -> int:
 
     if args.check:
         return _check(args, graph, store, PipFetcher(), runner_factory)
+    if args.executor == "slurm":
+        from rocmforge.commands._cluster import run_slurm
+
+        return run_slurm(args, graph, store, lints, runner_factory, cells, links)
 
     def reporter_factory(recipe: Any) -> ConsoleReporter:
         return ConsoleReporter(
@@ -196,6 +216,10 @@ def run(args: argparse.Namespace) -> int:
     pushed = None
     if push is not None:
         pushed = _push(push, store, [result.reports[f] for f in result.order])
+    if cells is not None:
+        from rocmforge.commands._cluster import print_cells
+
+        return print_cells(args, cells, result.reports, {}, temp_roots)
     shown = list(graph.targets)
     if args.all:
         shown = [f for f in result.order if f not in graph.targets] + shown

@@ -109,6 +109,20 @@ class RequirementsSpec:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Resources:
+    """``[build] resources``: what one build asks a batch scheduler for (never hashed).
+
+    ``cpus`` cores, ``memory_mb`` MiB, ``time`` seconds, ``gpus`` devices; None: the executor's
+    default. Only ``--executor slurm`` reads them (docs/cluster.md).
+    """
+
+    cpus: int | None = None
+    memory_mb: int | None = None
+    time: float | None = None
+    gpus: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class BuildSpec:
     """``[build]``: the steps (empty means PEP 517), passthrough env names and the timeout;
     ``config_settings``: PEP 517 config settings for the default build (hashed);
@@ -129,6 +143,8 @@ class BuildSpec:
     compiler_cache: str = "wrap"
     config_settings: Mapping[str, str | tuple[str, ...]] = field(default_factory=dict)
     reproducible: bool = True
+    #: ``resources`` (not hashed): cores, memory, time and GPUs a scheduler gives one build.
+    resources: Resources = field(default_factory=Resources)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -218,7 +234,8 @@ _KEYS: dict[str, tuple[str, ...]] = {
                   "device-libs", "rust", "version", "families", "index", "wheels"),
     "requirements": ("build", "digests", "build-system", "recipes"),
     "build": ("steps", "passthrough", "timeout", "repair", "repair-policy",
-              "compiler-cache", "config-settings", "reproducible"),
+              "compiler-cache", "config-settings", "reproducible", "resources"),
+    "build.resources": ("cpus", "memory", "time", "gpus"),
     "check": ("import", "archs", "requirements", "portable"),
     "input": ("path", "url", "sha256", "env", "subdir"),
     "lint": ("allow",),
@@ -763,7 +780,63 @@ def _build(c: _Checker, data: Mapping[str, Any], env: Mapping[str, Any]) -> Buil
         compiler_cache=_compiler_cache(c, t),
         config_settings=_config_settings(c, t),
         reproducible=reproducible,
+        resources=_resources(c, t),
     )
+
+
+_MEMORY = re.compile(r"^(\d+)\s*([KMGT]?)i?B?$", re.IGNORECASE)
+_MEMORY_MB = {"K": 1 / 1024, "": 1, "M": 1, "G": 1024, "T": 1024 * 1024}
+
+
+def parse_memory_mb(text: str) -> int:
+    """Parse ``"512M"``, ``"16G"``, ``"1T"`` (or a bare number of MiB) into MiB (at least 1).
+
+    Raises :class:`ValueError` with a readable message.
+    """
+    m = _MEMORY.match(text.strip())
+    if m is None:
+        raise ValueError(f"{text!r} is not a size like '512M', '16G' or '1T'")
+    mb = int(m.group(1)) * _MEMORY_MB[m.group(2).upper()]
+    if mb <= 0:
+        raise ValueError(f"{text!r} must be positive")
+    return max(1, int(mb))
+
+
+def _resources(c: _Checker, t: Mapping[str, Any]) -> Resources:
+    """``[build] resources``: cpus and gpus (positive integers), memory (a size), time."""
+    value = t.get("resources", {})
+    if not isinstance(value, Mapping):
+        c.add("build.resources", f"must be a table, not {_describe(value)}")
+        return Resources()
+    c.known_keys(value, "build.resources")
+    counts: dict[str, int | None] = {}
+    for name in ("cpus", "gpus"):
+        n = value.get(name)
+        least_value = 1 if name == "cpus" else 0
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < least_value):
+            least = "a positive" if name == "cpus" else "a non-negative"
+            c.add(f"build.resources.{name}", f"must be {least} integer, not {_describe(n)}")
+            n = None
+        counts[name] = n
+    memory = None
+    if "memory" in value:
+        raw = value["memory"]
+        try:
+            if not isinstance(raw, str):
+                raise ValueError(f"must be a size string like '16G', not {_describe(raw)}")
+            memory = parse_memory_mb(raw)
+        except ValueError as exc:
+            c.add("build.resources.memory", str(exc))
+    time_limit = None
+    if "time" in value:
+        raw = value["time"]
+        try:
+            if not isinstance(raw, str):
+                raise ValueError(f"must be a duration like '30m' or '2h', not {_describe(raw)}")
+            time_limit = parse_duration(raw)
+        except ValueError as exc:
+            c.add("build.resources.time", str(exc))
+    return Resources(cpus=counts["cpus"], memory_mb=memory, time=time_limit, gpus=counts["gpus"])
 
 
 #: The wheel repair tools ``[build] repair`` accepts.

@@ -6,8 +6,11 @@ A stack is a TOML file with a ``[stack]`` table instead of ``[package]``::
     [stack]
     name = "mi300x"
     recipes = ["mi300x.toml", "torchvision-mi300x.toml"]   # relative to the stack file
+    matrix = { PYTORCH_ROCM_ARCH = ["gfx90a", "gfx942"] }   # optional: each recipe per cell
 
-A stack is not hashed: it only names recipes; each keeps its own input hash.
+A stack is not hashed: it only names recipes; each keeps its own input hash. ``matrix``
+realizes every recipe of the stack once per combination of the values (an ``[env]`` override
+per cell, see ``realize --matrix``).
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ class Stack:
     file: Path
     name: str
     recipes: tuple[Path, ...]
+    #: ``[stack] matrix``: (variable, values) axes; every recipe is realized once per cell.
+    matrix: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
 def _problem(file: Path, key: str, message: str) -> RecipeError:
@@ -62,10 +67,13 @@ def load_stack(path: Path | str) -> Stack | None:
         return None
     if data.get("schema") != 1:
         raise _problem(file, "schema", "required: write schema = 1 at the top")
-    extra = sorted(set(data) - {"schema", "stack"}) + sorted(set(table) - {"name", "recipes"})
+    keys = {"name", "recipes", "matrix"}
+    extra = sorted(set(data) - {"schema", "stack"}) + sorted(set(table) - keys)
     if extra:
         raise _problem(
-            file, extra[0], "unknown key in a stack file (keys: stack.name, stack.recipes)"
+            file,
+            extra[0],
+            "unknown key in a stack file (keys: stack.name, stack.recipes, stack.matrix)",
         )
     name = table.get("name")
     if not isinstance(name, str) or not _NAME.match(name):
@@ -78,4 +86,26 @@ def load_stack(path: Path | str) -> Stack | None:
         if not isinstance(item, str) or not item.strip():
             raise _problem(file, f"stack.recipes[{i}]", "must be a recipe path (a string)")
         paths.append(Path(os.path.normpath(os.path.join(file.parent, item))))
-    return Stack(file=file, name=name, recipes=tuple(paths))
+    return Stack(file=file, name=name, recipes=tuple(paths), matrix=_matrix(file, table))
+
+
+_VAR = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _matrix(file: Path, table: dict[str, object]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    value = table.get("matrix", {})
+    if not isinstance(value, dict):
+        raise _problem(file, "stack.matrix", "must be a table of VARIABLE = [values]")
+    axes = []
+    for key, values in value.items():
+        where = f"stack.matrix.{key}"
+        if not _VAR.match(key):
+            raise _problem(file, where, "must be an [env] variable name (letters, digits, _)")
+        if (
+            not isinstance(values, list)
+            or not values
+            or not all(isinstance(v, str) and v for v in values)
+        ):
+            raise _problem(file, where, "must be a non-empty array of strings")
+        axes.append((key, tuple(dict.fromkeys(values))))
+    return tuple(axes)

@@ -108,6 +108,21 @@ CACHE_BWRAP = "bwrap.json"
 INPUTS_ARCHIVES = "archives"
 INPUTS_UNPACKED = "unpacked"
 SOURCES_TMP = "tmp"
+#: Below ``cache/``: the recipe files of matrix cells (``realize --matrix``) run here.
+CACHE_MATRIX = "matrix"
+
+# -- a cluster job directory (``realize --executor slurm --job-dir DIR``, docs/cluster.md) ------
+#: ``DIR/jobs/<hash>.json``: the Slurm job of each derivation (id, log, attempt), for re-attaching.
+JOBDIR_JOBS = "jobs"
+#: ``DIR/logs/<hash>-<name>-<version>.log``: a job's stdout and stderr (the build log, live).
+JOBDIR_LOGS = "logs"
+#: ``DIR/scripts/<hash>.sh``: the batch script sbatch was given.
+JOBDIR_SCRIPTS = "scripts"
+#: ``DIR/cells/``: the recipe files of ``--matrix`` cells (compute nodes read them).
+JOBDIR_CELLS = "cells"
+JOB_RECORD_SUFFIX = ".json"
+JOB_LOG_SUFFIX = ".log"
+JOB_SCRIPT_SUFFIX = ".sh"
 
 # -- suffixes -------------------------------------------------------------------------------------
 LOCK_SUFFIX = ".lock"
