@@ -163,6 +163,21 @@ def build_env(
     return env
 
 
+def cargo_config(crates: str) -> str:
+    """The ``$CARGO_HOME/config.toml`` of a build whose ``[inputs]`` hold its crates: crates.io
+    is replaced by the directory ``crates`` (as ``cargo vendor`` and Debian's
+    ``/usr/share/cargo/registry`` lay it out: one ``NAME-VERSION`` directory with its
+    ``.cargo-checksum.json`` per crate), and cargo never asks the network."""
+    quoted = json.dumps(crates)  # a TOML basic string
+    return (
+        "# written by rocmforge: crates.io is the [inputs] crate directory (the sandbox has no\n"
+        "# network)\n"
+        '[source.crates-io]\nreplace-with = "rocmforge-inputs"\n\n'
+        f"[source.rocmforge-inputs]\ndirectory = {quoted}\n\n"
+        "[net]\noffline = true\n"
+    )
+
+
 def _masks(resolved: Resolved, empty: Path) -> list[Mount]:
     """Mount the empty directory ``empty`` over each unowned directory the manifest masks.
 
@@ -290,6 +305,10 @@ def _run_steps(
     for inp in resolved.inputs:  # read-only at /inputs/NAME, named by its variable
         at = runner.sandbox_path(Mount(host=inp.host, inside=inp.inside))
         env[inp.env] = f"{at}/{inp.subdir}" if inp.subdir else at
+        if inp.crates:  # cargo's private home says where crates.io's crates are
+            config = root / "home" / ".cargo" / "config.toml"
+            config.parent.mkdir(parents=True, exist_ok=True)
+            config.write_text(cargo_config(env[inp.env]))
     steps = resolved.recipe.build.steps
     commands = [["/bin/sh", "-euc", s] for s in steps] or [
         [

@@ -244,7 +244,8 @@ PATTERNS: tuple[Pattern, ...] = (
         "does not vendor",
         fix="vendor the crates or declare them as an input: `cargo vendor` into the source with "
         "a .cargo/config.toml pointing [source.crates-io] at it (as sdists of Rust projects "
-        "ship), or an [inputs] tree holding the vendored crates",
+        "ship), or an [inputs] tree of crates with crates = true (`cargo vendor` output, or "
+        "Debian's /usr/share/cargo/registry from its librust-*-dev packages)",
     ),
     Pattern(
         id="no-cargo",
