@@ -226,6 +226,59 @@ def test_meson_recipe_builddir_wins(meson_wheels: Path, tmp_path: Path) -> None:
     assert "bd-mine" in wheel_member(report["wheels"][0], "rfmeson/_config.py").decode()
 
 
+SKFMM_RECIPE = """\
+schema = 1
+
+[package]
+name = "scikit-fmm"
+version = "2025.6.23"
+
+[source]
+path = "{src}"
+
+[toolchain]
+kind = "system"
+python = "3.11"
+
+[requirements]
+build = {pins}
+
+[check]
+import = "skfmm"
+requirements = ["numpy==2.0.2"]
+"""
+
+
+@pytest.mark.slow
+def test_meson_python_sdist_from_pypi_builds_byte_identical_and_runs(
+    meson_wheels: Path, tmp_path: Path
+) -> None:
+    """scikit-fmm's sdist: C++ extensions against numpy's C API, built by meson-python."""
+    if not list(WHEELHOUSE.glob("numpy-2.0.2-*.whl")):
+        pytest.skip(f"no numpy 2.0.2 wheel in {WHEELHOUSE}; run scripts/test.sh")
+    src = real_sdist(tmp_path, "scikit_fmm", "2025.6.23")
+    recipe = tmp_path / "skfmm.toml"
+    recipe.write_text(SKFMM_RECIPE.format(src=src, pins=json.dumps([*MESON_PINS, "numpy==2.0.2"])))
+    a = realize(recipe, tmp_path / "store")
+    log = rf("log", a["hash"], "--store", tmp_path / "store").stdout
+    assert "meson setup" in log and "build/rocmforge" in log  # the fixed build directory
+    check(recipe, tmp_path / "store")
+    env_dir = tmp_path / "venv"
+    venv.create(env_dir, with_pip=True)
+    py = env_dir / "bin" / "python"
+    subprocess.run(
+        [py, "-m", "pip", "install", "-q", "--no-index", "--find-links", str(WHEELHOUSE),
+         a["wheels"][0], "numpy==2.0.2"],
+        check=True,
+    )  # fmt: skip
+    code = (
+        "import numpy as np, skfmm; phi = np.ones(5); phi[2] = -1; "
+        "print(' '.join(f'{v:.1f}' for v in skfmm.distance(phi)))"
+    )
+    run = subprocess.run([py, "-c", code], capture_output=True, text=True, check=True, cwd=tmp_path)
+    assert run.stdout.strip() == "1.5 0.5 -0.5 0.5 1.5"
+
+
 RUST_RECIPE = """\
 schema = 1
 
