@@ -544,12 +544,15 @@ def _record_failure(
     from rocmforge.diagnose import (
         diagnose_log,
         diagnose_missing_module,
+        diagnose_undeclared_rust,
         failed_record_path,
         write_failed_record,
     )
 
     drv = resolved.derivation
     diagnosis = diagnose_log(log_path, message=str(exc))
+    if resolved.recipe.toolchain.rust is None and not any(d.id == "no-cargo" for d in diagnosis):
+        diagnosis = diagnose_undeclared_rust(log_path) + diagnosis
     diagnosis += diagnose_missing_module(
         log_path, wheels=[r.wheel for r in resolved.requirements], recipe=resolved.recipe.file
     )

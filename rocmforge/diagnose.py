@@ -323,6 +323,39 @@ def diagnose_log(path: Path, *, message: str = "") -> tuple[Diagnosis, ...]:
         return diagnose_lines((), message=message)
 
 
+#: Evidence that a build ran cargo: for builds whose recipe declares no Rust toolchain, where an
+#: undeclared cargo (Debian's /usr/bin/cargo) can be on the sandbox PATH and fail in any way.
+UNDECLARED_CARGO = Pattern(
+    id="undeclared-rust",
+    regex=r"Cargo metadata failed|`cargo (?:metadata|build|rustc)` (?:exited|failed)"
+    r"|error: could not compile `|^\s*Compiling [\w-]+ v\d",
+    cause="the build ran cargo, but the recipe declares no Rust toolchain: an undeclared cargo "
+    "on the sandbox PATH ran, with no private CARGO_HOME, crate source or offline mode",
+    fix='add rust = "host" to [toolchain] (rustup or Debian rustc/cargo on PATH), rust = '
+    '"debian" or rust = "/path/to/toolchain"',
+)
+_UNDECLARED = re.compile(UNDECLARED_CARGO.regex)
+
+
+def diagnose_undeclared_rust(path: Path) -> tuple[Diagnosis, ...]:
+    """For a failed build whose recipe declares no Rust toolchain: the first log line showing
+    that cargo ran anyway, as a diagnosis (none when cargo did not run)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for number, line in _lines(f):
+                if not line.startswith(OWN_LINE) and _UNDECLARED.search(line):
+                    p = UNDECLARED_CARGO
+                    return (
+                        Diagnosis(
+                            id=p.id, cause=p.cause, fix=p.fix, evidence=line.strip()[:300],
+                            line=number,
+                        ),
+                    )  # fmt: skip
+    except OSError:
+        pass
+    return ()
+
+
 def failed_record_path(failed_log: Path) -> Path:
     """``store/failed/<hash>-<name>-<version>.json`` beside ``...log.zst``."""
     name = failed_log.name.removesuffix(".zst").removesuffix(".log")

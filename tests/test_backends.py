@@ -831,6 +831,9 @@ def test_real_maturin_sdist_builds_offline_with_debian_crates(
     assert plan["derivation"]["inputs"]["crates"]["crates"] is True
     a = realize(recipe, store)
     assert not a["cached"]
+    commit = plan["derivation"]["toolchain"]["rust"]["rustc"]["commit"]
+    if len(commit) == 40:  # rustup's std records its commit: the declared toolchain compiled it
+        assert f"/rustc/{commit}/".encode() in wheel_member(a["wheels"][0], ".so")
     log = rf("log", a["hash"], "--store", store).stdout
     assert "Compiling pyo3 v0.17" in log and "Compiling aho-corasick v0.7" in log
     check(recipe, store)

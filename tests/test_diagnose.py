@@ -182,3 +182,30 @@ def test_a_build_that_tries_the_network_is_told_to_declare_an_input(
     proc = rf("realize", recipe, "--store", tmp_path / "store")
     assert proc.returncode == 1, proc.stderr
     assert "the sandbox has no network" in proc.stderr and "declare it as an input" in proc.stderr
+
+
+UNDECLARED_CARGO_LOG = """\
+rocmforge: [2026-11-30T18:47:07Z] PEP 517 build: build_wheel
+Running `maturin pep517 build-wheel -i /build/venv/bin/python --compatibility off`
+error: failed to parse lock file at: /build/src/Cargo.lock
+
+Caused by:
+  lock file version `4` was found, but this version of Cargo does not understand this lock file
+💥 maturin failed
+  Caused by: Cargo metadata failed. Does your crate compile with `cargo build`?
+  Caused by: `cargo metadata` exited with an error:
+"""
+
+
+def test_cargo_that_ran_undeclared_is_named(tmp_path: Path) -> None:
+    """Debian's /usr/bin/cargo is on the sandbox PATH: a recipe without [toolchain] rust runs
+    it, and whatever goes wrong, the diagnosis says the toolchain is undeclared."""
+    from rocmforge.diagnose import diagnose_undeclared_rust
+
+    log = tmp_path / "build.log"
+    log.write_text(UNDECLARED_CARGO_LOG)
+    [found] = diagnose_undeclared_rust(log)
+    assert found.id == "undeclared-rust" and found.line == 8
+    assert 'rust = "host"' in found.fix
+    log.write_text("rocmforge: [t] step 1/1: cargo build\nerror: setup.py failed\n")
+    assert diagnose_undeclared_rust(log) == ()
