@@ -237,9 +237,20 @@ PATTERNS: tuple[Pattern, ...] = (
         fix="use a ROCm that supports {0} or drop it from the archs (lints RF102/RF103)",
     ),
     Pattern(
+        id="cargo-lock-mismatch",
+        regex=r"failed to select a version for the requirement `([\w-]+) = [^`]*` \(locked to"
+        r"|checksum for `([\w-]+) v[^`]*` changed between lock files",
+        cause="the crates given to cargo are not the ones the source's Cargo.lock pins ({0}: "
+        "another version, or another checksum - Debian's registry records none for many crates)",
+        fix="give the crates Cargo.lock was made with (`cargo vendor` with that lock), or drop "
+        "Cargo.lock with a [source] patches patch so cargo resolves against the crate input "
+        "(Debian's practice)",
+    ),
+    Pattern(
         id="cargo-offline",
         regex=r"attempting to make an HTTP request, but --offline was specified"
-        r"|no matching package named `([\w-]+)` found|failed to download `?([\w-]+)",
+        r"|no matching package named `([\w-]+)` found|failed to download `?([\w-]+)"
+        r"|failed to select a version for the requirement `([\w-]+)",
         cause="the sandbox has no network: cargo could not fetch a crate ({0}) that the source "
         "does not vendor",
         fix="vendor the crates or declare them as an input: `cargo vendor` into the source with "

@@ -899,3 +899,43 @@ def test_cargo_config_replaces_crates_io_offline() -> None:
     assert config["source"]["crates-io"]["replace-with"] == "rocmforge-inputs"
     assert config["source"]["rocmforge-inputs"]["directory"] == '/inputs/crates/a "b"'
     assert config["net"]["offline"] is True
+
+
+@pytest.mark.slow
+def test_a_cargo_lock_the_crates_do_not_match_is_diagnosed_and_patched_away(
+    rust_ready: None, tmp_path: Path
+) -> None:
+    """An sdist whose Cargo.lock pins a pyo3 that the crate input lacks fails with
+    cargo-lock-mismatch; a [source] patches patch deleting Cargo.lock (Debian's practice) lets
+    cargo resolve against the input, and the build goes through."""
+    from rocmforge.build import cargo_config
+
+    debian_crates_fit()
+    recipe = maturin_sdist_recipe(tmp_path, "host")
+    src = tmp_path / "sdist" / "ahocorasick_rs-0.12.3"
+    home = tmp_path / "cargo-home"
+    home.mkdir()
+    (home / "config.toml").write_text(cargo_config(str(DEBIAN_CRATES)))
+    subprocess.run(
+        ["cargo", "generate-lockfile", "--offline"],
+        cwd=src, env={**os.environ, "CARGO_HOME": str(home)}, check=True, capture_output=True,
+    )  # fmt: skip
+    lock = src / "Cargo.lock"
+    text = lock.read_text()
+    have = text.split('name = "pyo3"\nversion = "', 1)[1].split('"', 1)[0]
+    pinned = 'name = "pyo3"\nversion = "0.17.99"'  # no such release
+    lock.write_text(text.replace(f'name = "pyo3"\nversion = "{have}"', pinned))
+    store = tmp_path / "store"
+    proc = rf("realize", recipe, "--store", store)
+    assert proc.returncode == 1
+    assert "Cargo.lock pins (pyo3" in proc.stderr and "[source] patches" in proc.stderr
+    patch = tmp_path / "no-lock.patch"
+    diff = subprocess.run(
+        ["git", "diff", "--no-index", "Cargo.lock", "/dev/null"],
+        cwd=src, capture_output=True, text=True, check=False,
+    ).stdout  # fmt: skip
+    patch.write_text(diff)
+    with_patch = recipe.read_text().replace("[source]\n", f'[source]\npatches = ["{patch}"]\n')
+    recipe.write_text(with_patch)
+    a = realize(recipe, store)
+    assert install_and_search(tmp_path, a["wheels"][0]) == "['she']"
