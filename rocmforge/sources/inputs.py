@@ -54,11 +54,6 @@ class ResolvedInput:
     crates: bool = False  # a crate directory that replaces crates.io for cargo
 
     @property
-    def at(self) -> str:
-        """The path its variable names: the mount point, plus ``subdir``."""
-        return f"{self.inside}/{self.subdir}" if self.subdir else self.inside
-
-    @property
     def inside(self) -> str:
         """Where a relocating sandbox mounts the input."""
         return f"{INSIDE}/{self.name}"
