@@ -165,6 +165,21 @@ def build_env(
     return env
 
 
+def cargo_config(crates: str) -> str:
+    """The ``$CARGO_HOME/config.toml`` of a build whose ``[inputs]`` hold its crates: crates.io
+    is replaced by the directory ``crates`` (as ``cargo vendor`` and Debian's
+    ``/usr/share/cargo/registry`` lay it out: one ``NAME-VERSION`` directory with its
+    ``.cargo-checksum.json`` per crate), and cargo never asks the network."""
+    quoted = json.dumps(crates)  # a TOML basic string
+    return (
+        "# written by rocmforge: crates.io is the [inputs] crate directory (the sandbox has no\n"
+        "# network)\n"
+        '[source.crates-io]\nreplace-with = "rocmforge-inputs"\n\n'
+        f"[source.rocmforge-inputs]\ndirectory = {quoted}\n\n"
+        "[net]\noffline = true\n"
+    )
+
+
 def _masks(resolved: Resolved, empty: Path) -> list[Mount]:
     """Mount the empty directory ``empty`` over each unowned directory the manifest masks.
 
@@ -292,6 +307,10 @@ def _run_steps(
     for inp in resolved.inputs:  # read-only at /inputs/NAME, named by its variable
         at = runner.sandbox_path(Mount(host=inp.host, inside=inp.inside))
         env[inp.env] = f"{at}/{inp.subdir}" if inp.subdir else at
+        if inp.crates:  # cargo's private home says where crates.io's crates are
+            config = root / "home" / ".cargo" / "config.toml"
+            config.parent.mkdir(parents=True, exist_ok=True)
+            config.write_text(cargo_config(env[inp.env]))
     steps = resolved.recipe.build.steps
     commands = [["/bin/sh", "-euc", s] for s in steps] or [
         [
@@ -559,12 +578,15 @@ def _record_failure(
     from rocmforge.diagnose import (
         diagnose_log,
         diagnose_missing_module,
+        diagnose_undeclared_rust,
         failed_record_path,
         write_failed_record,
     )
 
     drv = resolved.derivation
     diagnosis = diagnose_log(log_path, message=str(exc))
+    if resolved.recipe.toolchain.rust is None and not any(d.id == "no-cargo" for d in diagnosis):
+        diagnosis = diagnose_undeclared_rust(log_path) + diagnosis
     diagnosis += diagnose_missing_module(
         log_path, wheels=[r.wheel for r in resolved.requirements], recipe=resolved.recipe.file
     )

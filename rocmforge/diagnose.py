@@ -283,14 +283,26 @@ PATTERNS: tuple[Pattern, ...] = (
         fix="use a ROCm that supports {0} or drop it from the archs (lints RF102/RF103)",
     ),
     Pattern(
+        id="cargo-lock-mismatch",
+        regex=r"failed to select a version for the requirement `([\w-]+) = [^`]*` \(locked to"
+        r"|checksum for `([\w-]+) v[^`]*` changed between lock files",
+        cause="the crates given to cargo are not the ones the source's Cargo.lock pins ({0}: "
+        "another version, or another checksum - Debian's registry records none for many crates)",
+        fix="give the crates Cargo.lock was made with (`cargo vendor` with that lock), or drop "
+        "Cargo.lock with a [source] patches patch so cargo resolves against the crate input "
+        "(Debian's practice)",
+    ),
+    Pattern(
         id="cargo-offline",
         regex=r"attempting to make an HTTP request, but --offline was specified"
-        r"|no matching package named `([\w-]+)` found|failed to download `?([\w-]+)",
+        r"|no matching package named `([\w-]+)` found|failed to download `?([\w-]+)"
+        r"|failed to select a version for the requirement `([\w-]+)",
         cause="the sandbox has no network: cargo could not fetch a crate ({0}) that the source "
         "does not vendor",
         fix="vendor the crates or declare them as an input: `cargo vendor` into the source with "
         "a .cargo/config.toml pointing [source.crates-io] at it (as sdists of Rust projects "
-        "ship), or an [inputs] tree holding the vendored crates",
+        "ship), or an [inputs] tree of crates with crates = true (`cargo vendor` output, or "
+        "Debian's /usr/share/cargo/registry from its librust-*-dev packages)",
     ),
     Pattern(
         id="no-cargo",
@@ -366,6 +378,39 @@ def diagnose_log(path: Path, *, message: str = "") -> tuple[Diagnosis, ...]:
             return diagnose_lines(f, message=message)
     except OSError:
         return diagnose_lines((), message=message)
+
+
+#: Evidence that a build ran cargo: for builds whose recipe declares no Rust toolchain, where an
+#: undeclared cargo (Debian's /usr/bin/cargo) can be on the sandbox PATH and fail in any way.
+UNDECLARED_CARGO = Pattern(
+    id="undeclared-rust",
+    regex=r"Cargo metadata failed|`cargo (?:metadata|build|rustc)` (?:exited|failed)"
+    r"|error: could not compile `|^\s*Compiling [\w-]+ v\d",
+    cause="the build ran cargo, but the recipe declares no Rust toolchain: an undeclared cargo "
+    "on the sandbox PATH ran, with no private CARGO_HOME, crate source or offline mode",
+    fix='add rust = "host" to [toolchain] (rustup or Debian rustc/cargo on PATH), rust = '
+    '"debian" or rust = "/path/to/toolchain"',
+)
+_UNDECLARED = re.compile(UNDECLARED_CARGO.regex)
+
+
+def diagnose_undeclared_rust(path: Path) -> tuple[Diagnosis, ...]:
+    """For a failed build whose recipe declares no Rust toolchain: the first log line showing
+    that cargo ran anyway, as a diagnosis (none when cargo did not run)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for number, line in _lines(f):
+                if not line.startswith(OWN_LINE) and _UNDECLARED.search(line):
+                    p = UNDECLARED_CARGO
+                    return (
+                        Diagnosis(
+                            id=p.id, cause=p.cause, fix=p.fix, evidence=line.strip()[:300],
+                            line=number,
+                        ),
+                    )  # fmt: skip
+    except OSError:
+        pass
+    return ()
 
 
 def failed_record_path(failed_log: Path) -> Path:

@@ -157,6 +157,8 @@ def _input_dependencies(resolved: Resolved, cache: Path | None) -> list[dict[str
         if spec is not None and (spec.url or spec.path):
             dep["uri"] = spec.url or Path(spec.path or "").as_uri()
         dep["annotations"] = {"kind": inp.kind, "env": inp.env, "subdir": inp.subdir}
+        if inp.crates:
+            dep["annotations"]["crates"] = True
         deps.append(dep)
     return deps
 

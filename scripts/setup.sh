@@ -48,9 +48,18 @@ fi
 if [ ! -f /usr/include/yaml.h ] && command -v apt-get >/dev/null; then
   need+=(libyaml-dev)
 fi
-# Rust (the maturin test of tests/test_backends.py): a rustup install on PATH, or Debian's.
-if ! { command -v rustc && command -v cargo; } >/dev/null && command -v apt-get >/dev/null; then
-  need+=(rustc cargo)
+# Rust (the maturin tests of tests/test_backends.py): Debian's rustc and cargo in /usr/bin, for
+# [toolchain] rust = "debian" and, without rustup, for rust = "host" too.
+if command -v apt-get >/dev/null; then
+  for pkg in rustc cargo; do [ -x "/usr/bin/$pkg" ] || need+=("$pkg"); done
+fi
+# Debian's PyO3 and aho-corasick crates (/usr/share/cargo/registry): the crates of the real
+# ahocorasick_rs 0.12.3 sdist, which needs pyo3 0.17 and aho-corasick 0.7 - what Debian 12 has;
+# elsewhere (Debian 13: newer crates) nothing is installed and that test skips, saying why.
+if command -v apt-get >/dev/null && ! ls -d /usr/share/cargo/registry/pyo3-0.17.* >/dev/null 2>&1; then
+  case "$(apt-cache policy librust-pyo3-dev 2>/dev/null | awk '/Candidate:/ {print $2}')" in
+    0.17.*) need+=(librust-pyo3-dev librust-aho-corasick-dev) ;;
+  esac
 fi
 if [ ${#need[@]} -gt 0 ]; then
   echo "setup: installing system packages: ${need[*]}" >&2

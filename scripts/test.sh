@@ -22,8 +22,14 @@ bash scripts/setup.sh --with-hip
   scikit-build-core==0.11.6 pathspec==0.12.1
 # Real sdists from PyPI, one per kind, built by tests/test_backends.py.
 .venv/bin/python -m pip download -q --disable-pip-version-check --no-deps \
-  --no-binary fastrlock,pyyaml,hnswlib,pybind11 \
-  -d .ci/sdists fastrlock==0.8.3 pyyaml==6.0.2 hnswlib==0.8.0 pybind11==3.0.1
+  --no-binary fastrlock,pyyaml,hnswlib,pybind11,scikit-fmm \
+  -d .ci/sdists fastrlock==0.8.3 pyyaml==6.0.2 hnswlib==0.8.0 pybind11==3.0.1 scikit-fmm==2025.6.23
+# The maturin sdist: pip runs `cargo metadata` to read its metadata, resolved offline against
+# Debian's crates (where they fit; otherwise the test skips and nothing is fetched).
+if ls -d /usr/share/cargo/registry/pyo3-0.17.* >/dev/null 2>&1; then
+  .venv/bin/python -c 'import sys; sys.path[:0] = ["tests"]; import test_backends as t
+t.fetch_sdist("ahocorasick_rs", "0.12.3", crates=t.DEBIAN_CRATES)'
+fi
 .venv/bin/ruff check rocmforge tests bench
 .venv/bin/mypy
 tier=()

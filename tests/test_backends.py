@@ -4,10 +4,12 @@ default (a fixed build directory for meson-python, compiler prefix maps), switch
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
 import tarfile
+import tomllib
 import venv
 import zipfile
 from pathlib import Path
@@ -224,6 +226,59 @@ def test_meson_recipe_builddir_wins(meson_wheels: Path, tmp_path: Path) -> None:
     assert "bd-mine" in wheel_member(report["wheels"][0], "rfmeson/_config.py").decode()
 
 
+SKFMM_RECIPE = """\
+schema = 1
+
+[package]
+name = "scikit-fmm"
+version = "2025.6.23"
+
+[source]
+path = "{src}"
+
+[toolchain]
+kind = "system"
+python = "3.11"
+
+[requirements]
+build = {pins}
+
+[check]
+import = "skfmm"
+requirements = ["numpy==2.0.2"]
+"""
+
+
+@pytest.mark.slow
+def test_meson_python_sdist_from_pypi_builds_byte_identical_and_runs(
+    meson_wheels: Path, tmp_path: Path
+) -> None:
+    """scikit-fmm's sdist: C++ extensions against numpy's C API, built by meson-python."""
+    if not list(WHEELHOUSE.glob("numpy-2.0.2-*.whl")):
+        pytest.skip(f"no numpy 2.0.2 wheel in {WHEELHOUSE}; run scripts/test.sh")
+    src = real_sdist(tmp_path, "scikit_fmm", "2025.6.23")
+    recipe = tmp_path / "skfmm.toml"
+    recipe.write_text(SKFMM_RECIPE.format(src=src, pins=json.dumps([*MESON_PINS, "numpy==2.0.2"])))
+    a = realize(recipe, tmp_path / "store")
+    log = rf("log", a["hash"], "--store", tmp_path / "store").stdout
+    assert "meson setup" in log and "build/rocmforge" in log  # the fixed build directory
+    check(recipe, tmp_path / "store")
+    env_dir = tmp_path / "venv"
+    venv.create(env_dir, with_pip=True)
+    py = env_dir / "bin" / "python"
+    subprocess.run(
+        [py, "-m", "pip", "install", "-q", "--no-index", "--find-links", str(WHEELHOUSE),
+         a["wheels"][0], "numpy==2.0.2"],
+        check=True,
+    )  # fmt: skip
+    code = (
+        "import numpy as np, skfmm; phi = np.ones(5); phi[2] = -1; "
+        "print(' '.join(f'{v:.1f}' for v in skfmm.distance(phi)))"
+    )
+    run = subprocess.run([py, "-c", code], capture_output=True, text=True, check=True, cwd=tmp_path)
+    assert run.stdout.strip() == "1.5 0.5 -0.5 0.5 1.5"
+
+
 RUST_RECIPE = """\
 schema = 1
 
@@ -314,17 +369,37 @@ def test_a_crate_that_is_not_vendored_is_a_clear_error(rust_ready: None, tmp_pat
 SDISTS = WHEELHOUSE.parent / "sdists"
 
 
-def real_sdist(tmp_path: Path, name: str, version: str) -> Path:
-    """Unpack the PyPI sdist of ``name==version`` (fetched once into .ci/sdists) under tmp_path."""
+def fetch_sdist(name: str, version: str, *, crates: Path | None = None) -> Path:
+    """Download the PyPI sdist of ``name==version`` into .ci/sdists once; return its path (which
+    may not exist when the download failed). pip prepares the sdist's metadata, which for maturin
+    runs `cargo metadata`: with ``crates`` (a crate directory such as Debian's
+    /usr/share/cargo/registry) cargo resolves there, offline, instead of asking crates.io."""
     archive = SDISTS / f"{name}-{version}.tar.gz"
+    if archive.is_file():
+        return archive
+    env = dict(os.environ)
+    if crates is not None:
+        from rocmforge.build import cargo_config
+
+        home = SDISTS / ".cargo-home"
+        home.mkdir(parents=True, exist_ok=True)
+        (home / "config.toml").write_text(cargo_config(str(crates)))
+        env["CARGO_HOME"] = str(home)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check",
+         "--no-deps", "--no-binary", name, "-d", str(SDISTS), f"{name}=={version}"],
+        capture_output=True, text=True, check=False, env=env,
+    )  # fmt: skip
     if not archive.is_file():
-        proc = subprocess.run(
-            [sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check",
-             "--no-deps", "--no-binary", name, "-d", str(SDISTS), f"{name}=={version}"],
-            capture_output=True, text=True, check=False,
-        )  # fmt: skip
-        if not archive.is_file():
-            pytest.skip(f"cannot fetch the {name} {version} sdist: {proc.stderr[-300:]}")
+        sys.stderr.write(f"cannot fetch the {name} {version} sdist: {proc.stderr[-600:]}\n")
+    return archive
+
+
+def real_sdist(tmp_path: Path, name: str, version: str, *, crates: Path | None = None) -> Path:
+    """Unpack the PyPI sdist of ``name==version`` (fetched once into .ci/sdists) under tmp_path."""
+    archive = fetch_sdist(name, version, crates=crates)
+    if not archive.is_file():
+        pytest.skip(f"cannot fetch the {name} {version} sdist (see stderr)")
     with tarfile.open(archive) as tf:
         tf.extractall(tmp_path / "sdist", filter="data")
     return tmp_path / "sdist" / f"{name}-{version}"
@@ -657,3 +732,210 @@ def test_git_source_with_cpp_in_a_submodule_builds_byte_identical_and_runs(
     product, where = run.stdout.split()
     assert product == "42"
     assert not where.startswith("/build"), where  # __FILE__ is prefix-mapped
+
+
+# -- a real maturin sdist whose crates come from Debian (the Debian Rust packaging model) ---------
+
+DEBIAN_CRATES = Path("/usr/share/cargo/registry")
+
+#: ahocorasick_rs 0.12.3 is a maturin/PyO3 project with no Cargo.lock that needs exactly these
+#: two crate series; Debian 12 packages them (librust-pyo3-dev 0.17.3, librust-aho-corasick-dev
+#: 0.7.19) with all their dependencies.
+AHOCORASICK_CRATES = {"pyo3": "0.17.", "aho-corasick": "0.7."}
+
+MATURIN_RECIPE = """\
+schema = 1
+
+[package]
+name = "ahocorasick-rs"
+version = "0.12.3"
+
+[source]
+path = "{src}"
+
+[toolchain]
+kind = "system"
+python = "3.11"
+rust = "{rust}"
+
+[requirements]
+build = ["maturin==1.16.0"]
+
+[inputs.crates]
+path = "{crates}"
+env = "DEBIAN_CRATES"
+crates = true
+
+[check]
+import = "ahocorasick_rs"
+"""
+
+
+def debian_crates_fit() -> None:
+    """Skip (with the reason) unless Debian's crate registry holds what ahocorasick_rs needs."""
+    for crate, series in AHOCORASICK_CRATES.items():
+        have = sorted(p.name for p in DEBIAN_CRATES.glob(f"{crate}-[0-9]*"))
+        if not any(h.startswith(f"{crate}-{series}") for h in have):
+            pytest.skip(
+                f"ahocorasick_rs 0.12.3 needs the {crate} {series}x crate; "
+                f"{DEBIAN_CRATES} has {have or 'none'} (Debian 12's librust-pyo3-dev and "
+                "librust-aho-corasick-dev fit; scripts/setup.sh installs them where they do)"
+            )
+
+
+def maturin_sdist_recipe(tmp_path: Path, rust: str) -> Path:
+    src = tmp_path / "sdist" / "ahocorasick_rs-0.12.3"
+    if not src.exists():
+        real_sdist(tmp_path, "ahocorasick_rs", "0.12.3", crates=DEBIAN_CRATES)
+    recipe = tmp_path / f"ahocorasick-{rust}.toml"
+    recipe.write_text(MATURIN_RECIPE.format(src=src, rust=rust, crates=DEBIAN_CRATES))
+    return recipe
+
+
+def install_and_search(tmp_path: Path, wheel: str) -> str:
+    env_dir = tmp_path / "venv"
+    if not env_dir.exists():
+        venv.create(env_dir, with_pip=True)
+    py = env_dir / "bin" / "python"
+    subprocess.run(
+        [py, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--force-reinstall", wheel],
+        check=True,
+    )
+    code = (
+        "import ahocorasick_rs as a; s = a.AhoCorasick(['he', 'she', 'hers']); "
+        "print(s.find_matches_as_strings('ushers'))"
+    )
+    return subprocess.run(
+        [py, "-c", code], capture_output=True, text=True, check=True, cwd=tmp_path
+    ).stdout.strip()
+
+
+@pytest.mark.slow
+def test_real_maturin_sdist_builds_offline_with_debian_crates(
+    rust_ready: None, tmp_path: Path
+) -> None:
+    """ahocorasick_rs 0.12.3 from PyPI (maturin + PyO3, crates not vendored) through the default
+    PEP 517 path: Debian's crate registry as an [inputs] tree with crates = true replaces
+    crates.io; realize, install, call, then realize --check rebuilds it byte for byte."""
+    debian_crates_fit()
+    recipe = maturin_sdist_recipe(tmp_path, "host")
+    store = tmp_path / "store"
+    # The control: without the crates input cargo has nowhere to get pyo3 from.
+    without = tmp_path / "no-crates.toml"
+    without.write_text(recipe.read_text().split("[inputs.crates]")[0])
+    proc = rf("realize", without, "--store", store)
+    assert proc.returncode == 1
+    assert "the sandbox has no network" in proc.stderr
+    assert "vendor the crates or declare them as an input" in proc.stderr
+    plan = json.loads(rf("plan", recipe, "--store", store, "--json").stdout)
+    assert plan["derivation"]["inputs"]["crates"]["crates"] is True
+    a = realize(recipe, store)
+    assert not a["cached"]
+    commit = plan["derivation"]["toolchain"]["rust"]["rustc"]["commit"]
+    if len(commit) == 40:  # rustup's std records its commit: the declared toolchain compiled it
+        assert f"/rustc/{commit}/".encode() in wheel_member(a["wheels"][0], ".so")
+    log = rf("log", a["hash"], "--store", store).stdout
+    assert "Compiling pyo3 v0.17" in log and "Compiling aho-corasick v0.7" in log
+    check(recipe, store)
+    assert install_and_search(tmp_path, a["wheels"][0]) == "['she']"
+
+
+@pytest.mark.slow
+def test_debian_rustc_and_cargo_when_rustup_comes_first(
+    rust_ready: None, tmp_path: Path
+) -> None:
+    """rust = "debian": Debian's /usr/bin/rustc and cargo build the real sdist even when a rustup
+    install comes first on PATH; the fingerprint is Debian's compiler, and so is the code."""
+    if not (Path("/usr/bin/rustc").is_file() and Path("/usr/bin/cargo").is_file()):
+        pytest.skip("no Debian rustc/cargo in /usr/bin; scripts/setup.sh installs them")
+    debian_crates_fit()
+    release = subprocess.run(
+        ["/usr/bin/rustc", "-vV"], capture_output=True, text=True, check=True
+    ).stdout.split("release: ")[1].split()[0]
+    recipe = maturin_sdist_recipe(tmp_path, "debian")
+    store = tmp_path / "store"
+    plan = json.loads(rf("plan", recipe, "--store", store, "--json").stdout)
+    rust = plan["derivation"]["toolchain"]["rust"]
+    assert rust["rustc"]["release"] == release
+    assert rust["cargo"]["version"].startswith("cargo ")
+    host = json.loads(
+        rf("plan", maturin_sdist_recipe(tmp_path, "host"), "--store", store, "--json").stdout
+    )["derivation"]["toolchain"]["rust"]
+    if Path(shutil.which("rustc") or "").resolve() != Path("/usr/bin/rustc"):
+        assert host["rustc"]["blake3"] != rust["rustc"]["blake3"]  # two compilers, two hashes
+    a = realize(recipe, store)
+    ext = wheel_member(a["wheels"][0], ".so")
+    assert f"/usr/src/rustc-{release}/".encode() in ext  # Debian's std, built by Debian's rustc
+    check(recipe, store)
+    assert install_and_search(tmp_path, a["wheels"][0]) == "['she']"
+
+
+def test_crates_input_needs_a_rust_toolchain_and_is_one(tmp_path: Path) -> None:
+    crates = tmp_path / "crates"
+    crates.mkdir()
+    recipe = tmp_path / "r.toml"
+    body = (
+        'schema = 1\n[package]\nname = "x"\nversion = "1"\n[source]\npath = "."\n'
+        '[inputs.a]\npath = "crates"\nenv = "A"\ncrates = true\n'
+    )
+    recipe.write_text(body)
+    proc = rf("plan", recipe, "--store", tmp_path / "store")
+    assert proc.returncode == 2
+    assert "inputs.a.crates" in proc.stderr and "[toolchain] rust" in proc.stderr
+    recipe.write_text(
+        body + '[inputs.b]\npath = "crates"\nenv = "B"\ncrates = true\n'
+        '[toolchain]\nrust = "host"\n'
+    )
+    proc = rf("plan", recipe, "--store", tmp_path / "store")
+    assert proc.returncode == 2
+    assert "inputs.b.crates" in proc.stderr and "one crate source" in proc.stderr
+
+
+def test_cargo_config_replaces_crates_io_offline() -> None:
+    from rocmforge.build import cargo_config
+
+    text = cargo_config('/inputs/crates/a "b"')
+    config = tomllib.loads(text)
+    assert config["source"]["crates-io"]["replace-with"] == "rocmforge-inputs"
+    assert config["source"]["rocmforge-inputs"]["directory"] == '/inputs/crates/a "b"'
+    assert config["net"]["offline"] is True
+
+
+@pytest.mark.slow
+def test_a_cargo_lock_the_crates_do_not_match_is_diagnosed_and_patched_away(
+    rust_ready: None, tmp_path: Path
+) -> None:
+    """An sdist whose Cargo.lock pins a pyo3 that the crate input lacks fails with
+    cargo-lock-mismatch; a [source] patches patch deleting Cargo.lock (Debian's practice) lets
+    cargo resolve against the input, and the build goes through."""
+    from rocmforge.build import cargo_config
+
+    debian_crates_fit()
+    recipe = maturin_sdist_recipe(tmp_path, "host")
+    src = tmp_path / "sdist" / "ahocorasick_rs-0.12.3"
+    home = tmp_path / "cargo-home"
+    home.mkdir()
+    (home / "config.toml").write_text(cargo_config(str(DEBIAN_CRATES)))
+    subprocess.run(
+        ["cargo", "generate-lockfile", "--offline"],
+        cwd=src, env={**os.environ, "CARGO_HOME": str(home)}, check=True, capture_output=True,
+    )  # fmt: skip
+    lock = src / "Cargo.lock"
+    text = lock.read_text()
+    have = text.split('name = "pyo3"\nversion = "', 1)[1].split('"', 1)[0]
+    pinned = 'name = "pyo3"\nversion = "0.17.99"'  # no such release
+    lock.write_text(text.replace(f'name = "pyo3"\nversion = "{have}"', pinned))
+    store = tmp_path / "store"
+    proc = rf("realize", recipe, "--store", store)
+    assert proc.returncode == 1
+    assert "Cargo.lock pins (pyo3" in proc.stderr and "[source] patches" in proc.stderr
+    patch = tmp_path / "no-lock.patch"
+    diff = subprocess.run(
+        ["git", "diff", "--no-index", "Cargo.lock", "/dev/null"],
+        cwd=src, capture_output=True, text=True, check=False,
+    ).stdout  # fmt: skip
+    patch.write_text(diff)
+    with_patch = recipe.read_text().replace("[source]\n", f'[source]\npatches = ["{patch}"]\n')
+    recipe.write_text(with_patch)
+    a = realize(recipe, store)
+    assert install_and_search(tmp_path, a["wheels"][0]) == "['she']"

@@ -194,3 +194,30 @@ def test_a_known_cmake_error_comes_before_scikit_build_cores_summary_line() -> N
     found = diagnose_lines(lines)
     assert [d.id for d in found] == ["rocm-dev-package", "skbuild-cmake-failed"], found
     assert "configuration" in found[1].cause
+
+
+UNDECLARED_CARGO_LOG = """\
+rocmforge: [2026-11-30T18:47:07Z] PEP 517 build: build_wheel
+Running `maturin pep517 build-wheel -i /build/venv/bin/python --compatibility off`
+error: failed to parse lock file at: /build/src/Cargo.lock
+
+Caused by:
+  lock file version `4` was found, but this version of Cargo does not understand this lock file
+💥 maturin failed
+  Caused by: Cargo metadata failed. Does your crate compile with `cargo build`?
+  Caused by: `cargo metadata` exited with an error:
+"""
+
+
+def test_cargo_that_ran_undeclared_is_named(tmp_path: Path) -> None:
+    """Debian's /usr/bin/cargo is on the sandbox PATH: a recipe without [toolchain] rust runs
+    it, and whatever goes wrong, the diagnosis says the toolchain is undeclared."""
+    from rocmforge.diagnose import diagnose_undeclared_rust
+
+    log = tmp_path / "build.log"
+    log.write_text(UNDECLARED_CARGO_LOG)
+    [found] = diagnose_undeclared_rust(log)
+    assert found.id == "undeclared-rust" and found.line == 8
+    assert 'rust = "host"' in found.fix
+    log.write_text("rocmforge: [t] step 1/1: cargo build\nerror: setup.py failed\n")
+    assert diagnose_undeclared_rust(log) == ()

@@ -464,6 +464,7 @@ KEY_CASES = {
     "inputs.*.digest": "test_tree_input_change_is_seen",
     "inputs.*.env": "test_recipe_edit_is_seen",
     "inputs.*.subdir": "test_recipe_edit_is_seen",
+    "inputs.*.crates": "test_recipe_edit_is_seen",  # a recipe key (only present when true)
     "requirements[].name": "test_recipe_edit_is_seen",
     "requirements[].version": "test_recipe_edit_is_seen",
     "requirements[].wheel": "test_requirement_wheel_change_is_seen",

@@ -66,7 +66,8 @@ class ToolchainSpec:
     packages: tuple[str, ...] | None = None
     hip_clang: str | None = None
     device_libs: Path | None = None
-    #: ``rust``: ``"host"`` (rustc and cargo on PATH: rustup or Debian) or a toolchain directory.
+    #: ``rust``: ``"host"`` (rustc and cargo on PATH: rustup or Debian), ``"debian"`` (Debian's
+    #: ``/usr/bin/rustc`` and ``cargo``, whatever PATH says) or a toolchain directory.
     rust: str | None = None
     #: ``kind = "rocm-sdk"``: the SDK version (``version``), its GPU families or ISAs
     #: (``families``: ``gfx94X-dcgpu`` picks ``rocm-sdk-libraries-gfx94X-dcgpu``, ``gfx942`` picks
@@ -170,6 +171,9 @@ class InputSpec:
     url: str | None = None
     sha256: str | None = None
     subdir: str | None = None
+    #: ``crates = true``: a directory of crate sources (``cargo vendor`` output, or Debian's
+    #: ``/usr/share/cargo/registry``) that replaces crates.io for cargo in the build.
+    crates: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -237,7 +241,7 @@ _KEYS: dict[str, tuple[str, ...]] = {
               "compiler-cache", "config-settings", "reproducible", "resources"),
     "build.resources": ("cpus", "memory", "time", "gpus"),
     "check": ("import", "archs", "requirements", "portable"),
-    "input": ("path", "url", "sha256", "env", "subdir"),
+    "input": ("path", "url", "sha256", "env", "subdir", "crates"),
     "lint": ("allow",),
 }  # fmt: skip
 
@@ -521,9 +525,12 @@ def _toolchain(c: _Checker, data: Mapping[str, Any], base: Path) -> ToolchainSpe
     if not (_PY_VERSION.match(python) or Path(python).is_absolute()):
         c.add("toolchain.python", f"{python!r} is not a version like '3.11' or an absolute path")
     rust = c.string(t, "toolchain", "rust")
-    if rust is not None and rust != "host":
+    if rust is not None and rust not in ("host", "debian"):
         if not Path(rust).expanduser().is_absolute() and not rust.startswith("."):
-            c.add("toolchain.rust", f"{rust!r} is neither \"host\" nor a toolchain directory")
+            c.add(
+                "toolchain.rust",
+                f"{rust!r} is neither \"host\", \"debian\" nor a toolchain directory",
+            )
         rust = str(base / Path(rust).expanduser())
     sdk_version, families, index, sdk_wheels = _sdk(c, t) if kind == "rocm-sdk" else (
         None, (), None, {})  # fmt: skip
@@ -959,11 +966,12 @@ def _check(c: _Checker, data: Mapping[str, Any]) -> CheckSpec:
 
 
 def _inputs(
-    c: _Checker, data: Mapping[str, Any], base: Path, env: Mapping[str, Any]
+    c: _Checker, data: Mapping[str, Any], base: Path, env: Mapping[str, Any], *, rust: bool
 ) -> dict[str, InputSpec]:
     t = c.table(data, "inputs")
     out: dict[str, InputSpec] = {}
     names: dict[str, str] = {}
+    crates_of: str | None = None
     for name, value in t.items():
         key = join_key("inputs", name)
         if not _INPUT_NAME.match(name):
@@ -978,6 +986,13 @@ def _inputs(
         sha = c.string(value, key, "sha256")
         var = c.string(value, key, "env", required=True)
         subdir = c.string(value, key, "subdir")
+        crates = c.boolean(value, key, "crates")
+        if crates and crates_of is not None:
+            c.add(join_key(key, "crates"), f"cargo takes one crate source; {crates_of} is one")
+        if crates and not rust:
+            c.add(join_key(key, "crates"), "crates are for cargo: declare [toolchain] rust too")
+        if crates:
+            crates_of = key
         if (path is None) == (url is None):
             c.add(key, "give exactly one of 'path' (a directory or archive) or 'url' (an archive)")
         if url is not None and sha is None:
@@ -1004,6 +1019,7 @@ def _inputs(
             url=url,
             sha256=sha,
             subdir=subdir,
+            crates=crates,
         )
     return out
 
@@ -1051,7 +1067,13 @@ def _from_dict(
     build = _build(c, data, raw_env if isinstance(raw_env, Mapping) else {})
     check = _check(c, data)
     lint = _lint(c, data)
-    inputs = _inputs(c, data, base, raw_env if isinstance(raw_env, Mapping) else {})
+    inputs = _inputs(
+        c,
+        data,
+        base,
+        raw_env if isinstance(raw_env, Mapping) else {},
+        rust=toolchain.rust is not None,
+    )
     if c.problems:
         raise RecipeError(c.problems)
     return cls(

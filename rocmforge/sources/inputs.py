@@ -6,6 +6,9 @@ archive given by ``path`` or by ``url`` + ``sha256`` (blake3 of the archive byte
 given, is checked). Archives are fetched and unpacked once into the store's source cache. Each input
 is mounted read-only in the sandbox at ``/inputs/NAME`` and its ``env`` variable names that path.
 Only the content, the name, ``env`` and ``subdir`` enter the derivation — never a path or URL.
+An input with ``crates = true`` is a directory of crate sources (``cargo vendor`` output, or
+Debian's ``/usr/share/cargo/registry``) that the build's private cargo config puts in place of
+crates.io (see :func:`rocmforge.build.cargo_config`).
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ class ResolvedInput:
     host: Path
     subdir: str | None = None
     sha256: str | None = None  # of the archive bytes (archives only; not in the derivation)
+    crates: bool = False  # a crate directory that replaces crates.io for cargo
 
     @property
     def inside(self) -> str:
@@ -55,8 +59,17 @@ class ResolvedInput:
         return f"{INSIDE}/{self.name}"
 
     def to_json(self) -> dict[str, Any]:
-        """What enters the derivation: kind, content digest, variable and subdir (no path)."""
-        return {"kind": self.kind, "digest": self.digest, "env": self.env, "subdir": self.subdir}
+        """What enters the derivation: kind, content digest, variable and subdir (no path), and
+        ``crates`` when the input is cargo's crate source."""
+        out: dict[str, Any] = {
+            "kind": self.kind,
+            "digest": self.digest,
+            "env": self.env,
+            "subdir": self.subdir,
+        }
+        if self.crates:  # only when set: the hashes of every other input stay as they were
+            out["crates"] = True
+        return out
 
 
 class UrlFetcher(Protocol):
@@ -222,6 +235,7 @@ def resolve_input(spec: InputSpec, *, cache: Path, fetcher: UrlFetcher | None) -
         host=host,
         subdir=spec.subdir,
         sha256=None if kind == "tree" else sha,
+        crates=spec.crates,
     )
 
 

@@ -2,8 +2,9 @@
 
 ``rust = "host"`` takes the ``rustc`` and ``cargo`` found on PATH — a rustup install (whose
 proxies are followed to the real toolchain through ``rustc --print sysroot``) or Debian's
-``rustc``/``cargo`` packages; ``rust = "/path/to/toolchain"`` names a toolchain directory (its
-``bin/rustc`` and ``bin/cargo``). Either way:
+``rustc``/``cargo`` packages; ``rust = "debian"`` takes Debian's ``/usr/bin/rustc`` and ``cargo``
+even when a rustup install comes first on PATH; ``rust = "/path/to/toolchain"`` names a toolchain
+directory (its ``bin/rustc`` and ``bin/cargo``). Either way:
 
 - the fingerprint holds ``rustc -vV`` (release, commit, host, LLVM), ``cargo -V`` and the blake3
   digests of what really runs: ``rustc``, ``cargo`` and the ``librustc_driver`` library that is
@@ -28,9 +29,17 @@ from rocmforge.util.hashing import file_blake3
 from rocmforge.util.statcache import StatCache
 
 HOST = "host"
+DEBIAN = "debian"
+DEBIAN_ROOT = "/usr"  # Debian's rustc and cargo packages: /usr/bin/{rustc,cargo}
 
 
 def _sysroot(spec: str) -> Path:
+    if spec == DEBIAN:
+        if not (Path(DEBIAN_ROOT) / "bin" / "rustc").is_file():
+            raise ToolchainError(
+                'toolchain.rust = "debian": no /usr/bin/rustc (apt-get install rustc cargo)'
+            )
+        return Path(DEBIAN_ROOT)
     if spec != HOST:
         root = Path(spec)
         if not (root / "bin" / "rustc").is_file():
@@ -53,6 +62,8 @@ def probe_rust(spec: str) -> dict[str, Any]:
     root = _sysroot(spec)
     rustc = root / "bin" / "rustc"
     cargo = root / "bin" / "cargo"
+    if not cargo.is_file() and spec == DEBIAN:  # never rustup's cargo with Debian's rustc
+        raise ToolchainError('toolchain.rust = "debian": no /usr/bin/cargo (apt-get install cargo)')
     if not cargo.is_file():
         found = shutil.which("cargo")  # Debian installs cargo beside rustc in /usr/bin
         if found is None:
