@@ -90,8 +90,12 @@ def _dir_facts(path: str) -> tuple[bytes, int, int]:
     it holds and their newest ctime. Raises OSError when it cannot be listed."""
     facts: list[object] = []
     newest = 0
-    with os.scandir(path) as it:
-        for e in it:
+    # Listed by descriptor, so each stat looks up one name, not the whole path again.
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        with os.scandir(fd) as it:
+            entries = list(it)
+        for e in entries:
             name = e.name
             if name == ".git":
                 continue
@@ -105,6 +109,8 @@ def _dir_facts(path: str) -> tuple[bytes, int, int]:
             ctime = st.st_ctime_ns
             newest = ctime if ctime > newest else newest
             facts.append((name, st.st_mode, st.st_size, st.st_mtime_ns, ctime, st.st_ino))
+    finally:
+        os.close(fd)
     return marshal.dumps(facts, 2), len(facts), newest
 
 
