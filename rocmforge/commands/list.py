@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Iterable
 from typing import Any
 
 from rocmforge.commands._common import add_json_option, add_store_option, emit_json, open_store
@@ -31,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_summary(rows: list[tuple[str, str, str, int, float, float, int]]) -> None:
+def _print_summary(rows: Iterable[tuple[str, str, str, int, float, float, int]]) -> None:
     """Print rows as :func:`rocmforge.commands.query.print_table` does, without row objects.
 
     One pass builds the seven cells of each row, formatting each distinct minute and size once;
@@ -62,5 +63,6 @@ def _print_summary(rows: list[tuple[str, str, str, int, float, float, int]]) -> 
             z = sizes[size] = human_size(size)
         add((h[:12], name, version, z, c, u, str(n) if n else "-"))
     widths = [max(map(len, col)) for col in zip(*table, strict=True)]
-    fmt = "  ".join(f"{{:<{w}}}" for w in widths[:-1]) + "  {}"
-    sys.stdout.write("".join([fmt.format(*r).rstrip() + "\n" for r in table]))
+    # the last column unpadded: no cell ends in a space, so no line needs stripping
+    fmt = "  ".join(f"%-{w}s" for w in widths[:-1]) + "  %s\n"
+    sys.stdout.write("".join([fmt % r for r in table]))

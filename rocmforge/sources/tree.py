@@ -357,6 +357,8 @@ def _list_dir(top: int, base: str, prefix: str, flags: int) -> tuple[list[_Stat]
         fd = os.open(prefix or ".", flags, dir_fd=top)
     except OSError as exc:
         raise SourceError(f"{base + prefix}: cannot list directory: {exc}") from exc
+    add, add_sub = facts.append, subs.append  # the loop runs once per file: locals only
+    ifmt, kinds = _S_IFMT, (_S_IFREG, _S_IFLNK)
     try:
         with os.scandir(fd) as it:
             entries = list(it)
@@ -366,7 +368,7 @@ def _list_dir(top: int, base: str, prefix: str, flags: int) -> tuple[list[_Stat]
                 continue
             try:
                 if e.is_dir(follow_symlinks=False):
-                    subs.append(name)
+                    add_sub(name)
                     continue
                 st = e.stat(follow_symlinks=False)
             except FileNotFoundError:
@@ -374,8 +376,8 @@ def _list_dir(top: int, base: str, prefix: str, flags: int) -> tuple[list[_Stat]
             except OSError as exc:
                 raise SourceError(f"{base + prefix + name}: cannot stat: {exc}") from exc
             mode = st.st_mode
-            if mode & _S_IFMT in (_S_IFREG, _S_IFLNK):
-                facts.append((name, st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns, mode))
+            if mode & ifmt in kinds:
+                add((name, st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns, mode))
     except OSError as exc:
         raise SourceError(f"{base + prefix}: cannot list directory: {exc}") from exc
     finally:
