@@ -720,7 +720,9 @@ def _look_again(
     changed: list[_Dir] = []
     big: list[tuple[_Stat, str]] = []
     for prefix, names in by_dir.items():
-        old = table.recs(prefix) if prefix in table.sigs else {}
+        if prefix in table.sigs and table.entry(prefix) is None:
+            raise _Stale  # its other files' records are lost: the listing must be made anew
+        old = table.recs(prefix)
         recs = dict(old)
         facts: list[_Stat] = []
         for name in names:
