@@ -11,7 +11,8 @@ The stat cache under ``cache/trees`` keeps, per directory of the tree, each file
 already rendered; the directories are spread over bucket files (``<id>.files/<k>``, about
 :data:`BUCKET_DIRS` directories each) and a small head (``<id>.head``) holds the digest and, per
 directory, a blake3 signature of its stat facts. A re-hash reads and rewrites only the buckets of
-directories that changed; the other buckets are only read for their rendered text.
+directories that changed; of the others only the rendered text is read (``<k>``, not the
+records in ``<k>.r``).
 
 Which directories changed: in a plain tree every directory is listed and every file stat'ed (a
 file's content can change without its directory's mtime moving, so nothing less is sound; it
@@ -70,7 +71,7 @@ from rocmforge.store import layout
 from rocmforge.util.fsutil import write_atomic
 from rocmforge.util.hashing import blake3_hex
 
-RECORD_VERSION = 3
+RECORD_VERSION = 4
 TREE_TAG = b"rocmforge-tree-v1\0"
 BIG_FILE = 1 << 22
 # Timestamps this close to the scan start may hide a same-tick rewrite; such digests are not reused.
@@ -189,8 +190,9 @@ class _Table:
     """The recorded table of one tree, split by directory into bucket files read on demand.
 
     The head holds, per directory prefix, the signature of its stat facts (plain trees). Each
-    bucket file holds, for its directories, the rendered parts of the hashed text and the
-    marshal'd file records; a bucket whose token is not the head's is not used.
+    bucket ``k`` is two files: ``k`` holds its directories' rendered parts of the hashed text
+    (all a digest needs) and ``k.r`` their marshal'd file records (read only for directories
+    that changed); a file whose token is not the head's is not used.
     """
 
     def __init__(self, head: dict[str, Any], files_dir: Path) -> None:
@@ -199,12 +201,11 @@ class _Table:
         self.sigs: dict[str, bytes | None] = head.get("dirs", {}) if head else {}
         self.buckets: int = head.get("buckets", 1) if head else 1
         self.tokens: list[str] = head.get("tokens", []) if head else []
-        self._loaded: dict[int, dict[str, tuple[Parts, bytes]] | None] = {}
+        self._loaded: dict[str, dict[str, Any] | None] = {}
 
-    def bucket(self, k: int) -> dict[str, tuple[Parts, bytes]] | None:
-        """Return bucket ``k`` (prefix -> (parts, marshal'd records)), or None if unusable."""
-        if k not in self._loaded:
-            data = _load(self.files_dir / f"{k}")
+    def _file(self, name: str, k: int) -> dict[str, Any] | None:
+        if name not in self._loaded:
+            data = _load(self.files_dir / name)
             ok = (
                 isinstance(data, tuple)
                 and len(data) == 2
@@ -212,11 +213,19 @@ class _Table:
                 and data[0] == self.tokens[k]
                 and isinstance(data[1], dict)
             )
-            self._loaded[k] = data[1] if ok else None
-        return self._loaded[k]
+            self._loaded[name] = data[1] if ok else None
+        return self._loaded[name]
 
-    def entry(self, prefix: str) -> tuple[Parts, bytes] | None:
-        """Return the recorded parts and records of directory ``prefix``, or None."""
+    def bucket(self, k: int) -> dict[str, Parts] | None:
+        """Return the parts of bucket ``k`` (prefix -> parts), or None if unusable."""
+        return self._file(f"{k}", k)
+
+    def rec_bucket(self, k: int) -> dict[str, bytes] | None:
+        """Return the records of bucket ``k`` (prefix -> marshal'd records), or None."""
+        return self._file(f"{k}.r", k)
+
+    def entry(self, prefix: str) -> Parts | None:
+        """Return the recorded parts of directory ``prefix``, or None."""
         if prefix not in self.sigs:
             return None
         b = self.bucket(_bucket_of(prefix, self.buckets))
@@ -224,11 +233,14 @@ class _Table:
 
     def recs(self, prefix: str) -> dict[str, FileRec]:
         """Return the recorded file records of directory ``prefix`` by name ({} if none)."""
-        e = self.entry(prefix)
-        if e is None:
+        if prefix not in self.sigs:
+            return {}
+        b = self.rec_bucket(_bucket_of(prefix, self.buckets))
+        blob = None if b is None else b.get(prefix)
+        if blob is None:
             return {}
         try:
-            recs = marshal.loads(e[1])
+            recs = marshal.loads(blob)
         except (ValueError, EOFError, TypeError):
             return {}
         return recs if isinstance(recs, dict) else {}
@@ -720,7 +732,10 @@ def _look_again(
     changed: list[_Dir] = []
     big: list[tuple[_Stat, str]] = []
     for prefix, names in by_dir.items():
-        if prefix in table.sigs and table.entry(prefix) is None:
+        if prefix in table.sigs and (
+            table.entry(prefix) is None
+            or table.rec_bucket(_bucket_of(prefix, table.buckets)) is None
+        ):
             raise _Stale  # its other files' records are lost: the listing must be made anew
         old = table.recs(prefix)
         recs = dict(old)
@@ -777,7 +792,7 @@ def _link_ancestors(dirs: dict[str, list[Any]], table: _Table, complete: bool) -
                 entry = table.entry(up)
                 if up in table.sigs and entry is None:
                     raise _Stale
-                d[2] = [x for x in entry[0] if isinstance(x, str)] if entry else []
+                d[2] = [x for x in entry if isinstance(x, str)] if entry else []
             if q not in d[2]:
                 d[2].append(q)
             if up in table.sigs:
@@ -839,41 +854,55 @@ def _commit(
         del sigs[p]
     for p, d in dirs.items():
         sigs[p] = d[0]
-    contents: dict[int, dict[str, tuple[Parts, bytes]]]
+    contents: dict[int, dict[str, Parts]]  # per bucket, its directories' parts
+    rec_contents: dict[int, dict[str, bytes]]  # per bucket rewritten, its records
     if complete:
         want = max(1, min(MAX_BUCKETS, len(sigs) // BUCKET_DIRS))
         same = bool(head) and want // 2 <= table.buckets <= want * 2
         buckets = table.buckets if same else want
         tokens = list(table.tokens) if same and len(table.tokens) == buckets else [""] * buckets
         contents = {k: {} for k in range(buckets)}
+        rec_contents = {k: {} for k in range(buckets)}
         touched = set(range(buckets))
     else:
         buckets, tokens = table.buckets, list(table.tokens)
         if len(tokens) != buckets:
             raise _Stale
         touched = {_bucket_of(p, buckets) for p in (*dirs, *removed)}
-        contents = {}
+        contents, rec_contents = {}, {}
         for k in range(buckets):
             b = table.bucket(k)
-            if b is None:
+            r = table.rec_bucket(k) if k in touched or need_files else {}
+            if b is None or r is None:
                 raise _Stale  # the head names its directories; the record is not whole
             contents[k] = dict(b) if k in touched else b
+            if k in touched or need_files:
+                rec_contents[k] = dict(r) if k in touched else r
         for p in removed:
             contents[_bucket_of(p, buckets)].pop(p, None)
+            rec_contents[_bucket_of(p, buckets)].pop(p, None)
     for p, (_, recs, children) in dirs.items():
         k = _bucket_of(p, buckets)
         if children is None:  # a changed listed directory keeps the children it had
             prev = contents[k].get(p)
-            children = [x for x in prev[0] if isinstance(x, str)] if prev else []
-        contents[k][p] = (_render(p, recs, children), marshal.dumps(recs))
-    digest = _digest_of({p: e[0] for b in contents.values() for p, e in b.items()})
+            children = [x for x in prev if isinstance(x, str)] if prev else []
+        contents[k][p] = _render(p, recs, children)
+        rec_contents[k][p] = marshal.dumps(recs)
+    digest = _digest_of({p: parts for b in contents.values() for p, parts in b.items()})
     if complete and head:  # a full listing: rewrite only the buckets that differ
-        touched = {k for k in touched if not tokens[k] or table.bucket(k) != contents[k]}
+        touched = {
+            k
+            for k in touched
+            if not tokens[k]
+            or table.bucket(k) != contents[k]
+            or table.rec_bucket(k) != rec_contents[k]
+        }
     if touched and not files_dir.is_dir():
         with contextlib.suppress(FileNotFoundError):
             files_dir.unlink()  # the one-file table of an older record
     for k in sorted(touched):
         tokens[k] = blake3_hex(os.urandom(16))
+        _write_atomic(files_dir / f"{k}.r", marshal.dumps((tokens[k], rec_contents[k])))
         _write_atomic(files_dir / f"{k}", marshal.dumps((tokens[k], contents[k])))
     new_head = {
         "v": RECORD_VERSION,
@@ -890,8 +919,8 @@ def _commit(
         _write_atomic(head_path, marshal.dumps(new_head))
     files: dict[str, FileRec] = {}
     if need_files:
-        for b in contents.values():
-            for p, (_, blob) in b.items():
+        for rb in rec_contents.values():
+            for p, blob in rb.items():
                 recs = marshal.loads(blob)
                 files.update({p + n: r for n, r in recs.items()} if p else recs)
     return digest, files
