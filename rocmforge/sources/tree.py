@@ -41,7 +41,7 @@ import threading
 import time
 import zlib
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -261,9 +261,9 @@ class _Job:
         base: str,
         table: _Table,
         cutoff: int,
-        shallow: list[str] = (),  # type: ignore[assignment]
-        deep: list[str] = (),  # type: ignore[assignment]
-        rels: list[str] = (),  # type: ignore[assignment]
+        shallow: Sequence[str] = (),
+        deep: Sequence[str] = (),
+        rels: Sequence[str] = (),
     ) -> None:
         self.base = base  # root with a trailing "/"
         self.table = table
