@@ -2,9 +2,11 @@
 
 A successful ``realize`` records, per recipe file, every file whose change could change the input
 hash — the recipe and its ``extends`` chain, patches, the toolchain's executables, the requirement
-wheels, and for a path source every directory and file of the tree — with its stat signature.
-The next ``rocmforge realize RECIPE`` checks those signatures and, if none moved and the entry is
-still in the store, answers at once. Anything unusual (other flags, a changed file, a missing
+wheels — with its stat signature, and for a path source (or tree input) the stat facts of every
+directory's entries (a listing per directory: names, and each file's mode, size, mtime, ctime and
+inode). The next ``rocmforge realize RECIPE`` checks them (a big tree in two processes) and, if
+none moved and the entry is still in the store, answers at once. A realize during which a
+guarded tree changed records nothing. Anything unusual (other flags, a changed file, a missing
 entry) falls through to the full pipeline, which recomputes the hash from scratch; the memo can
 make a run faster, never different.
 
