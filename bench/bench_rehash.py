@@ -5,10 +5,11 @@ and as a committed git work tree. Then, run by run and interleaved (A, B, A, B, 
 rewritten (new content, new mtime) and
   A  ``tree_digest`` (rocmforge's path-source hash, warm stat cache) re-hashes the tree;
   B  ``git status --porcelain`` of the git tree, after the same kind of change.
-Both trees get A. Also measured: a no-op ``rocmforge realize`` of a recipe whose source is the
-plain tree (the memo answers it after stat'ing every file; target <= 150 ms). Wall and CPU
-(user+sys, forked workers included) medians. Warm page cache, warm stat caches.
-Targets: A <= 1.5x B; the no-op realize <= 150 ms.
+Both trees get A. Also measured, interleaved with ``git status`` of the (unchanged) git copy and
+``python -c pass``: a no-op ``rocmforge realize`` of a recipe whose source is the plain tree (the
+memo answers it after listing every directory and stat'ing every file, in two processes; target
+<= 150 ms). Wall and CPU (user+sys, forked workers included) medians. Warm page cache, warm
+stat caches. Targets: A <= 1.5x B; the no-op realize <= 150 ms.
 Usage: python bench/bench_rehash.py [--files 60000] [--runs 7] [--quick] [--no-realize]
 """
 
@@ -121,14 +122,15 @@ def main() -> int:
             print(f"ratio {k} / git status: {r:.2f}x wall, {med(k, 1) / med('status', 1):.2f}x "
                   f"cpu (target <= 1.5x: {'met' if r <= 1.5 else 'NOT met'})")
         if not args.no_realize:
-            noop(tmp, plain, args.runs)
+            noop(tmp, plain, gitt, args.runs)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return 0
 
 
-def noop(tmp: Path, src: Path, runs: int) -> None:
-    """Time the memo's no-op realize of a recipe whose source is ``src``."""
+def noop(tmp: Path, src: Path, gitt: Path, runs: int) -> None:
+    """Time the memo's no-op realize of a recipe whose source is ``src``, interleaved with
+    ``git status`` of the git copy of the same tree and ``python -c pass``."""
     shutil.copy(REPO / "tests" / "data" / "mkwheel.py", src)
     (src / "bigtree").mkdir(exist_ok=True)
     (src / "bigtree" / "__init__.py").write_text("")
@@ -138,12 +140,25 @@ def noop(tmp: Path, src: Path, runs: int) -> None:
     argv = [exe, "realize", str(recipe), "--store", str(tmp / "store")]
     for _ in range(2):  # the build, then a full-pipeline hit that records the memo
         subprocess.run(argv, check=True, capture_output=True)
-    times = []
+    status = ["git", "status", "--porcelain", "--untracked-files=all"]
+    series: dict[str, list[tuple[float, float]]] = {"realize": [], "status": [], "pass": []}
     for _ in range(runs):
-        times.append(timed(lambda: subprocess.run(argv, check=True, capture_output=True)))
-    w = statistics.median(x[0] for x in times) * 1000
-    c = statistics.median(x[1] for x in times) * 1000
-    print(f"no-op realize, source = plain tree: {w:8.1f} ms wall {c:8.1f} ms cpu "
+        series["realize"].append(timed(lambda: subprocess.run(argv, check=True,
+                                                              capture_output=True)))
+        series["status"].append(timed(lambda: git(gitt, *status[1:])))
+        series["pass"].append(timed(lambda: subprocess.run([sys.executable, "-c", "pass"],
+                                                           check=True)))
+
+    def med(k: str, j: int) -> float:
+        return statistics.median(x[j] for x in series[k]) * 1000
+
+    w = med("realize", 0)
+    print(f"{runs} interleaved runs, medians, nothing changed:")
+    for k, label in (("realize", "no-op realize (memo)"), ("status", "git status, git copy"),
+                     ("pass", "python -c pass")):  # fmt: skip
+        print(f"{label:<26} {med(k, 0):8.1f} ms wall {med(k, 1):8.1f} ms cpu")
+    print(f"ratio no-op realize / git status: {w / med('status', 0):.2f}x wall, "
+          f"{med('realize', 1) / med('status', 1):.2f}x cpu; no-op realize {w:.1f} ms "
           f"(target <= 150 ms: {'met' if w <= 150 else 'NOT met'})")
 
 

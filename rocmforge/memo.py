@@ -2,9 +2,11 @@
 
 A successful ``realize`` records, per recipe file, every file whose change could change the input
 hash — the recipe and its ``extends`` chain, patches, the toolchain's executables, the requirement
-wheels, and for a path source every directory and file of the tree — with its stat signature.
-The next ``rocmforge realize RECIPE`` checks those signatures and, if none moved and the entry is
-still in the store, answers at once. Anything unusual (other flags, a changed file, a missing
+wheels — with its stat signature, and for a path source (or tree input) the stat facts of every
+directory's entries (a listing per directory: names, and each file's mode, size, mtime, ctime and
+inode). The next ``rocmforge realize RECIPE`` checks them (a big tree in two processes) and, if
+none moved and the entry is still in the store, answers at once. A realize during which a
+guarded tree changed records nothing. Anything unusual (other flags, a changed file, a missing
 entry) falls through to the full pipeline, which recomputes the hash from scratch; the memo can
 make a run faster, never different.
 
@@ -30,7 +32,7 @@ from collections.abc import Iterable, Sequence
 
 from rocmforge.store import layout
 
-MEMO_FORMAT = 2
+MEMO_FORMAT = 3
 #: The sandbox level an option-less ``realize`` asks for; only entries built so are answered.
 FAST_SANDBOX = "bwrap"
 _ENV_KEYS = ("PATH", "PYENV_VERSION", "ROCMFORGE_STORE")
@@ -84,15 +86,54 @@ def memo_key(recipe: str, store_root: str) -> str | None:
     return f"{MEMO_FORMAT}\0{os.path.abspath(recipe)}\0{ident}\0{env}"
 
 
-def tree_guards(root: str) -> list[tuple[str, Sig | None, bool]] | None:
-    """Return lstat guards of every directory and file below ``root`` (``.git`` excluded).
+def _dir_facts(path: str) -> tuple[bytes, int, int]:
+    """Return the marshal'd stat facts of one directory's entries in listing order (a
+    subdirectory by its name alone: its own entries are facts of their own), how many entries
+    it holds and their newest ctime. Raises OSError when it cannot be listed."""
+    facts: list[object] = []
+    newest = 0
+    # Listed by descriptor, so each stat looks up one name, not the whole path again.
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        with os.scandir(fd) as it:
+            entries = list(it)
+        for e in entries:
+            name = e.name
+            if name == ".git":
+                continue
+            if e.is_dir(follow_symlinks=False):
+                facts.append(name)
+                continue
+            try:
+                st = e.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            ctime = st.st_ctime_ns
+            newest = ctime if ctime > newest else newest
+            facts.append((name, st.st_mode, st.st_size, st.st_mtime_ns, ctime, st.st_ino))
+    finally:
+        os.close(fd)
+    return marshal.dumps(facts, 2), len(facts), newest
 
-    Directory mtimes catch added and removed files; in a git work tree the index and
-    ``info/exclude`` are guarded too, since they decide which files count. None if the tree is
-    part of a work tree whose git dir is not a plain directory (worktrees, submodules).
+
+# A tree guard: the tree's root and, per directory below it (relative prefix, "" for the root),
+# the marshal'd stat facts of its entries; and how many entries they hold in all.
+TreeGuard = tuple[str, list[tuple[str, bytes]], int]
+
+
+def tree_guards(root: str) -> tuple[list[tuple[str, Sig | None, bool]], TreeGuard, int] | None:
+    """Return the guards of the tree at ``root``: lstat guards of the git files that decide
+    its listing (the index, ``HEAD`` and ``info/exclude`` of an enclosing work tree), and the
+    stat facts of every directory's entries below ``root`` (``.git`` excluded), with the newest
+    ctime among them.
+
+    A listing catches added, removed and renamed entries, each entry's stat facts catch edits,
+    and ctime moves on every change however mtime is set. None if the tree is part of a work
+    tree whose git dir is not a plain directory (worktrees, submodules), or cannot be listed.
     """
     guards: list[tuple[str, Sig | None, bool]] = []
     parent = os.path.abspath(root)
+    top = parent
     while True:
         dotgit = os.path.join(parent, ".git")
         if os.path.lexists(dotgit):
@@ -106,15 +147,72 @@ def tree_guards(root: str) -> list[tuple[str, Sig | None, bool]] | None:
         if up == parent:
             break
         parent = up
-    for dirpath, dirnames, filenames in os.walk(root):
-        if ".git" in dirnames:
-            dirnames.remove(".git")
-        dirnames.sort()
-        guards.append((dirpath, _sig(dirpath, follow=False), False))
-        for name in filenames:
-            p = os.path.join(dirpath, name)
-            guards.append((p, _sig(p, follow=False), False))
-    return guards
+    dirs: list[tuple[str, bytes]] = []
+    total = newest = 0
+    todo = [""]
+    base = os.path.join(top, "")
+    try:
+        while todo:
+            rel = todo.pop()
+            facts, n, ctime = _dir_facts(base + rel)
+            dirs.append((rel, facts))
+            total += n
+            newest = ctime if ctime > newest else newest
+            for item in marshal.loads(facts):
+                if isinstance(item, str):
+                    todo.append(f"{rel}{item}/")
+    except OSError:
+        return None
+    return guards, (top, dirs, total), newest
+
+
+# A tree of at least this many entries is checked by two processes (this one and a fork).
+PARALLEL_TREE_ENTRIES = 8192
+# ctimes this close before the start of a realize may belong to a change made during it (file
+# timestamps come from the kernel's coarse clock, which lags by up to one tick: <= 10 ms).
+RACY_SLACK_NS = 20_000_000
+
+
+def _tree_holds(base: str, dirs: list[tuple[str, bytes]]) -> bool:
+    """Return whether every directory of ``dirs`` below ``base`` lists the recorded facts."""
+    try:
+        for rel, facts in dirs:
+            if _dir_facts(base + rel)[0] != facts:
+                return False
+    except (OSError, TypeError):
+        return False
+    return True
+
+
+def _trees_hold(trees: list[TreeGuard]) -> bool:
+    """Return whether every tree guard still holds; a big tree is checked by two processes,
+    since listing and stat'ing tens of thousands of entries is mostly system-call time."""
+    shares: list[tuple[str, list[tuple[str, bytes]]]] = []
+    total = 0
+    for root, dirs, n in trees:
+        shares.append((os.path.join(root, ""), dirs))
+        total += n
+    if total < PARALLEL_TREE_ENTRIES:
+        return all(_tree_holds(base, dirs) for base, dirs in shares)
+    try:
+        pid = os.fork()
+    except OSError:
+        return all(_tree_holds(base, dirs) for base, dirs in shares)
+    if pid == 0:  # the child checks every other directory, and says so by its exit status
+        code = 1
+        try:
+            code = 0 if all(_tree_holds(base, dirs[1::2]) for base, dirs in shares) else 1
+        finally:
+            os._exit(code)
+    ok = all(_tree_holds(base, dirs[0::2]) for base, dirs in shares)
+    if not ok:
+        with contextlib.suppress(OSError):
+            os.kill(pid, 9)
+    try:
+        _, status = os.waitpid(pid, 0)
+    except OSError:
+        return False
+    return ok and status == 0
 
 
 def record(
@@ -125,6 +223,7 @@ def record(
     trees: Iterable[str],
     result: dict[str, object],
     depends: Iterable[str] = (),
+    since_ns: int | None = None,
 ) -> None:
     """Remember ``result`` for ``recipe`` while ``files`` and the ``trees`` stay unchanged.
 
@@ -132,25 +231,48 @@ def record(
     ``wheels`` relative to the store root, and ``sigs``: per wheel ``[size, mtime_ns]`` as
     recorded at publish. ``depends`` names the recipes ``recipe`` is built against: their
     remembered guards are guards of this result too (a dependency not remembered means nothing
-    is recorded).
+    is recorded). ``since_ns`` is when the realize began (``time.time_ns()``): if an entry of
+    one of the ``trees`` (sources edited by hand, maybe during a long build) changed since then
+    (its ctime says so), the result may predate the change and nothing is recorded. (Files
+    like the toolchain's are not held to this: running the build may touch them.)
     """
     key = memo_key(recipe, store_root)
     if key is None:
         return
     guards: list[tuple[str, Sig | None, bool]] = [(f, _sig(f), True) for f in files]
+    tree_list: list[TreeGuard] = []
+    newest = 0
     for tree in trees:
         found = tree_guards(tree)
         if found is None:
             return
-        guards.extend(found)
+        guards.extend(found[0])
+        tree_list.append(found[1])
+        newest = max(newest, found[2])
+    if since_ns is not None and newest >= since_ns - RACY_SLACK_NS:
+        return  # changed while this realize ran: the next realize hashes again
     for dep in depends:
         item = _load_item(store_root, dep)
         theirs = item.get("guards") if item is not None else None
-        if not isinstance(theirs, list):
+        their_trees = item.get("trees", []) if item is not None else None
+        if not isinstance(theirs, list) or not isinstance(their_trees, list):
             return
         guards.extend(theirs)
+        tree_list.extend(their_trees)
     guards = _unique(guards)  # a closure's guards overlap (shared dependencies)
-    _write_item(store_root, key, {"guards": guards, "result": result})
+    _write_item(
+        store_root,
+        key,
+        {"guards": guards, "trees": _unique_trees(tree_list), "result": result},
+    )
+
+
+def _unique_trees(trees: list[TreeGuard]) -> list[TreeGuard]:
+    """``trees`` without repeats (the first guard of each root stays)."""
+    seen: dict[str, TreeGuard] = {}
+    for t in trees:
+        seen.setdefault(t[0], t)
+    return list(seen.values())
 
 
 def _load_item(store_root: str, recipe: str) -> dict[str, object] | None:
@@ -199,13 +321,19 @@ def record_stack(store_root: str, stack: str, recipes: Sequence[str]) -> None:
         return
     guards: list[tuple[str, Sig | None, bool]] = [(os.path.abspath(stack), _sig(stack), True)]
     results = []
+    trees: list[TreeGuard] = []
     for recipe in recipes:
         item = _load_item(store_root, recipe)
         if item is None or _valid(item) is None or not isinstance(item.get("guards"), list):
             return
         guards.extend(item["guards"])  # type: ignore[arg-type]
+        trees.extend(item.get("trees", []))  # type: ignore[arg-type]
         results.append(item["result"])
-    _write_item(store_root, key, {"guards": _unique(guards), "results": results})
+    _write_item(
+        store_root,
+        key,
+        {"guards": _unique(guards), "trees": _unique_trees(trees), "results": results},
+    )
 
 def touch_used(store_root: str, hash: str) -> None:
     """Record a use of entry ``hash`` now: set the mtime of ``used/<hash>`` (gc reads it).
@@ -234,6 +362,9 @@ def _valid(item: object) -> dict[str, object] | None:
             if not isinstance(path, str) or _sig(path, follow=bool(follow)) != sig:
                 return None
         result = item["result"]
+        trees = item.get("trees", [])
+        if not isinstance(trees, list) or (trees and not _trees_hold(trees)):
+            return None
     except (KeyError, TypeError, ValueError):  # a damaged memo is only a missed shortcut
         return None
     if not isinstance(result, dict):
@@ -291,7 +422,11 @@ def fast_realize(argv: Sequence[str]) -> int | None:
             members = item["results"]
             found = None
             if isinstance(members, list) and members:
-                head = {"guards": item.get("guards"), "result": members[0]}
+                head = {
+                    "guards": item.get("guards"),
+                    "trees": item.get("trees", []),
+                    "result": members[0],
+                }
                 if _valid(head):
                     found = [_valid({"guards": [], "result": r}) for r in members]
         else:

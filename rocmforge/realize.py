@@ -243,11 +243,12 @@ def _weaker_note(entry: Entry, wanted: str) -> str:
     )
 
 
-def _remember(store: Store, r: Resolved, entry: Entry) -> None:
+def _remember(store: Store, r: Resolved, entry: Entry, since_ns: int) -> None:
     """Record this result in the realize memo so the next identical realize is instant.
 
     Paths are kept relative to the store root with each wheel's size and mtime as published;
-    entries published before mtimes were recorded are not memoized.
+    entries published before mtimes were recorded are not memoized, nor is a result whose
+    guarded files changed after ``since_ns`` (the start of this realize, before hashing).
     """
     from rocmforge import memo
     from rocmforge.recipe.lockfile import lock_candidates
@@ -280,6 +281,7 @@ def _remember(store: Store, r: Resolved, entry: Entry) -> None:
             *(str(i.host) for i in r.inputs if i.kind == "tree"),
         ],
         depends=[str(d.recipe) for d in r.dependencies],
+        since_ns=since_ns,
         result={
             "hash": r.derivation.hash,
             "name": r.derivation.name,
@@ -335,6 +337,7 @@ def _finish(
     link: Path | None,
     *,
     started: float,
+    since_ns: int,
     sandbox: str | None,
     substituted: str | None = None,
 ) -> RealizeReport:
@@ -348,7 +351,7 @@ def _finish(
     if link is not None:
         made = make_link(link, entry.path)
         register_link(store, made)
-    _remember(store, r, entry)
+    _remember(store, r, entry, since_ns)
     memo.touch_used(str(store.root), entry.hash)
     drv = r.derivation
     return RealizeReport(
@@ -418,7 +421,7 @@ def realize(
     for finding in lints:
         if finding.allowed is None:
             reporter.warning(describe(recipe, finding))
-    started = time.monotonic()
+    started, since_ns = time.monotonic(), time.time_ns()
     roots = temp_roots if temp_roots is not None else TempRoots(store)
     try:
         with store.shared_lock():
@@ -428,7 +431,9 @@ def realize(
         with store.shared_lock():
             entry = store.lookup(drv.hash, drv.name, drv.version, verify=verify)
             if entry is not None and satisfies(entry.meta.sandbox, sandbox):
-                return _finish(store, r, entry, roots, link, started=started, sandbox=None)
+                return _finish(
+                    store, r, entry, roots, link, started=started, since_ns=since_ns, sandbox=None
+                )
             if not store.writable:
                 from rocmforge.errors import StoreError
 
@@ -509,7 +514,15 @@ def realize(
                 entry, built = outcome.entry, outcome.sandbox
         with store.shared_lock():
             return _finish(
-                store, r, entry, roots, link, started=started, sandbox=built, substituted=fetched
+                store,
+                r,
+                entry,
+                roots,
+                link,
+                started=started,
+                since_ns=since_ns,
+                sandbox=built,
+                substituted=fetched,
             )
     except BaseException:
         if temp_roots is not None:

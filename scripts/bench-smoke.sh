@@ -4,7 +4,7 @@
 # skipped, each with a line saying so, where nix or uv is not installed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-for b in bench_install bench_vs_nix bench_list bench_rehash bench_cache bench_slurm; do
+for b in bench_install bench_vs_nix bench_list bench_rehash bench_noop_scale bench_cache bench_slurm; do
   echo "== bench/$b.py --quick"
   .venv/bin/python "bench/$b.py" --quick
 done

@@ -6,13 +6,22 @@ target); mtimes, owners and where the directory lives do not count. Inside a git
 listing is git's (tracked plus untracked-not-ignored files, checked-out submodules recursed into);
 elsewhere it is every file except ``.git``.
 
-A per-directory record under ``cache/trees`` keeps ``path -> (size, mtime_ns, ino, ctime_ns)`` with
-the digest, so unchanged files are only stat'ed. In a git work tree the hit path goes further: when
-the index file is unchanged and git reports the same dirty and untracked files as last time (git
-does those stats in C), the recorded tree hash is returned without stat'ing every file in Python.
-Outside git the record also keeps a blake3 signature of every file's stat facts, so an unchanged
-plain tree is recognised by stat'ing it, without loading the file table. Entries whose timestamps
-are too fresh to be trusted (racy-git) are never reused.
+The stat cache under ``cache/trees`` keeps, per directory of the tree, each file's
+``(size, mtime_ns, ino, ctime_ns)`` with its digest, and that directory's share of the hashed text
+already rendered; the directories are spread over bucket files (``<id>.files/<k>``, about
+:data:`BUCKET_DIRS` directories each) and a small head (``<id>.head``) holds the digest and, per
+directory, a blake3 signature of its stat facts. A re-hash reads and rewrites only the buckets of
+directories that changed; of the others only the rendered text is read (``<k>``, not the
+records in ``<k>.r``).
+
+Which directories changed: in a plain tree every directory is listed and every file stat'ed (a
+file's content can change without its directory's mtime moving, so nothing less is sound; it
+is what ``git status`` does too), and a directory whose signature equals the recorded one is
+not looked at further. In a git work tree whose index file is unchanged, git is asked which
+files are dirty or untracked (``diff-files``, ``ls-files --others``: git stats in C); only
+those, the ones that were dirty or untracked last time, and records too fresh to be trusted
+(racy-git) are looked at again. A changed index, or a tree listed by its own ignore rules,
+is listed and stat'ed whole (unchanged files are still only stat'ed, never read).
 
 Big trees (``PARALLEL_MIN_ENTRIES`` and up) are scanned by one forked worker per core, since the
 per-file work is Python under the GIL; the parent hashes big files as the workers report them.
@@ -22,16 +31,17 @@ The worker pool is :mod:`rocmforge.sources.forkmap`; the git listing is
 
 from __future__ import annotations
 
+import contextlib
 import marshal
 import os
 import select
 import shutil
 import stat
-import sys
 import threading
 import time
+import zlib
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -61,13 +71,16 @@ from rocmforge.store import layout
 from rocmforge.util.fsutil import write_atomic
 from rocmforge.util.hashing import blake3_hex
 
-RECORD_VERSION = 2
+RECORD_VERSION = 4
 TREE_TAG = b"rocmforge-tree-v1\0"
 BIG_FILE = 1 << 22
 # Timestamps this close to the scan start may hide a same-tick rewrite; such digests are not reused.
 RACY_SLACK_NS = 50_000_000
 # Below this many entries a scan stays in this process: a fork costs more than it saves.
 PARALLEL_MIN_ENTRIES = 4096
+# Directories per bucket file of the table, on average, and the most bucket files of one tree.
+BUCKET_DIRS = 32
+MAX_BUCKETS = 256
 
 # rel -> (size, mtime_ns, ino, ctime_ns, kind, digest-or-link-target); size -1 marks "do not trust".
 # Plain tuples (the table is marshal'd, and loads as tuples), read by these positions:
@@ -78,9 +91,17 @@ REC_INO: Final = 2
 REC_CTIME: Final = 3
 REC_KIND: Final = 4
 REC_CONTENT: Final = 5
-# What a scan records of one file before reading it: (rel, size, mtime_ns, ino, ctime_ns, mode).
+# What a scan records of one file before reading it: (name, size, mtime_ns, ino, ctime_ns, mode);
+# the name is relative to its directory (to the root in a big-file message).
 _Stat = tuple[str, int, int, int, int, int]
-_FACT_REL: Final = 0
+# A directory's share of the hashed text, in order: rendered lines (bytes) and child prefixes (str).
+Parts = tuple[bytes | str, ...]
+# What a scan found in one directory: prefix, stat signature (None: do not trust), its files'
+# records by name, its subdirectory names (None in a listing: derived from the prefixes).
+_Dir = tuple[str, bytes | None, dict[str, FileRec], list[str] | None]
+# A worker's outcome: prefixes of directories seen, directories changed, big files left to hash.
+_PartResult = tuple[list[str], list[_Dir], list[tuple[_Stat, str]]]
+_S_IFMT, _S_IFREG, _S_IFLNK = 0o170000, 0o100000, 0o120000
 
 _local = threading.local()
 
@@ -125,9 +146,9 @@ def record_stem(root: Path, cache: Path) -> Path:
 
 
 def _record_paths(root: Path, cache: Path) -> tuple[Path, Path]:
-    """Return the record's small head (digest, git state) and its big file table."""
+    """Return the record's small head and the directory of its table's bucket files."""
     stem = record_stem(root, cache)
-    return stem.with_suffix(".head"), stem.with_suffix(".files")
+    return stem.with_suffix(layout.TREE_HEAD_SUFFIX), stem.with_suffix(layout.TREE_FILES_SUFFIX)
 
 
 def _load(path: Path) -> Any:
@@ -137,26 +158,16 @@ def _load(path: Path) -> Any:
         return None
 
 
-def _load_head(path: Path, root: Path) -> dict[str, Any]:
+def _load_head(path: Path, root: Path, mode: str) -> dict[str, Any]:
     data = _load(path)
     if (
         not isinstance(data, dict)
         or data.get("v") != RECORD_VERSION
         or data.get("root") != os.fspath(root)
+        or data.get("mode") != mode
     ):
         return {}
     return data
-
-
-def _load_files(path: Path, head: dict[str, Any]) -> dict[str, FileRec]:
-    data = _load(path)
-    if not head or not isinstance(data, tuple) or len(data) != 2:
-        return {}
-    token, files = data  # as written by _write_table_and_digest
-    if token != head["token"]:
-        return {}
-    table: dict[str, FileRec] = files
-    return table
 
 
 def _write_atomic(path: Path, payload: bytes) -> None:
@@ -166,115 +177,134 @@ def _write_atomic(path: Path, payload: bytes) -> None:
         raise SourceError(f"cannot write stat cache {path}: {exc}") from exc
 
 
-class _Job:
-    """One share of a scan: files to stat, directories to walk, and what to do with them."""
+def _parent(prefix: str) -> str:
+    """Return the prefix of the directory above directory ``prefix`` (``"a/b/"`` -> ``"a/"``)."""
+    return prefix[: prefix.rfind("/", 0, len(prefix) - 1) + 1]
 
-    __slots__ = ("base", "cutoff", "dirs", "full", "loose", "old")
+
+def _bucket_of(prefix: str, buckets: int) -> int:
+    return zlib.crc32(os.fsencode(prefix)) % buckets
+
+
+class _Table:
+    """The recorded table of one tree, split by directory into bucket files read on demand.
+
+    The head holds, per directory prefix, the signature of its stat facts (plain trees). Each
+    bucket ``k`` is two files: ``k`` holds its directories' rendered parts of the hashed text
+    (all a digest needs) and ``k.r`` their marshal'd file records (read only for directories
+    that changed); a file whose token is not the head's is not used.
+    """
+
+    def __init__(self, head: dict[str, Any], files_dir: Path) -> None:
+        self.head = head
+        self.files_dir = files_dir
+        self.sigs: dict[str, bytes | None] = head.get("dirs", {}) if head else {}
+        self.buckets: int = head.get("buckets", 1) if head else 1
+        self.tokens: list[str] = head.get("tokens", []) if head else []
+        self._loaded: dict[str, dict[str, Any] | None] = {}
+
+    def _file(self, name: str, k: int) -> dict[str, Any] | None:
+        if name not in self._loaded:
+            data = _load(self.files_dir / name)
+            ok = (
+                isinstance(data, tuple)
+                and len(data) == 2
+                and k < len(self.tokens)
+                and data[0] == self.tokens[k]
+                and isinstance(data[1], dict)
+            )
+            self._loaded[name] = data[1] if ok else None
+        return self._loaded[name]
+
+    def bucket(self, k: int) -> dict[str, Parts] | None:
+        """Return the parts of bucket ``k`` (prefix -> parts), or None if unusable."""
+        return self._file(f"{k}", k)
+
+    def rec_bucket(self, k: int) -> dict[str, bytes] | None:
+        """Return the records of bucket ``k`` (prefix -> marshal'd records), or None."""
+        return self._file(f"{k}.r", k)
+
+    def entry(self, prefix: str) -> Parts | None:
+        """Return the recorded parts of directory ``prefix``, or None."""
+        if prefix not in self.sigs:
+            return None
+        b = self.bucket(_bucket_of(prefix, self.buckets))
+        return None if b is None else b.get(prefix)
+
+    def recs(self, prefix: str) -> dict[str, FileRec]:
+        """Return the recorded file records of directory ``prefix`` by name ({} if none)."""
+        if prefix not in self.sigs:
+            return {}
+        b = self.rec_bucket(_bucket_of(prefix, self.buckets))
+        blob = None if b is None else b.get(prefix)
+        if blob is None:
+            return {}
+        try:
+            recs = marshal.loads(blob)
+        except (ValueError, EOFError, TypeError):
+            return {}
+        return recs if isinstance(recs, dict) else {}
+
+
+class _Stale(Exception):
+    """A bucket the head relies on is missing or damaged: scan again from scratch."""
+
+
+class _Job:
+    """One share of a scan: directories or listed files to stat, and the table to compare with."""
+
+    __slots__ = ("base", "cutoff", "deep", "rels", "shallow", "table")
 
     def __init__(
         self,
         *,
         base: str,
-        loose: list[str],
-        dirs: list[str],
-        full: bool,
-        old: dict[str, FileRec],
+        table: _Table,
         cutoff: int,
+        shallow: Sequence[str] = (),
+        deep: Sequence[str] = (),
+        rels: Sequence[str] = (),
     ) -> None:
         self.base = base  # root with a trailing "/"
-        self.loose = loose  # relative paths to lstat
-        self.dirs = dirs  # relative prefixes ("" or "a/b/") of directories to walk, .git skipped
-        self.full = full  # False: only the stat signature; True: also compare and hash
-        self.old = old
+        self.table = table
         self.cutoff = cutoff
+        self.shallow = shallow  # directory prefixes ("" or "a/b/") to list, not recursing
+        self.deep = deep  # directory prefixes to walk recursively (.git skipped)
+        self.rels = rels  # listed files (relative paths, grouped by directory) to lstat
 
 
-# sig, racy seen, rels, their records, big files left to hash (stat + kind); marshal'd by workers
-_PartResult = tuple[bytes, bool, list[str], list[FileRec], list[tuple[_Stat, str]]]
-_PART_SIG: Final = 0
-_S_IFMT, _S_IFREG, _S_IFLNK = 0o170000, 0o100000, 0o120000
-
-
-def _walk_facts(base: str, top: str, add: Callable[[_Stat], None]) -> None:
-    """Add the stat facts of every file and symlink under ``top`` (relative), skipping ``.git``."""
-    stack = [top]
-    while stack:
-        prefix = stack.pop()
-        try:
-            with os.scandir(base + prefix) as it:
-                entries = list(it)
-        except OSError as exc:
-            raise SourceError(f"{base + prefix}: cannot list directory: {exc}") from exc
-        for e in entries:
-            name = e.name
-            if name == ".git":
-                continue
-            try:
-                if e.is_dir(follow_symlinks=False):
-                    stack.append(prefix + name + "/")
-                    continue
-                st = e.stat(follow_symlinks=False)
-            except FileNotFoundError:
-                continue
-            except OSError as exc:
-                raise SourceError(f"{e.path}: cannot stat: {exc}") from exc
-            mode = st.st_mode
-            if mode & _S_IFMT in (_S_IFREG, _S_IFLNK):
-                add((prefix + name, st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns, mode))
-
-
-def _scan_part(job: _Job, big_fd: int | None = None) -> _PartResult:
-    """Stat every file of ``job``; with ``job.full`` also reuse or make each file's record.
-
-    The signature is the blake3 of the stat facts in scan order (marshal version 2 has neither
-    references nor interning flags, so equal lists give equal bytes in any process). Small files
-    are hashed here; big ones are sent through ``big_fd`` to a process that has time for them
-    (length-prefixed marshal messages below PIPE_BUF, so writes from several workers never
-    interleave), or else returned.
-    """
-    base = job.base
-    facts: list[_Stat] = []
-    add = facts.append
-    lstat = os.lstat
-    for rel in job.loose:
-        try:
-            st = lstat(base + rel)
-        except FileNotFoundError:
-            continue  # tracked but deleted in the work tree, or removed since listed
-        except OSError as exc:
-            raise SourceError(f"{base + rel}: cannot stat: {exc}") from exc
-        mode = st.st_mode
-        if mode & _S_IFMT in (_S_IFREG, _S_IFLNK):
-            add((rel, st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns, mode))
-    for prefix in job.dirs:
-        _walk_facts(base, prefix, add)
-    sig = blake3.blake3(marshal.dumps(facts, 2)).digest()
-    if not job.full:
-        return sig, False, [], [], []
-    old, cutoff = job.old, job.cutoff
-    rels: list[str] = []
-    recs: list[FileRec] = []
-    big: list[tuple[_Stat, str]] = []
+def _make_recs(
+    base: str,
+    prefix: str,
+    facts: list[_Stat],
+    old: dict[str, FileRec],
+    cutoff: int,
+    big_fd: int | None,
+    big: list[tuple[_Stat, str]],
+) -> tuple[dict[str, FileRec], bool]:
+    """Return the records of one directory's files (reused when their stat facts are the
+    recorded ones, else hashed) and whether any is too fresh to trust. Big files are sent
+    through ``big_fd`` to a process that has time for them, or else added to ``big``."""
+    recs: dict[str, FileRec] = {}
     racy_seen = False
-    for fact in facts:
-        rel, size, mtime, ino, ctime, mode = fact
+    for name, size, mtime, ino, ctime, mode in facts:
         kind = "l" if mode & _S_IFMT == _S_IFLNK else "x" if mode & 0o111 else "f"
-        if old:
-            prev = old.get(rel)
-            if (
-                prev is not None
-                and prev[REC_SIZE] == size
-                and prev[REC_MTIME] == mtime
-                and prev[REC_INO] == ino
-                and prev[REC_CTIME] == ctime
-                and prev[REC_KIND] == kind
-            ):
-                rels.append(rel)
-                recs.append(prev)
-                continue
+        prev = old.get(name)
+        if (
+            prev is not None
+            and prev[REC_SIZE] == size
+            and prev[REC_MTIME] == mtime
+            and prev[REC_INO] == ino
+            and prev[REC_CTIME] == ctime
+            and prev[REC_KIND] == kind
+        ):
+            recs[name] = prev
+            continue
         racy = (mtime if mtime > ctime else ctime) >= cutoff
         racy_seen = racy_seen or racy
+        rel = prefix + name
         if kind != "l" and size >= BIG_FILE:
+            fact = (rel, size, mtime, ino, ctime, mode)
             if not send_message(big_fd, (fact, kind)):
                 big.append((fact, kind))
             continue
@@ -285,9 +315,111 @@ def _scan_part(job: _Job, big_fd: int | None = None) -> _PartResult:
             continue  # removed since the stat: not part of the tree
         except OSError as exc:
             raise SourceError(f"{path}: cannot read: {exc}") from exc
-        rels.append(rel)
-        recs.append((-1 if racy else size, mtime, ino, ctime, kind, content))
-    return sig, racy_seen, rels, recs, big
+        recs[name] = (-1 if racy else size, mtime, ino, ctime, kind, content)
+    return recs, racy_seen
+
+
+def _scan_dirs(job: _Job, big_fd: int | None = None) -> _PartResult:
+    """Plain tree: list each directory of ``job``, stat its files, and compare the blake3 of
+    those stat facts (and the subdirectory names) with the recorded signature; only a directory
+    whose signature moved has its records loaded and its changed files hashed.
+
+    A file's content can change without its directory's mtime moving, so every file is stat'ed
+    (as ``git status`` does); what the signature spares is loading, comparing and rewriting
+    the records of the directories where nothing moved.
+    """
+    base, table, cutoff = job.base, job.table, job.cutoff
+    seen: list[str] = []
+    changed: list[_Dir] = []
+    big: list[tuple[_Stat, str]] = []
+    todo = [(p, False) for p in job.shallow] + [(p, True) for p in job.deep]
+    sigs = table.sigs
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | os.O_NOFOLLOW
+    try:
+        top = os.open(base, flags & ~os.O_NOFOLLOW)  # the root itself may be a symlink
+    except OSError as exc:
+        raise SourceError(f"{base}: cannot list directory: {exc}") from exc
+    try:
+        while todo:
+            prefix, deep = todo.pop()
+            facts, subs = _list_dir(top, base, prefix, flags)
+            if deep:
+                todo.extend((prefix + name + "/", True) for name in subs)
+            # marshal version 2 has neither references nor interning flags: equal facts, equal
+            # bytes in any process
+            sig = blake3.blake3(marshal.dumps((facts, subs), 2)).digest()[:16]
+            seen.append(prefix)
+            if sigs.get(prefix) == sig:
+                continue
+            old = table.recs(prefix)
+            recs, racy = _make_recs(base, prefix, facts, old, cutoff, big_fd, big)
+            changed.append((prefix, None if racy else sig, recs, subs))
+    finally:
+        os.close(top)
+    return seen, changed, big
+
+
+def _list_dir(top: int, base: str, prefix: str, flags: int) -> tuple[list[_Stat], list[str]]:
+    """Return the stat facts of the files and symlinks in directory ``prefix`` (opened relative
+    to ``top``, the root, and listed by descriptor: each stat is relative to the directory)
+    and the names of its subdirectories, ``.git`` skipped, in listing order."""
+    facts: list[_Stat] = []
+    subs: list[str] = []
+    try:
+        fd = os.open(prefix or ".", flags, dir_fd=top)
+    except OSError as exc:
+        raise SourceError(f"{base + prefix}: cannot list directory: {exc}") from exc
+    add, add_sub = facts.append, subs.append  # the loop runs once per file: locals only
+    ifmt, kinds = _S_IFMT, (_S_IFREG, _S_IFLNK)
+    try:
+        with os.scandir(fd) as it:
+            entries = list(it)
+        for e in entries:
+            name = e.name
+            if name == ".git":
+                continue
+            try:
+                if e.is_dir(follow_symlinks=False):
+                    add_sub(name)
+                    continue
+                st = e.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                raise SourceError(f"{base + prefix + name}: cannot stat: {exc}") from exc
+            mode = st.st_mode
+            if mode & ifmt in kinds:
+                add((name, st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns, mode))
+    except OSError as exc:
+        raise SourceError(f"{base + prefix}: cannot list directory: {exc}") from exc
+    finally:
+        os.close(fd)
+    return facts, subs
+
+
+def _scan_rels(job: _Job, big_fd: int | None = None) -> _PartResult:
+    """Listed tree (git's listing): lstat each listed file of ``job``, reuse or make its record."""
+    base, table, cutoff = job.base, job.table, job.cutoff
+    groups: dict[str, list[_Stat]] = {}
+    lstat = os.lstat
+    for rel in job.rels:
+        try:
+            st = lstat(base + rel)
+        except FileNotFoundError:
+            continue  # tracked but deleted in the work tree, or removed since listed
+        except OSError as exc:
+            raise SourceError(f"{base + rel}: cannot stat: {exc}") from exc
+        mode = st.st_mode
+        if mode & _S_IFMT in (_S_IFREG, _S_IFLNK):
+            i = rel.rfind("/") + 1
+            fact = (rel[i:], st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns, mode)
+            groups.setdefault(rel[:i], []).append(fact)
+    changed: list[_Dir] = []
+    big: list[tuple[_Stat, str]] = []
+    for prefix, facts in groups.items():
+        recs, _ = _make_recs(base, prefix, facts, table.recs(prefix), cutoff, big_fd, big)
+        changed.append((prefix, None, recs, None))
+    return [], changed, big
 
 
 def _big_rec(base: str, fact: _Stat, kind: str, cutoff: int, threads: int) -> FileRec:
@@ -301,8 +433,11 @@ def _big_rec(base: str, fact: _Stat, kind: str, cutoff: int, threads: int) -> Fi
     return (-1 if racy else size, mtime, ino, ctime, kind, str(h.hexdigest()))
 
 
+_Scan = Callable[[_Job, "int | None"], _PartResult]
+
+
 def _scan_hashing(
-    jobs: list[_Job], base: str, cutoff: int
+    fn: _Scan, jobs: list[_Job], base: str, cutoff: int
 ) -> tuple[list[_PartResult], dict[str, FileRec]]:
     """Run every job in a forked worker; meanwhile hash the big files they report, as they come.
 
@@ -315,7 +450,7 @@ def _scan_hashing(
 
     def scan(job: _Job) -> _PartResult:
         try:
-            return _scan_part(job, w_big)
+            return fn(job, w_big)
         finally:
             os.close(w_big)  # the end of this worker's reports
 
@@ -342,7 +477,7 @@ def _scan_hashing(
             if pending:
                 fact, kind = pending.popleft()
                 threads = blake3.blake3.AUTO if eof else 1
-                big[fact[_FACT_REL]] = _big_rec(base, fact, kind, cutoff, threads)
+                big[fact[0]] = _big_rec(base, fact, kind, cutoff, threads)
             elif eof:
                 break
             else:
@@ -363,19 +498,21 @@ def _scan_hashing(
 
 
 def _plan_walk(base: str, workers: int) -> list[tuple[list[str], list[str]]]:
-    """Split a plain tree into ``(loose files, directories)`` shares, one per worker.
+    """Split a plain tree into ``(shallow, deep)`` directory shares, one per worker.
 
     Directories are listed breadth first here until the tree is known to be big enough to be
-    worth a fork and there are several directories per worker; small trees get one share. The
-    split depends only on the directory listings, so an unchanged tree is split the same way.
+    worth a fork and there are several directories per worker; the directories listed here
+    are "shallow" (their subdirectories are shared out too), the rest are walked whole.
+    Small trees get one share.
     """
     if workers == 1:
         return [([], [""])]
-    loose: list[str] = []
+    shallow: list[str] = []
     todo: deque[str] = deque([""])
     seen = 0
     while todo and (seen < PARALLEL_MIN_ENTRIES or len(todo) < 4 * workers):
         prefix = todo.popleft()
+        shallow.append(prefix)
         try:
             with os.scandir(base + prefix) as it:
                 for e in it:
@@ -384,90 +521,102 @@ def _plan_walk(base: str, workers: int) -> list[tuple[list[str], list[str]]]:
                         is_dir = e.is_dir(follow_symlinks=False)
                     except OSError:
                         is_dir = False
-                    if is_dir:
-                        if e.name != ".git":
-                            todo.append(prefix + e.name + "/")
-                    elif e.name != ".git":
-                        loose.append(prefix + e.name)
+                    if is_dir and e.name != ".git":
+                        todo.append(prefix + e.name + "/")
         except OSError as exc:
             raise SourceError(f"{base + prefix}: cannot list directory: {exc}") from exc
     if seen < PARALLEL_MIN_ENTRIES and not todo:
-        return [(loose, [])]
-    dirs = list(todo)
-    return [(loose[k::workers], dirs[k::workers]) for k in range(workers)]
+        return [([], [""])]
+    deep = list(todo)
+    return [(shallow[k::workers], deep[k::workers]) for k in range(workers)]
 
 
-def _tree_digest(files: dict[str, FileRec]) -> str:
-    """Hash ``rel NUL kind NUL digest NUL`` for every file in byte order of ``rel``.
+def _key(name: str) -> bytes:
+    return os.fsencode(name)
 
-    Without surrogate escapes, UTF-8 byte order is code point order, so the paths sort as
-    ``str`` and the whole listing is encoded once; otherwise each path is sorted by its bytes.
+
+def _render(prefix: str, recs: dict[str, FileRec], children: Iterable[str]) -> Parts:
+    """Return a directory's parts of the hashed text: ``rel NUL kind NUL digest NUL`` of each
+    of its files, with its subdirectories' prefixes where their files belong.
+
+    The text lists every file in byte order of its relative path; within a directory that is
+    the byte order of its files' names and its subdirectories' names with a ``/`` appended
+    (no name holds a ``/``), so the whole text is this order applied directory by directory.
     """
-    rels = list(files)
-    try:
-        if sys.getfilesystemencoding().lower().replace("-", "") != "utf8":
-            raise UnicodeError
-        "".join(rels).encode("utf-8")
-        rels.sort()
-    except UnicodeError:
-        rels.sort(key=os.fsencode)
-    text = "".join(
-        [f"{rel}\0{files[rel][REC_KIND]}\0{files[rel][REC_CONTENT]}\0" for rel in rels]
-    )
-    return str(blake3.blake3(TREE_TAG + os.fsencode(text)).hexdigest())
+    items: list[tuple[bytes, bool, str]] = [(_key(n), False, n) for n in recs]
+    items.extend((_key(c[len(prefix):]), True, c) for c in children)
+    items.sort()
+    parts: list[bytes | str] = []
+    run: list[str] = []
+    for _, is_dir, x in items:
+        if is_dir:
+            if run:
+                parts.append(os.fsencode("".join(run)))
+                run = []
+            parts.append(x)
+        else:
+            rec = recs[x]
+            run.append(f"{prefix}{x}\0{rec[REC_KIND]}\0{rec[REC_CONTENT]}\0")
+    if run:
+        parts.append(os.fsencode("".join(run)))
+    return tuple(parts)
 
 
-def _git_unchanged(root: Path, head: dict[str, Any], prefix: str, wt: Path) -> bool:
-    """Return whether the git work tree at ``wt`` is provably as it was when ``head`` was made."""
+def _digest_of(parts_of: dict[str, Parts]) -> str:
+    """Hash the text the directories' parts make, from the root down, in order."""
+    out: list[bytes] = [TREE_TAG]
+    stack: list[Iterator[bytes | str]] = [iter(parts_of.get("", ()))]
+    while stack:
+        for p in stack[-1]:
+            if isinstance(p, bytes):
+                out.append(p)
+            else:
+                stack.append(iter(parts_of.get(p, ())))
+                break
+        else:
+            stack.pop()
+    return str(blake3.blake3(b"".join(out)).hexdigest())
+
+
+def _git_changes(
+    root: Path, head: dict[str, Any], prefix: str, wt: Path
+) -> tuple[set[str], set[str], dict[str, dict[str, Any]]] | None:
+    """Ask git what may have changed in the work tree at ``wt`` since ``head`` was recorded.
+
+    Returns the files to look at again (dirty or untracked now or then), those of them that are
+    no longer listed, and the new git state; None when the listing itself may have changed
+    (the index file or the checked-out submodules moved), which needs a full listing.
+    Every other listed file is tracked and clean now and was clean then against the same
+    index, so its content is what was recorded (git compares its stat data in C, racy
+    timestamps included).
+    """
     rec = head.get("git", {}).get(prefix)
     if rec is None or rec["index"] is None:
-        return False
+        return None
     gitdir = find_gitdir(wt)
     if gitdir is None or index_stat(gitdir) != rec["index"]:
-        return False
+        return None
     for rel, checked_out in rec["subs"]:
         if os.path.exists(os.path.join(wt, rel, ".git")) != checked_out:
-            return False
+            return None
     others, dirty = git_many(wt, [OTHERS, DIRTY])
     untracked = sorted(r for r in split_z(others) if not r.endswith("/"))
-    if untracked != rec["untracked"] or sorted(split_z(dirty)) != rec["dirty"]:
-        return False
-    hot: dict[str, FileRec] = head["hot"]
-    for rel in (*untracked, *rec["dirty"]):
-        full = prefix + rel
-        prev = hot.get(full)
-        try:
-            st = os.lstat(os.path.join(root, full))
-        except FileNotFoundError:
-            if prev is None:
-                continue
-            return False
-        if prev is None or (
-            prev[REC_SIZE],
-            prev[REC_MTIME],
-            prev[REC_INO],
-            prev[REC_CTIME],
-        ) != (st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns):
-            return False
-    return all(
-        _git_unchanged(root, head, prefix + rel + "/", wt / rel)
-        for rel, checked_out in rec["subs"]
-        if checked_out
-    )
-
-
-def _jobs(
-    base: str, shares: list[tuple[list[str], list[str]]], *, full: bool,
-    old: dict[str, FileRec], cutoff: int,
-) -> list[_Job]:
-    return [
-        _Job(base=base, loose=loose, dirs=dirs, full=full, old=old, cutoff=cutoff)
-        for loose, dirs in shares
-    ]
-
-
-def _signature(results: list[_PartResult]) -> str:
-    return blake3_hex(b"".join(r[_PART_SIG] for r in results))
+    dirty_now = sorted(split_z(dirty))
+    was_untracked = set(rec["untracked"])
+    now_untracked = set(untracked)
+    look = {*untracked, *dirty_now, *rec["dirty"], *rec["untracked"]}
+    gone = {prefix + r for r in look if r in was_untracked and r not in now_untracked}
+    state = {prefix: {**rec, "dirty": dirty_now, "untracked": untracked}}
+    for rel, checked_out in rec["subs"]:
+        if checked_out:
+            sub = _git_changes(root, head, prefix + rel + "/", wt / rel)
+            if sub is None:
+                return None
+            look_sub, gone_sub, state_sub = sub
+            look.update(r[len(prefix):] for r in look_sub)
+            gone |= gone_sub
+            state.update(state_sub)
+    return {prefix + r for r in look}, gone, state
 
 
 def _scan_tree(
@@ -480,129 +629,301 @@ def _scan_tree(
     if not stat.S_ISDIR(st.st_mode):
         raise SourceError(f"path source {root}: not a directory")
     root = Path(os.path.abspath(root))
-    base = os.path.join(os.fspath(root), "")
-    head_path, files_path = _record_paths(root, cache)
-    in_git = find_gitdir(root) is not None
+    head_path, files_dir = _record_paths(root, cache)
+    mode = "git" if find_gitdir(root) is not None else "plain"
     own: list[str] | None = None
-    if own_ignores and in_git:
+    if own_ignores and mode == "git":
         from rocmforge.sources.enclosing import is_enclosed, own_rules_listing
 
         if is_enclosed(root):  # the enclosing repository's rules must not apply: own rules only
             own = own_rules_listing(root)
-            head_path, files_path = (p.with_name(p.name + "-own") for p in (head_path, files_path))
-    head = _load_head(head_path, root)
+            mode = "own"
+            head_path, files_dir = (p.with_name(p.name + "-own") for p in (head_path, files_dir))
+    head = _load_head(head_path, root, mode)
+    try:
+        return _scan(root, head, head_path, files_dir, mode, own, need_files)
+    except _Stale:  # a bucket went missing: scan as if nothing were recorded
+        return _scan(root, {}, head_path, files_dir, mode, own, need_files)
+
+
+def _scan(
+    root: Path,
+    head: dict[str, Any],
+    head_path: Path,
+    files_dir: Path,
+    mode: str,
+    own: list[str] | None,
+    need_files: bool,
+) -> tuple[str, dict[str, FileRec]]:
+    base = os.path.join(os.fspath(root), "")
+    table = _Table(head, files_dir)
     workers = _workers()
     cutoff = time.time_ns() - RACY_SLACK_NS
-    listing: GitListing | None = None
-    shares: list[tuple[list[str], list[str]]]
-    files: dict[str, FileRec]
-    old_files: dict[str, FileRec] = {}
-
-    def load_old() -> None:
-        old_files.update(_load_files(files_path, head))
-
-    if own is not None:
-        # Listed by git as its own repository would list it; no git state to compare later
-        # (sig stays None), so every scan re-lists and re-stats (the stat cache spares hashing).
-        listing = GitListing()
-        listing.rels = own
-        load_old()
-        rels = own
-        n = workers if len(rels) >= PARALLEL_MIN_ENTRIES else 1
-        shares = [(rels[k::n], []) for k in range(n)]
-    elif in_git:
-        if head and _git_unchanged(root, head, "", root):
-            files = _load_files(files_path, head) if need_files else {}
-            if files or not need_files:
-                return head["digest"], files
-        listing = GitListing()
-        listing.add(root, "", meanwhile=load_old)  # the table loads while git lists
-        rels = listing.rels
-        n = workers if len(rels) >= PARALLEL_MIN_ENTRIES else 1
-        shares = [(rels[k::n], []) for k in range(n)]
-    else:
+    git_state: dict[str, dict[str, Any]] = {}
+    found: list[_Dir]
+    complete = True  # found holds every directory (else: only those that changed)
+    seen: list[str] | None = None
+    if mode == "plain":
         shares = _plan_walk(base, workers)
-        if head.get("sig"):
-            # Plain tree: stat everything but load no file table; equal stat facts, same tree.
-            quick = fork_map(_scan_part, _jobs(base, shares, full=False, old={}, cutoff=cutoff))
-            if _signature(quick) == head["sig"]:
-                files = _load_files(files_path, head) if need_files else {}
-                if files or not need_files:
-                    return head["digest"], files
-        load_old()
-    jobs = _jobs(base, shares, full=True, old=old_files, cutoff=cutoff)
-    if len(jobs) > 1:
-        results, files = _scan_hashing(jobs, base, cutoff)
+        jobs = [_Job(base=base, table=table, cutoff=cutoff, shallow=s, deep=d) for s, d in shares]
+        results, big = _run(_scan_dirs, jobs, base, cutoff, warm=bool(head))
+        seen = [p for r in results for p in r[0]]
+        complete = not head
     else:
-        results, files = [_scan_part(jobs[0])], {}
-    racy_seen = any(r[REC_SIZE] < 0 for r in files.values())
-    big: list[tuple[_Stat, str]] = []
-    for _, racy, rels_part, recs, big_part in results:
-        files.update(zip(rels_part, recs, strict=True))
-        racy_seen = racy_seen or racy
-        big.extend(big_part)
-    for (rel, size, mtime, ino, ctime, _), kind in big:
-        try:
-            digest = digest_file(base + rel, size)
-        except OSError as exc:
-            raise SourceError(f"{base + rel}: cannot read: {exc}") from exc
-        racy = max(mtime, ctime) >= cutoff
-        racy_seen = racy_seen or racy
-        files[rel] = (-1 if racy else size, mtime, ino, ctime, kind, digest)
-    git_state = listing.git if listing is not None else {}
-    sig = None if racy_seen or listing is not None else _signature(results)
-    same_files = bool(head) and files == old_files
-    if same_files and head.get("git", {}) == git_state and head.get("sig") == sig:
-        return head["digest"], files
-    if same_files:
-        token = head["token"]
-        digest = head["digest"]
-    else:
-        token = blake3_hex(os.urandom(16))
-        digest = _write_table_and_digest(files_path, token, files)
-    hot = {
-        prefix + rel: files[prefix + rel]
-        for prefix, rec in git_state.items()
-        for rel in (*rec["dirty"], *rec["untracked"])
-        if prefix + rel in files
-    }
-    _write_atomic(
-        head_path,
-        marshal.dumps(
-            {
-                "v": RECORD_VERSION,
-                "root": os.fspath(root),
-                "token": token,
-                "digest": digest,
-                "git": git_state,
-                "hot": hot,
-                "sig": sig,
-            }
-        ),
+        changes = _git_changes(root, head, "", root) if mode == "git" and head else None
+        if changes is not None:
+            look, gone, git_state = changes
+            results, big = [_look_again(base, table, cutoff, look, gone)], {}
+            complete = False
+        else:
+            if own is not None:
+                rels = own  # listed as its own repository would list it; no git state to keep
+            else:
+                listing = GitListing()
+                listing.add(root, "")
+                rels, git_state = listing.rels, listing.git
+            rels = sorted(rels)  # files of one directory together, in one share
+            n = workers if len(rels) >= PARALLEL_MIN_ENTRIES else 1
+            chunks = [rels[k * len(rels) // n : (k + 1) * len(rels) // n] for k in range(n)]
+            jobs = [_Job(base=base, table=table, cutoff=cutoff, rels=c) for c in chunks]
+            results, big = _run(_scan_rels, jobs, base, cutoff, warm=bool(head))
+    found = [d for r in results for d in r[1]]
+    return _commit(
+        root, table, head_path, files_dir, mode, found, big, seen, complete, git_state, need_files
     )
+
+
+def _run(
+    fn: _Scan, jobs: list[_Job], base: str, cutoff: int, *, warm: bool = False
+) -> tuple[list[_PartResult], dict[str, FileRec]]:
+    """Run the scan's jobs (forked when several) and hash the big files they leave.
+
+    ``warm``: few files are expected to need hashing, so this process takes a share itself
+    (one fork fewer) instead of standing by to hash the big files the workers report.
+    """
+    if len(jobs) > 1 and warm:
+        results = fork_map(lambda job: fn(job, None), jobs)
+        big: dict[str, FileRec] = {}
+    elif len(jobs) > 1:
+        results, big = _scan_hashing(fn, jobs, base, cutoff)
+    else:
+        results, big = [fn(jobs[0], None)], {}
+    for _, _, left in results:
+        for fact, kind in left:
+            try:
+                digest = digest_file(base + fact[0], fact[1])
+            except OSError as exc:
+                raise SourceError(f"{base + fact[0]}: cannot read: {exc}") from exc
+            rel, size, mtime, ino, ctime, _ = fact
+            racy = max(mtime, ctime) >= cutoff
+            big[rel] = (-1 if racy else size, mtime, ino, ctime, kind, digest)
+    return results, big
+
+
+def _look_again(
+    base: str, table: _Table, cutoff: int, look: set[str], gone: set[str]
+) -> _PartResult:
+    """Git work tree with an unchanged index: re-stat the files git names (and the ones not
+    trusted last time), reusing or making their records, directory by directory."""
+    by_dir: dict[str, list[str]] = {}
+    for rel in look | set(table.head.get("racy", ())):
+        i = rel.rfind("/") + 1
+        by_dir.setdefault(rel[:i], []).append(rel[i:])
+    changed: list[_Dir] = []
+    big: list[tuple[_Stat, str]] = []
+    for prefix, names in by_dir.items():
+        if prefix in table.sigs and (
+            table.entry(prefix) is None
+            or table.rec_bucket(_bucket_of(prefix, table.buckets)) is None
+        ):
+            raise _Stale  # its other files' records are lost: the listing must be made anew
+        old = table.recs(prefix)
+        recs = dict(old)
+        facts: list[_Stat] = []
+        for name in names:
+            recs.pop(name, None)
+            if prefix + name in gone:
+                continue
+            try:
+                st = os.lstat(base + prefix + name)
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                raise SourceError(f"{base + prefix + name}: cannot stat: {exc}") from exc
+            if st.st_mode & _S_IFMT in (_S_IFREG, _S_IFLNK):
+                facts.append(
+                    (name, st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns, st.st_mode)
+                )
+        made, _ = _make_recs(base, prefix, facts, old, cutoff, None, big)
+        recs.update(made)
+        if recs != old or prefix not in table.sigs:
+            changed.append((prefix, None, recs, None))
+    return [], changed, big
+
+
+def _link_ancestors(dirs: dict[str, list[Any]], table: _Table, complete: bool) -> None:
+    """Give a listed tree's directories their children: every ancestor of a listed file is a
+    directory of the table. ``complete``: ``dirs`` holds every directory with files; else only
+    the changed ones, and a new directory is linked into its recorded ancestors."""
+    if complete:
+        kids: dict[str, set[str]] = {"": set()}
+        for p in list(dirs):
+            q = p
+            while q:
+                up = _parent(q)
+                known = kids.setdefault(up, set())
+                if q in known:
+                    break
+                known.add(q)
+                q = up
+        for p in kids:
+            dirs.setdefault(p, [None, {}, None])
+        for p, d in dirs.items():
+            d[2] = sorted(kids.get(p, ()))
+        return
+    for p in [p for p in dirs if p not in table.sigs]:
+        q = p
+        while q:
+            up = _parent(q)
+            if up not in dirs:
+                dirs[up] = [None, table.recs(up) if up in table.sigs else {}, None]
+            d = dirs[up]
+            if d[2] is None:
+                entry = table.entry(up)
+                if up in table.sigs and entry is None:
+                    raise _Stale
+                d[2] = [x for x in entry if isinstance(x, str)] if entry else []
+            if q not in d[2]:
+                d[2].append(q)
+            if up in table.sigs:
+                break
+            q = up
+
+
+def _commit(
+    root: Path,
+    table: _Table,
+    head_path: Path,
+    files_dir: Path,
+    mode: str,
+    found: list[_Dir],
+    big: dict[str, FileRec],
+    seen: list[str] | None,
+    complete: bool,
+    git_state: dict[str, dict[str, Any]],
+    need_files: bool,
+) -> tuple[str, dict[str, FileRec]]:
+    """Fold what a scan found into the recorded table, write the buckets that changed and the
+    head, and return the digest (and, with ``need_files``, every file's record)."""
+    head = table.head
+    dirs: dict[str, list[Any]] = {}  # prefix -> [sig, recs, child prefixes or None]
+    for prefix, sig, recs, subs in found:
+        if prefix in dirs:  # a directory split between two shares of a listing
+            dirs[prefix][1].update(recs)
+            continue
+        children = None if subs is None else [prefix + s + "/" for s in subs]
+        dirs[prefix] = [sig, recs, children]
+    for rel, rec in big.items():
+        i = rel.rfind("/") + 1
+        d = dirs[rel[:i]]
+        d[1][rel[i:]] = rec
+        if rec[REC_SIZE] < 0:
+            d[0] = None
+    removed: set[str] = set()
+    if seen is not None and not complete:  # plain tree: a directory not seen is gone
+        now = set(seen)
+        removed = {p for p in table.sigs if p not in now}
+    if mode != "plain":  # listed trees: the directories are the listed files' ancestors
+        _link_ancestors(dirs, table, complete)
+    racy = sorted(
+        prefix + name for prefix, d in dirs.items() for name, rec in d[1].items() if rec[0] < 0
+    )
+    if not complete:  # records not looked at again keep their mark
+        racy = sorted(
+            {*racy, *(r for r in head.get("racy", ()) if r[: r.rfind("/") + 1] not in dirs)}
+        )
+    if (
+        not complete
+        and not (dirs or removed or need_files)
+        and head.get("git", {}) == git_state
+        and head.get("racy", []) == racy
+    ):
+        return str(head["digest"]), {}
+    sigs: dict[str, bytes | None] = {} if complete else dict(table.sigs)
+    for p in removed:
+        del sigs[p]
+    for p, d in dirs.items():
+        sigs[p] = d[0]
+    contents: dict[int, dict[str, Parts]]  # per bucket, its directories' parts
+    rec_contents: dict[int, dict[str, bytes]]  # per bucket rewritten, its records
+    if complete:
+        want = max(1, min(MAX_BUCKETS, len(sigs) // BUCKET_DIRS))
+        same = bool(head) and want // 2 <= table.buckets <= want * 2
+        buckets = table.buckets if same else want
+        tokens = list(table.tokens) if same and len(table.tokens) == buckets else [""] * buckets
+        contents = {k: {} for k in range(buckets)}
+        rec_contents = {k: {} for k in range(buckets)}
+        touched = set(range(buckets))
+    else:
+        buckets, tokens = table.buckets, list(table.tokens)
+        if len(tokens) != buckets:
+            raise _Stale
+        touched = {_bucket_of(p, buckets) for p in (*dirs, *removed)}
+        contents, rec_contents = {}, {}
+        for k in range(buckets):
+            b = table.bucket(k)
+            r = table.rec_bucket(k) if k in touched or need_files else {}
+            if b is None or r is None:
+                raise _Stale  # the head names its directories; the record is not whole
+            contents[k] = dict(b) if k in touched else b
+            if k in touched or need_files:
+                rec_contents[k] = dict(r) if k in touched else r
+        for p in removed:
+            contents[_bucket_of(p, buckets)].pop(p, None)
+            rec_contents[_bucket_of(p, buckets)].pop(p, None)
+    for p, (_, recs, children) in dirs.items():
+        k = _bucket_of(p, buckets)
+        if children is None:  # a changed listed directory keeps the children it had
+            prev = contents[k].get(p)
+            children = [x for x in prev if isinstance(x, str)] if prev else []
+        contents[k][p] = _render(p, recs, children)
+        rec_contents[k][p] = marshal.dumps(recs)
+    digest = _digest_of({p: parts for b in contents.values() for p, parts in b.items()})
+    if complete and head:  # a full listing: rewrite only the buckets that differ
+        touched = {
+            k
+            for k in touched
+            if not tokens[k]
+            or table.bucket(k) != contents[k]
+            or table.rec_bucket(k) != rec_contents[k]
+        }
+    if touched and not files_dir.is_dir():
+        with contextlib.suppress(FileNotFoundError):
+            files_dir.unlink()  # the one-file table of an older record
+    for k in sorted(touched):
+        tokens[k] = blake3_hex(os.urandom(16))
+        _write_atomic(files_dir / f"{k}.r", marshal.dumps((tokens[k], rec_contents[k])))
+        _write_atomic(files_dir / f"{k}", marshal.dumps((tokens[k], contents[k])))
+    new_head = {
+        "v": RECORD_VERSION,
+        "root": os.fspath(root),
+        "mode": mode,
+        "digest": digest,
+        "git": git_state,
+        "racy": racy,
+        "dirs": sigs,
+        "buckets": buckets,
+        "tokens": tokens,
+    }
+    if new_head != head:
+        _write_atomic(head_path, marshal.dumps(new_head))
+    files: dict[str, FileRec] = {}
+    if need_files:
+        for rb in rec_contents.values():
+            for p, blob in rb.items():
+                recs = marshal.loads(blob)
+                files.update({p + n: r for n, r in recs.items()} if p else recs)
     return digest, files
-
-
-def _write_table_and_digest(path: Path, token: str, files: dict[str, FileRec]) -> str:
-    """Write the file table (its write and fsync on a thread) while the tree digest is made."""
-    payload = marshal.dumps((token, files))
-    failed: list[BaseException] = []
-
-    def write() -> None:
-        try:
-            _write_atomic(path, payload)
-        except BaseException as exc:
-            failed.append(exc)
-
-    writer = threading.Thread(target=write, name="rocmforge-tree-table")
-    writer.start()
-    try:
-        digest = _tree_digest(files)
-    finally:
-        writer.join()
-    if failed:
-        raise failed[0]
-    return digest
 
 
 def tree_digest(root: Path, *, cache: Path, own_ignores: bool = False) -> str:

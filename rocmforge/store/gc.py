@@ -422,8 +422,8 @@ def gather_sources(store: Store) -> list[SourceItem]:
     trees: dict[str, int] = defaultdict(int)
     for n in names(trees_dir):
         stem, dot, ext = n.rpartition(".")
-        if dot and ext in ("head", "files"):
-            trees[stem] += os.lstat(src / trees_dir / n).st_size
+        if dot and "." + ext in (layout.TREE_HEAD_SUFFIX, layout.TREE_FILES_SUFFIX):
+            trees[stem] += tree_size(src / trees_dir / n)
     items.extend(
         SourceItem(rel=f"{trees_dir}/{s}", size=size) for s, size in sorted(trees.items())
     )
@@ -523,7 +523,7 @@ def delete(
         for item in sources:
             path = store.sources_dir / item.rel
             if item.rel.startswith(f"{layout.SOURCES_TREES}/"):
-                for ext in (".head", ".files"):
+                for ext in (layout.TREE_HEAD_SUFFIX, layout.TREE_FILES_SUFFIX):
                     remove_tree(path.with_name(path.name + ext))
             else:
                 remove_tree(path)

@@ -450,14 +450,17 @@ class Index:
         """Return every row, oldest first."""
         return self._rows("1", ())
 
-    def summary_rows(self) -> list[tuple[str, str, str, int, float, float]]:
-        """Return ``(hash, name, version, size, created, last_used)`` of every entry, oldest
-        first, as plain tuples (no wheels, no row objects): what ``list`` prints."""
+    def summary_rows(self) -> Iterator[tuple[str, str, str, int, float, float]]:
+        """Yield ``(hash, name, version, size, created, last_used)`` of every entry, oldest
+        first, as plain tuples streamed from one SELECT (no wheels, no row objects): what
+        ``list`` prints."""
         try:
-            return self._db.execute(
+            cur = self._db.execute(
                 "SELECT hash, name, version, size, created, last_used FROM entries "
                 "ORDER BY created, hash"
-            ).fetchall()
+            )
+            while batch := cur.fetchmany(4096):
+                yield from batch
         except sqlite3.Error as e:
             raise self._fail("query", e) from e
 

@@ -82,6 +82,9 @@ ROOTS_LIVE = "live"
 SOURCES_GIT = "git"
 SOURCES_WHEELS = "wheels"
 SOURCES_TREES = "trees"
+# A tree's stat cache: ``trees/<id>.head`` and the bucket files under ``trees/<id>.files/``.
+TREE_HEAD_SUFFIX = ".head"
+TREE_FILES_SUFFIX = ".files"
 SOURCES_GIT_RESOLVED = "git-resolved"
 SOURCES_INPUTS = "inputs"
 #: Below ``sources/``: each requirement wheel installed once into a venv-shaped tree, named

@@ -12,7 +12,7 @@ import dataclasses
 import os
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -160,15 +160,16 @@ def list_entries(store: Store) -> list[Listed]:
     return _listed(store, store.index.rows())
 
 
-def list_summary(store: Store) -> list[tuple[str, str, str, int, float, float, int]]:
-    """Return ``(hash, name, version, size, created, last_used, roots)`` of every indexed entry,
-    oldest first: what :func:`list_entries` gives, as plain tuples with a count of roots."""
+def list_summary(store: Store) -> Iterator[tuple[str, str, str, int, float, float, int]]:
+    """Yield ``(hash, name, version, size, created, last_used, roots)`` of every indexed entry,
+    oldest first: what :func:`list_entries` gives, as plain tuples with a count of roots,
+    streamed from the index."""
     used = store.used_times()
     roots = _roots(store)
-    return [
-        (h, name, version, size, created, max(last, used.get(h, 0.0)), len(roots.get(h, ())))
-        for h, name, version, size, created, last in store.index.summary_rows()
-    ]
+    for h, name, version, size, created, last in store.index.summary_rows():
+        if used:
+            last = max(last, used.get(h, 0.0))
+        yield h, name, version, size, created, last, len(roots[h]) if h in roots else 0
 
 
 def find_entry_dir(store: Store, target: str) -> Path:
