@@ -115,9 +115,32 @@ def _parents(key: str) -> list[str]:
     return out
 
 
+def _prune(a: Any, b: Any) -> tuple[Any, Any]:
+    """Drop the keys whose values are equal on both sides, at every mapping level (a toolchain
+    fingerprint of ~1,000 keys is compared in C, not flattened). A mapping that pruning would
+    empty on one side is kept whole: an empty mapping flattens to a key of its own."""
+    if not (isinstance(a, Mapping) and isinstance(b, Mapping)):
+        return a, b
+    pa: dict[str, Any] = {}
+    pb: dict[str, Any] = {}
+    for k in a.keys() | b.keys():
+        if k in a and k in b:
+            if a[k] != b[k]:
+                pa[k], pb[k] = _prune(a[k], b[k])
+        elif k in a:
+            pa[k] = a[k]
+        else:
+            pb[k] = b[k]
+    if (a and not pa) or (b and not pb):
+        return a, b
+    return pa, pb
+
+
 def diff_derivations(a: Mapping[str, Any], b: Mapping[str, Any]) -> tuple[Difference, ...]:
     """Return the key paths whose values differ between derivations ``a`` and ``b``, sorted."""
-    fa, fb = flatten(a), flatten(b)
+    if a == b:
+        return ()
+    fa, fb = (flatten(x) for x in _prune(a, b))
     differing = {
         k for k in fa.keys() | fb.keys() if fa.get(k, ABSENT) != fb.get(k, ABSENT)
     }
