@@ -344,3 +344,36 @@ def test_concurrent_substitutions_publish_one_entry(tmp_path: Path, monkeypatch)
         assert not [n for n in os.listdir(tmp_path / s / "tmp") if not n.endswith(".lock")]
         meta = json.loads((entries[0] / "meta.json").read_text())
         assert meta["origin"]["keyid"] == "syn" and meta["sources"] == []
+
+
+@pytest.mark.slow
+def test_concurrent_pushes_of_one_entry_leave_one_sound_copy(
+    pushed: dict, tiny_recipe: Path, tmp_path: Path
+) -> None:
+    """Four pushers of the same hash into one fresh file:// cache at once (two machines pushing
+    the same build): all succeed, the cache holds one manifest and no temp files, and another
+    store substitutes from it."""
+    import subprocess
+    import sys
+
+    from conftest import pip_args
+
+    cache = tmp_path / "shared-cache"
+    env = {**os.environ, **pushed["env_a"], "ROCMFORGE_PIP_ARGS": pip_args()}
+    env.pop("ROCMFORGE_STORE", None)
+    argv = [sys.executable, "-m", "rocmforge", "push", f"file://{cache}",
+            pushed["report"]["hash"], "--store", str(tmp_path / "store-a"), "--json"]  # fmt: skip
+    procs = [
+        subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(4)
+    ]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [err for _, err in outs]
+    presents = [json.loads(out)["entries"][0]["present"] for out, _ in outs]
+    assert presents.count(False) >= 1  # at least one uploaded; the others found it or raced
+    assert [p.name for p in (cache / "entries").iterdir()] == [f"{pushed['report']['hash']}.json"]
+    assert not [p for p in cache.rglob(".tmp-*")]
+    store_b = tmp_path / "store-b"
+    proc = _realize(tiny_recipe, store_b, pushed["env_b"], "--cache", f"file://{cache}")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)[0]["substituted"] == f"file://{cache}"
