@@ -25,7 +25,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePath
-from typing import IO
+from typing import IO, Any
 
 import installer
 from installer.destinations import SchemeDictionaryDestination
@@ -35,7 +35,7 @@ from packaging.utils import parse_wheel_filename
 
 from rocmforge.errors import CheckError, RocmforgeError, ToolchainError
 from rocmforge.util.fsutil import fsync_path, open_regular
-from rocmforge.util.hashing import file_digests
+from rocmforge.util.hashing import THREADED, BackgroundHash, file_digests
 
 __all__ = [
     "WheelName",
@@ -319,24 +319,38 @@ def _incompressible(head: bytes) -> bool:
 
 
 def _copy_member(
-    src: IO[bytes], dst: IO[bytes], algorithm: str | None, *, head: bytes = b""
+    src: IO[bytes],
+    dst: IO[bytes],
+    algorithm: str | None,
+    *,
+    head: bytes = b"",
+    threaded: bool = False,
 ) -> tuple[str | None, int]:
     """Copy ``head`` then the rest of one member, hashing while streaming.
 
     Memory stays bounded by the chunk size (plus ``head``); returns (urlsafe digest or None, size).
+    With ``threaded`` (a big member) the digest is computed in a worker thread beside the
+    write (and its CRC), each chunk hashed in order.
     """
     h = hashlib.new(algorithm) if algorithm else None
+    feed: Any = h
+    if h is not None and threaded:
+        feed = BackgroundHash(h)
     size = 0
-    if head:
-        if h is not None:
-            h.update(head)
-        dst.write(head)
-        size += len(head)
-    while chunk := src.read(_CHUNK):
-        if h is not None:
-            h.update(chunk)
-        dst.write(chunk)
-        size += len(chunk)
+    try:
+        if head:
+            if feed is not None:
+                feed.update(head)
+            dst.write(head)
+            size += len(head)
+        while chunk := src.read(_CHUNK):
+            if feed is not None:
+                feed.update(chunk)
+            dst.write(chunk)
+            size += len(chunk)
+    finally:
+        if feed is not h:
+            feed.result()
     return (_urlsafe_b64(h.digest()) if h is not None else None), size
 
 
@@ -460,7 +474,11 @@ def _rewrite_zip(
                     new.compress_type = zipfile.ZIP_STORED
                 with dst.open(new, "w") as sink:
                     digest, size = _copy_member(
-                        stream, sink, row.algorithm if row else None, head=head
+                        stream,
+                        sink,
+                        row.algorithm if row else None,
+                        head=head,
+                        threaded=info.file_size >= THREADED,
                     )
             if info.filename in unsigned:
                 continue

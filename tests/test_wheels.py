@@ -448,3 +448,43 @@ def test_wheel_digests(demo: Demo) -> None:
 def test_wheel_digests_missing_file(tmp_path: Path) -> None:
     with pytest.raises(CheckError, match="cannot read"):
         wheel_digests(tmp_path / "nope.whl")
+
+
+@pytest.mark.parametrize("damaged", [False, True])
+def test_a_big_member_is_verified_with_the_digest_computed_beside_the_write(
+    tmp_path: Path, damaged: bool
+) -> None:
+    """A member over the threaded size is hashed in a worker thread while it is written: the
+    RECORD check must still see every byte (one flipped byte in the RECORD digest is refused),
+    and file_digests' threaded path must equal a plain hash."""
+    from rocmforge.util.hashing import THREADED, file_digests
+
+    data = os.urandom(THREADED + 12345)
+    digest = hashlib.sha256(data).digest()
+    if damaged:
+        digest = bytes([digest[0] ^ 1]) + digest[1:]
+    b64 = base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+    wheel = tmp_path / "big-1.0-py3-none-any.whl"
+    small = {
+        "big-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: big\nVersion: 1.0\n",
+        "big-1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nRoot-Is-Purelib: true\n",
+    }
+    rows = [f"big/data.bin,sha256={b64},{len(data)}"]
+    for name, text in small.items():
+        h = base64.urlsafe_b64encode(hashlib.sha256(text).digest()).rstrip(b"=").decode()
+        rows.append(f"{name},sha256={h},{len(text)}")
+    rows.append("big-1.0.dist-info/RECORD,,")
+    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_STORED) as zf:
+        zf.writestr("big/data.bin", data)
+        for name, text in small.items():
+            zf.writestr(name, text)
+        zf.writestr("big-1.0.dist-info/RECORD", "\n".join(rows) + "\n")
+    if damaged:
+        with pytest.raises(CheckError, match="sha256 does not match RECORD"):
+            normalize_wheel(wheel, epoch=0)
+        return
+    normalize_wheel(wheel, epoch=0)
+    with zipfile.ZipFile(wheel) as zf:
+        assert zf.read("big/data.bin") == data
+    raw = wheel.read_bytes()
+    assert file_digests(wheel) == (blake3.blake3(raw).hexdigest(), hashlib.sha256(raw).hexdigest())
