@@ -377,3 +377,27 @@ def test_concurrent_pushes_of_one_entry_leave_one_sound_copy(
     proc = _realize(tiny_recipe, store_b, pushed["env_b"], "--cache", f"file://{cache}")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)[0]["substituted"] == f"file://{cache}"
+
+
+@pytest.mark.slow
+def test_log_of_an_entry_read_from_the_cache_without_substituting(
+    pushed: dict, tiny_recipe: Path, tmp_path: Path
+) -> None:
+    cache, report, env_b = pushed["cache"], pushed["report"], pushed["env_b"]
+    store_b = tmp_path / "store-b"
+    for target in (str(tiny_recipe), report["hash"]):
+        proc = rf("log", target, "--store", store_b, "--cache", f"file://{cache}", env=env_b)
+        assert proc.returncode == 0, proc.stderr
+        assert "mkwheel" in proc.stdout and f"from file://{cache}" in proc.stderr
+    alone = rf("log", tiny_recipe, "--store", store_b, env=env_b)  # no cache: never built here
+    assert alone.returncode == 2 and "never built" in alone.stderr
+    assert not list((store_b / "entries").iterdir())  # nothing substituted
+    assert not [p for p in (store_b / "tmp").iterdir() if p.name.startswith("log-")]
+    manifest = json.loads(_manifest(cache, report["hash"]).read_bytes())
+    (log,) = [f for f in manifest["files"] if f["name"] == "build.log.zst"]
+    blob = cache / "blobs" / "sha256" / log["sha256"]
+    data = blob.read_bytes()
+    _rewrite(blob, data[:-1] + bytes([data[-1] ^ 1]))
+    bad = rf("log", report["hash"], "--store", store_b, "--cache", f"file://{cache}", env=env_b)
+    assert bad.returncode != 0 and "does not match its digest" in bad.stderr
+    assert f"file://{cache}" in bad.stderr and "Traceback" not in bad.stderr

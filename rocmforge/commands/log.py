@@ -1,7 +1,9 @@
 """``rocmforge log TARGET``: print the build log of an entry, a failed build or a Slurm job.
 
 A build running (or failed) on a cluster node (``realize --executor slurm``) has its log in the
-shared job directory (``--job-dir``, default ``$ROCMFORGE_JOB_DIR``), readable while it runs.
+shared job directory (``--job-dir``, default ``$ROCMFORGE_JOB_DIR``), readable while it runs; a
+build that is in a binary cache but not in this store is read from the cache (``--cache URL``
+or the configured caches) without substituting it.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rocmforge.commands._common import add_store_option, open_store
+from rocmforge.commands._common import add_config_option, add_store_option, open_store, settings_of
 from rocmforge.errors import UsageError
 
 
@@ -28,6 +30,12 @@ def register(sub: Any) -> None:
         "--job-dir", metavar="DIR",
         help="also look for the log of a Slurm job there (default $ROCMFORGE_JOB_DIR)",
     )  # fmt: skip
+    p.add_argument(
+        "--cache", action="append", metavar="URL",
+        help="also read the log of an entry from this binary cache (repeatable; the configured "
+        "caches are asked after it); TARGET is then a recipe or a full input hash",
+    )  # fmt: skip
+    add_config_option(p)
     p.set_defaults(func=run)
 
 
@@ -38,18 +46,69 @@ def run(args: argparse.Namespace) -> int:
     target = args.target
     if os.path.exists(target) and not (os.path.isfile(target) or os.path.isdir(target)):
         raise UsageError(f"{target}: not a regular file, a recipe or a store entry")
-    store = open_store(args)
+    store = open_store(args, create=bool(args.cache))  # a cache's log needs no build here
     job_dir = args.job_dir or os.environ.get("ROCMFORGE_JOB_DIR")
-    path = _find_log(store, target, Path(job_dir) if job_dir else None)
+    try:
+        path = _find_log(store, target, Path(job_dir) if job_dir else None)
+        fetched = None
+    except UsageError as missing:
+        path, fetched = _from_cache(args, store, target, missing)
     out = sys.stdout.buffer
-    with open(path, "rb") as f:
-        if path.name.endswith(".zst"):
-            zstandard.ZstdDecompressor().copy_stream(f, out)
-        else:  # a job's live log in the job directory: plain text
-            while chunk := f.read(1 << 16):
-                out.write(chunk)
-    out.flush()
+    try:
+        with open(path, "rb") as f:
+            if path.name.endswith(".zst"):
+                zstandard.ZstdDecompressor().copy_stream(f, out)
+            else:  # a job's live log in the job directory: plain text
+                while chunk := f.read(1 << 16):
+                    out.write(chunk)
+        out.flush()
+    finally:
+        if fetched is not None:
+            path.unlink(missing_ok=True)
     return 0
+
+
+def _from_cache(
+    args: argparse.Namespace, store: Any, target: str, missing: UsageError
+) -> tuple[Path, str]:
+    """The log of ``target`` copied from the first cache that has it; else ``missing`` again."""
+    import re
+
+    urls = list(settings_of(args, caches=args.cache or []).caches)
+    if not urls:
+        raise missing
+    if re.fullmatch(r"[0-9a-f]{32}", target):
+        hash = target
+    elif target.endswith(".toml"):
+        from rocmforge.errors import RequirementError
+
+        try:
+            hash = _recipe_hash(store, target)
+        except RequirementError:
+            raise missing from None
+    else:
+        raise missing
+    from rocmforge.cache.logs import fetch_log
+    from rocmforge.store import layout
+
+    dest = Path(store.tmp_dir) / f"log-{hash}-{os.getpid()}.{layout.BUILD_LOG}"
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    url = fetch_log(urls, hash, dest)
+    if url is None:
+        raise UsageError(f"{missing}; no cache of {', '.join(urls)} has it either")
+    print(f"rocmforge: the build log of {hash} from {url} (checked against the cache's "
+          "manifest; logs are not signed)", file=sys.stderr)  # fmt: skip
+    return dest, url
+
+
+def _recipe_hash(store: Any, target: str) -> str:
+    from rocmforge.graph import load_graph, plan_dependencies
+    from rocmforge.realize import plan
+
+    graph = load_graph([target])
+    file = graph.targets[0]
+    deps = plan_dependencies(graph, file, store=store, fetcher=None)
+    return str(plan(graph.recipes[file], store=store, fetcher=None, dependencies=deps).hash)
 
 
 def _job_log(job_dir: Path | None, hash: str) -> Path | None:
