@@ -292,3 +292,21 @@ def test_memo_records_nothing_when_the_tree_changed_during_the_realize(tmp_path:
         since_ns=time.time_ns() + memo.RACY_SLACK_NS + 10**9,
     )  # fmt: skip
     assert memo._load_item(str(store), str(recipe)) is not None
+
+
+def test_git_tree_edit_of_a_big_file_git_names_is_hashed(
+    repo: Path, tmp_path: Path, mode: str
+) -> None:
+    """A file over the big-file size that git calls dirty is hashed on the cheap path too (its
+    record was dropped once, and the re-hash differed from a fresh scan when such a file was
+    racy or dirty)."""
+    cache = tmp_path / "cache"
+    source_path.tree_digest(repo, cache=cache)
+    settle()
+    source_path.tree_digest(repo, cache=cache)
+    big = max(repo.rglob("f*.txt"), key=lambda p: p.stat().st_size)
+    assert big.stat().st_size > 300  # over the parallel mode's BIG_FILE
+    edit_one_byte_keep_mtime(big)
+    assert source_path.tree_digest(repo, cache=cache) == fresh(repo, tmp_path)
+    settle()
+    assert source_path.tree_digest(repo, cache=cache) == fresh(repo, tmp_path)

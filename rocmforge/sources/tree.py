@@ -674,6 +674,7 @@ def _scan(
         if changes is not None:
             look, gone, git_state = changes
             results, big = [_look_again(base, table, cutoff, look, gone)], {}
+            _hash_left(results, base, cutoff, big)  # a big file git named is hashed here too
             complete = False
         else:
             if own is not None:
@@ -708,6 +709,14 @@ def _run(
         results, big = _scan_hashing(fn, jobs, base, cutoff)
     else:
         results, big = [fn(jobs[0], None)], {}
+    _hash_left(results, base, cutoff, big)
+    return results, big
+
+
+def _hash_left(
+    results: list[_PartResult], base: str, cutoff: int, big: dict[str, FileRec]
+) -> None:
+    """Hash the big files the scan left for later into ``big`` (every scan path must)."""
     for _, _, left in results:
         for fact, kind in left:
             try:
@@ -717,7 +726,6 @@ def _run(
             rel, size, mtime, ino, ctime, _ = fact
             racy = max(mtime, ctime) >= cutoff
             big[rel] = (-1 if racy else size, mtime, ino, ctime, kind, digest)
-    return results, big
 
 
 def _look_again(
