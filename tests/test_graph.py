@@ -466,7 +466,7 @@ def test_parallel_jobs_share_the_cores_and_overlapping_graphs_build_once(
         for n in ("left", "right")
     ]
     outs = [p.communicate(timeout=300) for p in procs]
-    assert all(p.returncode == 0 for p in procs), [e for _, e in outs]
+    assert all(p.returncode == 0 for p in procs), "\n---\n".join(e for _, e in outs)
     assert sum(built(e).count("base") for _, e in outs) == 1  # one build of the shared node
     import zipfile
 
