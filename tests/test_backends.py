@@ -94,6 +94,29 @@ def seen_by_backend(wheel: str) -> dict:
     return json.loads(text.split("=", 1)[1].strip()[1:-1])
 
 
+def venv_with(tmp_path: Path, wheel: str, *pins: str) -> Path:
+    """Install ``wheel`` (and ``pins`` from the wheelhouse, with their dependencies) into the
+    venv ``tmp_path/venv``, made on first use; return its python."""
+    env_dir = tmp_path / "venv"
+    again = env_dir.exists()
+    if not again:
+        venv.create(env_dir, with_pip=True)
+    py = env_dir / "bin" / "python"
+    how = ["--find-links", str(WHEELHOUSE)] if pins else ["--no-deps"]
+    subprocess.run(
+        [py, "-m", "pip", "install", "-q", "--no-index", *how,
+         *(["--force-reinstall"] if again else []), wheel, *pins],
+        check=True,
+    )  # fmt: skip
+    return py
+
+
+def python_says(py: Path, code: str, cwd: Path) -> str:
+    """What ``py -c code`` prints, stripped (run in ``cwd``, failing on a non-zero exit)."""
+    run = subprocess.run([py, "-c", code], capture_output=True, text=True, check=True, cwd=cwd)
+    return run.stdout.strip()
+
+
 def settings_recipe(tmp_path: Path, build: str) -> Path:
     src = tmp_path / "settings-src"
     if not src.exists():
@@ -187,20 +210,9 @@ def test_meson_python_builds_byte_identical_and_runs(meson_wheels: Path, tmp_pat
     assert check(recipe, tmp_path / "store")["hash"] == a["hash"]
     config = wheel_member(a["wheels"][0], "rfmeson/_config.py").decode()
     assert ".mesonpy-" not in config and "build/rocmforge" in config
-    env_dir = tmp_path / "venv"
-    venv.create(env_dir, with_pip=True)
-    py = env_dir / "bin" / "python"
-    subprocess.run(
-        [py, "-m", "pip", "install", "-q", "--no-index", "--no-deps", a["wheels"][0]], check=True
-    )
-    run = subprocess.run(
-        [py, "-c", "import rfmeson; print(rfmeson.mul(6, 7), rfmeson.where())"],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=tmp_path,
-    )
-    product, where = run.stdout.split()
+    py = venv_with(tmp_path, a["wheels"][0])
+    said = python_says(py, "import rfmeson; print(rfmeson.mul(6, 7), rfmeson.where())", tmp_path)
+    product, where = said.split()
     assert product == "42"
     assert not where.startswith("/build"), where  # __FILE__ is prefix-mapped
 
@@ -263,20 +275,12 @@ def test_meson_python_sdist_from_pypi_builds_byte_identical_and_runs(
     log = rf("log", a["hash"], "--store", tmp_path / "store").stdout
     assert "meson setup" in log and "build/rocmforge" in log  # the fixed build directory
     check(recipe, tmp_path / "store")
-    env_dir = tmp_path / "venv"
-    venv.create(env_dir, with_pip=True)
-    py = env_dir / "bin" / "python"
-    subprocess.run(
-        [py, "-m", "pip", "install", "-q", "--no-index", "--find-links", str(WHEELHOUSE),
-         a["wheels"][0], "numpy==2.0.2"],
-        check=True,
-    )  # fmt: skip
+    py = venv_with(tmp_path, a["wheels"][0], "numpy==2.0.2")
     code = (
         "import numpy as np, skfmm; phi = np.ones(5); phi[2] = -1; "
         "print(' '.join(f'{v:.1f}' for v in skfmm.distance(phi)))"
     )
-    run = subprocess.run([py, "-c", code], capture_output=True, text=True, check=True, cwd=tmp_path)
-    assert run.stdout.strip() == "1.5 0.5 -0.5 0.5 1.5"
+    assert python_says(py, code, tmp_path) == "1.5 0.5 -0.5 0.5 1.5"
 
 
 RUST_RECIPE = """\
@@ -333,16 +337,9 @@ def test_maturin_builds_with_the_declared_rust_toolchain(
     assert "path" not in json.dumps(rust)
     a = realize(recipe, tmp_path / "store")
     check(recipe, tmp_path / "store")
-    env_dir = tmp_path / "venv"
-    venv.create(env_dir, with_pip=True)
-    subprocess.run(
-        [env_dir / "bin" / "python", "-m", "pip", "install", "-q", "--no-index", "--no-deps",
-         a["wheels"][0]],
-        check=True,
-    )  # fmt: skip
-    run = subprocess.run(
-        [env_dir / "bin" / "rfrust", "6", "7"], capture_output=True, text=True, check=True
-    )
+    py = venv_with(tmp_path, a["wheels"][0])
+    rfrust = py.parent / "rfrust"
+    run = subprocess.run([rfrust, "6", "7"], capture_output=True, text=True, check=True)
     assert run.stdout.strip() == "42"
 
 
@@ -444,15 +441,9 @@ def test_cython_sdist_from_pypi_builds_byte_identical_and_runs(tmp_path: Path) -
     check(recipe, tmp_path / "store")
     log = rf("log", a["hash"], "--store", tmp_path / "store").stdout
     assert "building with Cython 3.1.4" in log  # the config setting reached setup.py
-    env_dir = tmp_path / "venv"
-    venv.create(env_dir, with_pip=True)
-    py = env_dir / "bin" / "python"
-    subprocess.run(
-        [py, "-m", "pip", "install", "-q", "--no-index", "--no-deps", a["wheels"][0]], check=True
-    )
+    py = venv_with(tmp_path, a["wheels"][0])
     code = "from fastrlock.rlock import FastRLock; lock = FastRLock(); print(lock.acquire())"
-    run = subprocess.run([py, "-c", code], capture_output=True, text=True, check=True, cwd=tmp_path)
-    assert run.stdout.strip() == "True"
+    assert python_says(py, code, tmp_path) == "True"
 
 
 LIBYAML_RECIPE = """\
@@ -499,18 +490,12 @@ def test_c_extension_against_a_debian_library_builds_byte_identical_and_runs(
         (ext,) = [n for n in z.namelist() if n.startswith("yaml/_yaml.") and n.endswith(".so")]
         assert b"libyaml-0.so" in z.read(ext)  # linked against the Debian library
     check(recipe, tmp_path / "store")
-    env_dir = tmp_path / "venv"
-    venv.create(env_dir, with_pip=True)
-    py = env_dir / "bin" / "python"
-    subprocess.run(
-        [py, "-m", "pip", "install", "-q", "--no-index", "--no-deps", a["wheels"][0]], check=True
-    )
+    py = venv_with(tmp_path, a["wheels"][0])
     code = (
         "import yaml; assert yaml.__with_libyaml__; "
         "print(yaml.load('a: [1, 2]', Loader=yaml.CSafeLoader)['a'][1])"
     )
-    run = subprocess.run([py, "-c", code], capture_output=True, text=True, check=True, cwd=tmp_path)
-    assert run.stdout.strip() == "2"
+    assert python_says(py, code, tmp_path) == "2"
 
 
 PYBIND11_RECIPE = """\
@@ -551,22 +536,14 @@ def test_pybind11_sdist_from_pypi_builds_byte_identical_and_runs(tmp_path: Path)
     recipe.write_text(PYBIND11_RECIPE.format(src=src))
     a = realize(recipe, tmp_path / "store")  # portable = true: no -march=native got through
     check(recipe, tmp_path / "store")
-    env_dir = tmp_path / "venv"
-    venv.create(env_dir, with_pip=True)
-    py = env_dir / "bin" / "python"
-    subprocess.run(
-        [py, "-m", "pip", "install", "-q", "--no-index", "--find-links", str(WHEELHOUSE),
-         a["wheels"][0], "numpy==2.2.6"],
-        check=True,
-    )  # fmt: skip
+    py = venv_with(tmp_path, a["wheels"][0], "numpy==2.2.6")
     code = (
         "import hnswlib, numpy as np; i = hnswlib.Index(space='l2', dim=2); "
         "i.init_index(max_elements=3); i.add_items(np.array([[0, 0], [5, 5], [9, 9]], "
         "dtype='float32')); print(i.knn_query(np.array([[4.5, 5.2]], dtype='float32'), k=1)"
         "[0][0][0])"
     )
-    run = subprocess.run([py, "-c", code], capture_output=True, text=True, check=True, cwd=tmp_path)
-    assert run.stdout.strip() == "1"
+    assert python_says(py, code, tmp_path) == "1"
 
 
 SKBUILD_RECIPE = """\
@@ -613,12 +590,7 @@ def test_scikit_build_core_sdist_from_pypi_builds_byte_identical_and_works(
     recipe.write_text(SKBUILD_RECIPE.format(src=src))
     a = realize(recipe, tmp_path / "store")
     check(recipe, tmp_path / "store")
-    env_dir = tmp_path / "venv"
-    venv.create(env_dir, with_pip=True)
-    py = env_dir / "bin" / "python"
-    subprocess.run(
-        [py, "-m", "pip", "install", "-q", "--no-index", "--no-deps", a["wheels"][0]], check=True
-    )
+    py = venv_with(tmp_path, a["wheels"][0])
     includes = subprocess.run(
         [py, "-m", "pybind11", "--includes"], capture_output=True, text=True, check=True
     ).stdout.split()
@@ -719,17 +691,9 @@ def test_git_source_with_cpp_in_a_submodule_builds_byte_identical_and_runs(
     plan = json.loads(rf("plan", recipe, "--store", tmp_path / "store", "--json").stdout)
     assert native_commit in json.dumps(plan["derivation"]["source"])
     check(recipe, tmp_path / "store")
-    env_dir = tmp_path / "venv"
-    venv.create(env_dir, with_pip=True)
-    py = env_dir / "bin" / "python"
-    subprocess.run(
-        [py, "-m", "pip", "install", "-q", "--no-index", "--no-deps", a["wheels"][0]], check=True
-    )
-    run = subprocess.run(
-        [py, "-c", "import rfsub; print(rfsub.mul(6, 7), rfsub.where())"],
-        capture_output=True, text=True, check=True, cwd=tmp_path,
-    )  # fmt: skip
-    product, where = run.stdout.split()
+    py = venv_with(tmp_path, a["wheels"][0])
+    said = python_says(py, "import rfsub; print(rfsub.mul(6, 7), rfsub.where())", tmp_path)
+    product, where = said.split()
     assert product == "42"
     assert not where.startswith("/build"), where  # __FILE__ is prefix-mapped
 
@@ -793,21 +757,12 @@ def maturin_sdist_recipe(tmp_path: Path, rust: str) -> Path:
 
 
 def install_and_search(tmp_path: Path, wheel: str) -> str:
-    env_dir = tmp_path / "venv"
-    if not env_dir.exists():
-        venv.create(env_dir, with_pip=True)
-    py = env_dir / "bin" / "python"
-    subprocess.run(
-        [py, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--force-reinstall", wheel],
-        check=True,
-    )
+    py = venv_with(tmp_path, wheel)
     code = (
         "import ahocorasick_rs as a; s = a.AhoCorasick(['he', 'she', 'hers']); "
         "print(s.find_matches_as_strings('ushers'))"
     )
-    return subprocess.run(
-        [py, "-c", code], capture_output=True, text=True, check=True, cwd=tmp_path
-    ).stdout.strip()
+    return python_says(py, code, tmp_path)
 
 
 @pytest.mark.slow
