@@ -18,20 +18,18 @@ half-written tree; gc collects a tree together with the requirement wheel it cam
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import hashlib
 import os
 import shutil
 import stat
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from rocmforge.errors import RequirementError
 from rocmforge.store import layout
-from rocmforge.util.fsutil import remove_tree
+from rocmforge.util.fsutil import make_tree_once
 
 #: Bumped when the tree's layout or the installer call changes: old trees are then not reused.
 _FORMAT = "1"
@@ -84,33 +82,19 @@ def ensure_tree(
     """
     name = tree_name(wheel, sha256, python_xy=python_xy, interpreter=interpreter)
     final = sources_dir / layout.SOURCES_WHEELS_UNPACKED / name
-    if final.is_dir():
-        return final, False
-    tmp_root = sources_dir / layout.SOURCES_TMP
-    try:
-        tmp_root.mkdir(parents=True, exist_ok=True)
-        final.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f"unpack.{wheel.name}.", dir=tmp_root))
-    except OSError as exc:
-        raise RequirementError(f"cannot prepare {final}: {exc}") from exc
-    try:
-        prefix = staging / "t"
-        (prefix / "bin").mkdir(parents=True)
+
+    def fill(prefix: Path) -> None:
+        (prefix / "bin").mkdir()
         (prefix / "lib" / f"python{python_xy}" / "site-packages").mkdir(parents=True)
         _install_tree(wheel, prefix, xy=python_xy, interpreter=interpreter)
         _seal_files(prefix)
-        try:
-            os.rename(prefix, final)
-        except OSError:
-            if not final.is_dir():  # not a concurrent build's identical tree: a real failure
-                raise
-            return final, False
-        return final, True
+
+    tmp_root = sources_dir / layout.SOURCES_TMP
+    try:
+        made = make_tree_once(final, tmp_root, f"unpack.{wheel.name}.", fill, final.is_dir)
     except OSError as exc:
         raise RequirementError(f"{wheel}: cannot unpack into {final}: {exc}") from exc
-    finally:
-        with contextlib.suppress(OSError):
-            remove_tree(staging)
+    return final, made
 
 
 def link_tree(tree: Path, venv: Path) -> int:

@@ -21,7 +21,6 @@ wheels; the build sees it read-only at :data:`SDK_MOUNT` with ``ROCM_PATH``, ``R
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
@@ -30,7 +29,6 @@ import shlex
 import shutil
 import stat
 import tarfile
-import tempfile
 import zipfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -40,7 +38,7 @@ from typing import Any
 from rocmforge.errors import ToolchainError
 from rocmforge.recipe.model import ToolchainSpec
 from rocmforge.store import layout
-from rocmforge.util.fsutil import json_bytes, remove_tree, write_atomic
+from rocmforge.util.fsutil import json_bytes, make_tree_once, write_atomic
 
 #: Where the unpacked SDK is mounted (read-only) in the build sandbox.
 SDK_MOUNT = "/opt/rocm-sdk"
@@ -337,18 +335,8 @@ def ensure_tree(sources_dir: Path, wheels: Sequence[SdkWheel]) -> tuple[Path, bo
     Raises :class:`ToolchainError`.
     """
     final = tree_path(sources_dir, wheels)
-    if (final / TREE_INFO).is_file():
-        return final, False
-    tmp_root = sources_dir / layout.SOURCES_TMP
-    try:
-        tmp_root.mkdir(parents=True, exist_ok=True)
-        final.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix="rocm-sdk.", dir=tmp_root))
-    except OSError as exc:
-        raise ToolchainError(f"cannot prepare {final}: {exc}") from exc
-    try:
-        tree = staging / "t"
-        tree.mkdir()
+
+    def fill(tree: Path) -> None:
         for w in sorted(wheels, key=_by_name):
             _verify(w)
             _extract_wheel(w.wheel, tree)
@@ -359,18 +347,15 @@ def ensure_tree(sources_dir: Path, wheels: Sequence[SdkWheel]) -> tuple[Path, bo
                 "wheels": fingerprint(wheels)}  # fmt: skip
         write_atomic(tree / TREE_INFO, json_bytes(info))
         _seal(tree)
-        try:
-            os.rename(tree, final)
-        except OSError:
-            if not (final / TREE_INFO).is_file():
-                raise
-            return final, False
-        return final, True
+
+    tmp_root = sources_dir / layout.SOURCES_TMP
+    try:
+        made = make_tree_once(
+            final, tmp_root, "rocm-sdk.", fill, lambda: (final / TREE_INFO).is_file()
+        )
     except OSError as exc:
         raise ToolchainError(f"cannot unpack the ROCm SDK into {final}: {exc}") from exc
-    finally:
-        with contextlib.suppress(OSError):
-            remove_tree(staging)
+    return final, made
 
 
 def tree_info(tree: Path) -> dict[str, Any]:

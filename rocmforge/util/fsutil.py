@@ -11,6 +11,7 @@ import errno
 import json
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -99,6 +100,39 @@ def symlink_atomic(target: str, path: Path, *, make_parents: bool = False) -> No
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def make_tree_once(
+    final: Path, tmp_root: Path, prefix: str, fill: Callable[[Path], None], done: Callable[[], bool]
+) -> bool:
+    """Build the directory ``final`` once and atomically; return True if this call built it.
+
+    ``fill(tree)`` makes it in a private staging directory under ``tmp_root`` and one rename puts
+    it in place, so nobody sees half of it. Nothing is built when ``done()`` holds already; a
+    concurrent maker whose rename won (``done()`` then holds) makes this call return False.
+    Raises OSError (what ``fill`` raises passes through); the staging directory always goes.
+    """
+    if done():
+        return False
+    import tempfile
+
+    tmp_root.mkdir(parents=True, exist_ok=True)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=prefix, dir=tmp_root))
+    try:
+        tree = staging / "t"
+        tree.mkdir()
+        fill(tree)
+        try:
+            os.rename(tree, final)
+        except OSError:
+            if not done():  # not a concurrent maker's identical tree: a real failure
+                raise
+            return False
+        return True
+    finally:
+        with contextlib.suppress(OSError):
+            remove_tree(staging)
 
 
 def tree_size(path: Path | str) -> int:
