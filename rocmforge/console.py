@@ -1,4 +1,4 @@
-"""Console-script entry point: try the realize memo before importing the full CLI."""
+"""Console-script entry point: try the realize memo and the read path before the full CLI."""
 
 from __future__ import annotations
 
@@ -6,12 +6,16 @@ import sys
 
 
 def main_entry() -> None:
-    """Run ``rocmforge``; a memoised cache hit never imports the rest of the package."""
+    """Run ``rocmforge``; a memoised cache hit and the plain read commands
+    (:mod:`rocmforge.fastread`) never import the rest of the package."""
     argv = sys.argv[1:]
+    from rocmforge.fastread import fast_read
     from rocmforge.memo import fast_realize
 
     try:
         code = fast_realize(argv)
+        if code is None:
+            code = fast_read(argv)
     except BrokenPipeError:
         from rocmforge.cli import quiet_broken_pipe
 

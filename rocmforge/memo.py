@@ -16,21 +16,24 @@ the original's paths, and a moved one answers with its new ones. Before answerin
 size and mtime are compared with what publish recorded in ``meta.json`` (the same cheap check as
 :meth:`rocmforge.store.store.Store.lookup`); any difference falls through to the full pipeline.
 
-Deliberately imports only ``os``, ``sys``, ``marshal`` and ``fcntl`` (~1 ms in total), plus
-the import-free :mod:`rocmforge.store.layout` for the store's file names.
+Deliberately imports only ``os``, ``sys``, ``marshal`` and ``fcntl`` (~1 ms in total; not even
+``contextlib`` or ``collections.abc``), plus the import-free :mod:`rocmforge.store.layout`
+for the store's file names.
 """
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import marshal
 import os
 import stat  # already loaded by os
 import sys
-from collections.abc import Iterable, Sequence
 
 from rocmforge.store import layout
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
 
 MEMO_FORMAT = 3
 #: The sandbox level an option-less ``realize`` asks for; only entries built so are answered.
@@ -206,8 +209,10 @@ def _trees_hold(trees: list[TreeGuard]) -> bool:
             os._exit(code)
     ok = all(_tree_holds(base, dirs[0::2]) for base, dirs in shares)
     if not ok:
-        with contextlib.suppress(OSError):
+        try:  # noqa: SIM105 (contextlib: 1 ms of start-up)
             os.kill(pid, 9)
+        except OSError:
+            pass
     try:
         _, status = os.waitpid(pid, 0)
     except OSError:
@@ -299,8 +304,10 @@ def _write_item(store_root: str, key: str, item: dict[str, object]) -> None:
             marshal.dump({key: item}, out)
         os.replace(tmp, path)
     except OSError:
-        with contextlib.suppress(OSError):
+        try:  # noqa: SIM105 (contextlib: 1 ms of start-up)
             os.unlink(tmp)
+        except OSError:
+            pass
 
 
 def _unique(guards: list[tuple[str, Sig | None, bool]]) -> list[tuple[str, Sig | None, bool]]:

@@ -278,3 +278,29 @@ def build_tiny_entry(base: Path) -> dict[str, Any]:
         "wheel": wheel.name,
         "blake3": file_blake3(wheel),
     }
+
+
+def synthetic_store(root: Path, count: int = 300) -> Any:
+    """Make a store whose index holds ``count`` entries (no files behind them) spanning many
+    names, sizes and minutes, with one ``used/`` mark; return the open Store."""
+    from rocmforge.store.entry import Entry, EntryMeta
+    from rocmforge.store.store import open_store
+
+    s = open_store(root)
+
+    def entries() -> Iterator[tuple[Entry, dict[str, Any]]]:
+        for i in range(count):
+            h = f"{i:04x}" * 8  # distinct in the table's 12-digit prefix
+            meta = {"hash": h, "name": ["p0", "P_1", "p.2"][i % 3] + f"x{i % 7}",
+                    "version": f"1.{i % 11}", "created": 1.7e9 + i * 37,
+                    "size": 3 ** (i % 25), "sandbox": "bwrap", "wheels": []}  # fmt: skip
+            path = s.entries_dir / f"{h}-{meta['name']}-{meta['version']}"
+            yield Entry.from_meta(path, EntryMeta.from_json(meta, file=path / "meta.json")), {"env": {}}
+
+    s.index.rebuild(entries())
+    (s.root / "used").mkdir(exist_ok=True)
+    used = s.root / "used" / (f"{5:04x}" * 8)
+    used.touch()
+    os.utime(used, (1.8e9, 1.8e9))
+    return s
+

@@ -1,43 +1,40 @@
-"""``list`` prints from plain index tuples, exactly the table of the listed entries."""
+"""``list`` and ``query`` print one table, from plain index tuples, exactly right."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 from pathlib import Path
+
+from conftest import synthetic_store
 
 
 def test_list_text_is_the_table_of_the_listed_entries(tmp_path: Path) -> None:
-    """``list`` prints from plain index tuples: the same table as ``print_table`` of the rows,
-    used times and roots included, on a store whose rows span many sizes and minutes."""
-    import contextlib
-    import io
-    import os
+    """``list`` prints from plain index tuples, caching each minute and size it formats: the
+    table is the one a plain per-row rendering of the listed entries gives, used times and
+    roots included, on a store whose rows span many sizes and minutes."""
+    import argparse
 
-    from rocmforge.commands.list import _print_summary
-    from rocmforge.commands.query import print_table
-    from rocmforge.store.entry import Entry, EntryMeta
-    from rocmforge.store.query import list_entries, list_summary
-    from rocmforge.store.store import open_store
+    from rocmforge.commands.list import run
+    from rocmforge.store.query import list_entries
+    from rocmforge.util.table import human_size, human_time
 
-    s = open_store(tmp_path / "store")
-
-    def entries() -> object:
-        for i in range(300):
-            h = f"{i:032x}"
-            meta = {"hash": h, "name": f"p{i % 7}", "version": f"1.{i}", "created": 1.7e9 + i * 37,
-                    "size": 3 ** (i % 25), "sandbox": "bwrap", "wheels": []}  # fmt: skip
-            path = s.entries_dir / f"{h}-p{i % 7}-1.{i}"
-            drv = {"env": {}}
-            yield Entry.from_meta(path, EntryMeta.from_json(meta, file=path / "meta.json")), drv
-
-    s.index.rebuild(entries())  # type: ignore[arg-type]
-    (s.root / "used").mkdir()
-    used = s.root / "used" / f"{5:032x}"
-    used.touch()
-    os.utime(used, (1.8e9, 1.8e9))
-    a, b = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(a):
-        print_table(list_entries(s))
-    with contextlib.redirect_stdout(b):
-        _print_summary(list_summary(s))
-    assert b.getvalue() == a.getvalue()
-    assert len(b.getvalue().splitlines()) == 301 and "2027-01-15 08:00" in b.getvalue()
+    s = synthetic_store(tmp_path / "store")
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert run(argparse.Namespace(json=False, store=str(s.root))) == 0
+    rows = [
+        ("HASH", "NAME", "VERSION", "SIZE", "CREATED (UTC)", "LAST USED (UTC)", "ROOTS"),
+        *(
+            (e.row.hash[:12], e.row.name, e.row.version, human_size(e.row.size),
+             human_time(e.row.created), human_time(e.last_used), str(len(e.roots) or "-"))
+            for e in list_entries(s)
+        ),
+    ]  # fmt: skip
+    widths = [max(len(r[i]) for r in rows) for i in range(7)]
+    want = "".join(
+        "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() + "\n"
+        for r in rows
+    )
+    assert out.getvalue() == want
+    assert len(want.splitlines()) == 301 and "2027-01-15 08:00" in want

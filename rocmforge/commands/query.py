@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -55,41 +54,24 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def human_size(n: float) -> str:
-    """Return ``n`` bytes as ``1.5M``-style text."""
-    for unit in ("B", "K", "M", "G", "T"):
-        if n < 1024 or unit == "T":
-            return f"{n:.0f}{unit}" if unit == "B" else f"{n:.1f}{unit}"
-        n /= 1024
-    return f"{n:.1f}T"
-
-
-def human_time(ts: float) -> str:
-    """Return a timestamp as ``2025-01-31 12:00`` (UTC)."""
-    if not ts:
-        return "-"
-    return time.strftime("%Y-%m-%d %H:%M", time.gmtime(ts))
-
-
 def print_table(entries: Sequence[Any], env_keys: Sequence[str] = ()) -> None:
-    """Print entries as a table: hash prefix, name, version, size, created, last used, roots,
-    then one column per ``env_keys`` (the values ``query --env`` matched on)."""
-    header = (
-        "HASH", "NAME", "VERSION", "SIZE", "CREATED (UTC)", "LAST USED (UTC)", "ROOTS", *env_keys
-    )  # fmt: skip
-    rows = [
+    """Print entries as ``list`` does (:func:`rocmforge.util.table.format_summary`), then one
+    column per ``env_keys`` (the values ``query --env`` matched on)."""
+    import sys
+
+    from rocmforge.util.table import format_summary
+
+    rows = (
         (
-            e.row.hash[:12],
+            e.row.hash,
             e.row.name,
             e.row.version,
-            human_size(e.row.size),
-            human_time(e.row.created),
-            human_time(e.last_used),
-            str(len(e.roots)) if e.roots else "-",
+            e.row.size,
+            e.row.created,
+            e.last_used,
+            len(e.roots),
             *(e.env.get(k, "-") for k in env_keys),
         )
         for e in entries
-    ]
-    widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
-    for r in (header, *rows):
-        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+    )
+    sys.stdout.write(format_summary(rows, env_keys))

@@ -26,9 +26,9 @@ def run(args: argparse.Namespace) -> int:
     """``rocmforge show TARGET``: print the entry's identity, files, inputs and run facts."""
     from rocmforge.audit import input_facts
     from rocmforge.commands.audit import describe_link
-    from rocmforge.commands.query import human_size, human_time
     from rocmforge.explain import flatten, show_value
     from rocmforge.provenance import run_facts
+    from rocmforge.util.table import human_size, human_time
 
     info = _show(args)
     if args.json:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from rocmforge.errors import StoreError
 from rocmforge.store import layout
 from rocmforge.store.entry import DerivationDoc
+from rocmforge.store.scan import name_version_clauses, register_functions
 
 if TYPE_CHECKING:
     from rocmforge.store.entry import Entry
@@ -135,6 +136,7 @@ class Index:
                 version = self._db.execute("PRAGMA user_version").fetchone()[0]
                 if version != SCHEMA_VERSION:
                     raise StoreError(f"{path}: index schema {version} cannot be read")
+                register_functions(self._db)
             else:
                 self._setup(memory=path is None)
         except sqlite3.Error as e:
@@ -161,7 +163,7 @@ class Index:
     def _setup(self, *, memory: bool = False) -> None:
         db = self._db
         # Names compare as pip compares them (PEP 503), in SQL too.
-        db.create_function("rf_normal_name", 1, layout.normal_name, deterministic=True)
+        register_functions(db)
         if memory:
             for stmt in _SCHEMA.split(";"):
                 if stmt.strip():
@@ -427,14 +429,8 @@ class Index:
         be set exactly; ``env_contains`` are ``(key, substring)`` pairs; ``since`` is the
         earliest creation time.
         """
-        clauses: list[str] = []
-        params: list[Any] = []
-        if name is not None:
-            clauses.append("rf_normal_name(name) = ?")
-            params.append(layout.normal_name(name))
-        if version is not None:
-            clauses.append("version = ?")
-            params.append(version)
+        clauses, names = name_version_clauses(name, version)
+        params: list[Any] = list(names)
         for key, value in env_equals:
             clauses.append("hash IN (SELECT hash FROM env WHERE key = ? AND value = ?)")
             params += [key, value]
@@ -450,15 +446,17 @@ class Index:
         """Return every row, oldest first."""
         return self._rows("1", ())
 
-    def summary_rows(self) -> Iterator[tuple[str, str, str, int, float, float]]:
-        """Yield ``(hash, name, version, size, created, last_used)`` of every entry, oldest
-        first, as plain tuples streamed from one SELECT (no wheels, no row objects): what
-        ``list`` prints."""
+    def summary_rows(
+        self, *, name: str | None = None, version: str | None = None
+    ) -> Iterator[tuple[str, str, str, int, float, float]]:
+        """Yield ``(hash, name, version, size, created, last_used)`` of every entry (or those of
+        ``name`` and ``version``), oldest first, as plain tuples streamed from one SELECT (no
+        wheels, no row objects): what ``list`` prints."""
+        from rocmforge.store.scan import summary_query
+
+        sql, params = summary_query(name=name, version=version)
         try:
-            cur = self._db.execute(
-                "SELECT hash, name, version, size, created, last_used FROM entries "
-                "ORDER BY created, hash"
-            )
+            cur = self._db.execute(sql, params)
             while batch := cur.fetchmany(4096):
                 yield from batch
         except sqlite3.Error as e:

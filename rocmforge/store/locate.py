@@ -17,9 +17,12 @@ Imports only ``os`` and the import-free layout module: the realize memo's fast p
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
 
 from rocmforge.store import layout
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
 
 #: How a store was chosen, as :func:`find_store` reports it.
 BY_OPTION = "--store"

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rocmforge.errors import StoreError, UsageError
-from rocmforge.store import layout
+from rocmforge.store import layout, scan
 from rocmforge.store.entry import Entry
 from rocmforge.store.store import Store
 from rocmforge.util.fsutil import symlink_atomic
@@ -76,15 +76,7 @@ def register_link(store: Store, link: Path) -> Path:
 
 def entry_of_path(store: Store, path: Path | str) -> str | None:
     """Return the entry directory name that ``path`` (followed) lies in, or None."""
-    try:
-        real = os.path.realpath(path, strict=True)
-    except OSError:
-        return None
-    base = os.path.realpath(store.entries_dir) + os.sep
-    if not real.startswith(base):
-        return None
-    top = real[len(base) :].split(os.sep, 1)[0]
-    return top if layout.is_entry_name(top) else None
+    return scan.entry_of_path(os.fspath(store.root), os.fspath(path))
 
 
 # -- pins ------------------------------------------------------------------------------------------
@@ -136,14 +128,11 @@ def unpin(store: Store, name: str) -> RootPin:
 
 def pins(store: Store) -> list[RootPin]:
     """Return every pin, sorted by name."""
-    d = _pins_dir(store)
     try:
-        names = sorted(n for n in os.listdir(d) if not n.startswith("."))
-    except FileNotFoundError:
-        return []
+        found = scan.pin_entries(os.fspath(store.root))
     except OSError as e:
-        raise StoreError(f"cannot list {d}: {e}") from e
-    return [RootPin(name=n, entry=entry_of_path(store, d / n), path=d / n) for n in names]
+        raise StoreError(f"cannot list the pins of {store.root}: {e}") from e
+    return [RootPin(name=n, entry=entry, path=Path(p)) for n, entry, p in found]
 
 
 # -- temp roots of a running realize -------------------------------------------------------------
@@ -240,89 +229,14 @@ class RootSet:
     stale: tuple[Path, ...] = ()
 
 
-def _listdir(d: Path) -> list[str]:
-    try:
-        return sorted(os.listdir(d))
-    except FileNotFoundError:
-        return []
-    except OSError as e:
-        raise StoreError(f"cannot list {d}: {e}") from e
-
-
-def _held(path: Path) -> tuple[bool, bytes] | None:
-    """Return (held by someone, content) for a lock file, or None if it is gone."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return None
-    except OSError as e:
-        raise StoreError(f"cannot open {path}: {e}") from e
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True, os.pread(fd, 1 << 20, 0)
-        return False, b""
-    finally:
-        os.close(fd)
-
-
 def collect_roots(store: Store) -> RootSet:
     """Read every root of ``store``; call under :meth:`Store.exclusive_lock`."""
-    by_hash: dict[str, list[str]] = {}
-    busy: list[str] = []
-    stale: list[Path] = []
-
-    def add(dirname: str | None, why: str) -> bool:
-        if dirname is None:
-            return False
-        by_hash.setdefault(dirname[: layout.HASH_LEN], []).append(why)
-        return True
-
-    for n in _listdir(_pins_dir(store)):
-        if not n.startswith("."):
-            p = _pins_dir(store) / n
-            if not add(entry_of_path(store, p), f"pin {n}"):
-                stale.append(p)
-    auto = _auto_dir(store)
-    for n in _listdir(auto):
-        p = auto / n
-        try:
-            link = os.readlink(p)
-        except OSError:
-            stale.append(p)
-            continue
-        # The user's link must still be a symlink into an entry; anything else stops rooting.
-        if not (os.path.islink(link) and add(entry_of_path(store, link), f"link {link}")):
-            stale.append(p)
-    live = _live_dir(store)
-    for n in _listdir(live):
-        p = live / n
-        state = _held(p)
-        if state is None:
-            continue
-        held, content = state
-        if not held:
-            stale.append(p)
-            continue
-        pid = n.split("-", 1)[0]
-        for line in content.decode(errors="replace").splitlines():
-            word, _, arg = line.partition(" ")
-            if word == "root" and layout.is_hash(arg):
-                by_hash.setdefault(arg, []).append(f"realize pid {pid} running")
-            elif word == "busy":
-                busy.append(f"realize pid {pid} is resolving or building")
-    for n in _listdir(store.tmp_dir):
-        build = n.endswith(layout.LOCK_SUFFIX) and layout.parse_build_dir_name(
-            n.removesuffix(layout.LOCK_SUFFIX)
-        )
-        if not build:
-            continue
-        h, pid = build
-        state = _held(store.tmp_dir / n)
-        if state is not None and state[0]:
-            by_hash.setdefault(h, []).append(f"build in progress (pid {pid})")
-            busy.append(f"build of {h} in progress (pid {pid})")
+    try:
+        by_hash, busy, stale = scan.scan_roots(os.fspath(store.root))
+    except OSError as e:
+        raise StoreError(f"cannot read the roots of {store.root}: {e}") from e
     return RootSet(
-        by_hash={h: tuple(w) for h, w in by_hash.items()}, busy=tuple(busy), stale=tuple(stale)
+        by_hash={h: tuple(w) for h, w in by_hash.items()},
+        busy=tuple(busy),
+        stale=tuple(map(Path, stale)),
     )

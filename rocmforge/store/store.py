@@ -875,18 +875,12 @@ class Store:
     def used_times(self) -> dict[str, float]:
         """Return the last-use time of each entry hash marked under ``used/`` (every cache hit,
         the memo's included, touches ``used/<hash>``; see :func:`rocmforge.memo.touch_used`)."""
-        d = self.root / layout.USED
-        out: dict[str, float] = {}
+        from rocmforge.store.scan import used_times
+
         try:
-            with os.scandir(d) as it:
-                for de in it:
-                    with suppress(FileNotFoundError):
-                        out[de.name] = de.stat(follow_symlinks=False).st_mtime
-        except FileNotFoundError:
-            pass
+            return used_times(os.fspath(self.root))
         except OSError as exc:
-            raise StoreError(f"cannot list {d}: {exc}") from exc
-        return out
+            raise StoreError(f"cannot list {self.root / layout.USED}: {exc}") from exc
 
     # -- index ------------------------------------------------------------------------------------
 
