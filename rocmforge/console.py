@@ -6,14 +6,16 @@ import sys
 
 
 def main_entry() -> None:
-    """Run ``rocmforge``; a memoised cache hit and the plain read commands
-    (:mod:`rocmforge.fastread`) never import the rest of the package."""
+    """Run ``rocmforge``; a memoised cache hit, the plan of a remembered recipe and the plain
+    read commands (:mod:`rocmforge.fastread`) never import the rest of the package."""
     argv = sys.argv[1:]
     from rocmforge.fastread import fast_read
-    from rocmforge.memo import fast_realize
+    from rocmforge.memo import fast_plan, fast_realize
 
     try:
         code = fast_realize(argv)
+        if code is None:
+            code = fast_plan(argv)
         if code is None:
             code = fast_read(argv)
     except BrokenPipeError:

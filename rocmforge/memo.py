@@ -384,7 +384,9 @@ def _valid(item: object) -> dict[str, object] | None:
     return result
 
 
-def _parse(argv: Sequence[str]) -> tuple[list[str], str] | None:
+def _parse(argv: Sequence[str], command: str = "realize") -> tuple[list[str], str] | None:
+    """Split ``[--store DIR] COMMAND RECIPE... [--store DIR]`` into (recipes, store root); None
+    for any other shape (the full CLI handles it)."""
     args = list(argv)
     store: str | None = None
     while args and args[0].startswith("--store"):  # a global option before the command
@@ -395,7 +397,7 @@ def _parse(argv: Sequence[str]) -> tuple[list[str], str] | None:
             store = args.pop(0).split("=", 1)[1]
         else:
             return None
-    if not args or args[0] != "realize":
+    if not args or args[0] != command:
         return None
     recipes: list[str] = []
     args = args[1:]
@@ -414,6 +416,115 @@ def _parse(argv: Sequence[str]) -> tuple[list[str], str] | None:
     from rocmforge.store.locate import find_store  # os only: the same store the CLI picks
 
     return recipes, find_store(store, recipes=recipes)[0]
+
+
+def _gc_lock_shared(store: str) -> int | None:
+    """Return a descriptor of the store's gc lock held shared (gc cannot delete what we are
+    about to print), or None if it cannot be opened. Read-only is enough for a shared flock
+    (and all a read-only store allows)."""
+    try:
+        lock = os.open(os.path.join(store, layout.GC_LOCK), os.O_RDONLY)
+    except OSError:
+        return None
+    fcntl.flock(lock, fcntl.LOCK_SH)
+    return lock
+
+
+def _entry_wheels(root: str, result: dict[str, object]) -> list[str] | None:
+    """Return the wheel paths of a remembered result if its entry is still there and each
+    wheel has the size and mtime publish recorded (the cheap check of ``Store.lookup``)."""
+    wheels, sigs = result.get("wheels"), result.get("sigs")
+    if not (isinstance(wheels, list) and isinstance(sigs, list)):
+        return None
+    if len(wheels) != len(sigs) or not os.path.isfile(
+        os.path.join(root, str(result["path"]), layout.META)
+    ):
+        return None
+    paths = [os.path.join(root, str(w)) for w in wheels]
+    for path, sig in zip(paths, sigs, strict=True):
+        try:
+            st = os.lstat(path)  # a wheel replaced by a symlink is damage, never a hit
+        except OSError:
+            return None
+        if [st.st_size, st.st_mtime_ns] != sig or not stat.S_ISREG(st.st_mode):
+            return None  # moved since publish: the full pipeline checks and repairs
+    return paths
+
+
+def host_facts() -> list[object]:
+    """The facts of this machine that lints read beside the recipe and its toolchain: the
+    host's ``MAX_JOBS``, the CPUs this process may use and the ``MemTotal`` line of
+    ``/proc/meminfo`` (see :func:`rocmforge.toolchain.machine.lint_facts`)."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except OSError:
+        cpus = os.cpu_count() or 0
+    try:
+        with open("/proc/meminfo", "rb") as f:
+            mem = f.readline()
+    except OSError:
+        mem = b""
+    return [os.environ.get("MAX_JOBS"), cpus, mem]
+
+
+def record_plan(store_root: str, recipe: str, *, hash: str, warnings: str, text: str) -> None:
+    """Remember what ``plan RECIPE`` printed for a cached ``hash``: its ``warnings`` (stderr)
+    and the derivation ``text``, beside the realize memo's result for ``recipe``.
+
+    Kept only while that result still holds and names ``hash`` (so under the same guards: the
+    recipe, its sources, toolchain, requirements and dependencies), and answered only while
+    :func:`host_facts` are unchanged. A later realize of the recipe rewrites the record
+    without it; ``plan`` records it again.
+    """
+    key = memo_key(recipe, store_root)
+    item = _load_item(store_root, recipe)
+    if key is None or item is None or "results" in item:
+        return
+    result = _valid(item)
+    if result is None or result.get("hash") != hash:
+        return
+    item["plan"] = {"hash": hash, "warnings": warnings, "text": text, "host": host_facts()}
+    _write_item(store_root, key, item)
+
+
+def fast_plan(argv: Sequence[str]) -> int | None:
+    """Answer ``plan RECIPE [--store DIR]`` of a cached, remembered recipe from the memo, or
+    return None to fall through to the full CLI."""
+    parsed = _parse(argv, "plan")
+    if parsed is None or len(parsed[0]) != 1:
+        return None
+    [recipe], store = parsed
+    item = _load_item(store, recipe)
+    if item is None or "results" in item:
+        return None
+    plan = item.get("plan")
+    if not isinstance(plan, dict) or plan.get("host") != host_facts():
+        return None
+    warnings, text = plan.get("warnings"), plan.get("text")
+    if not (isinstance(warnings, str) and isinstance(text, str)):
+        return None
+    result = _valid(item)
+    if result is None or plan.get("hash") != result["hash"]:
+        return None
+    root = os.path.abspath(store)
+    lock = _gc_lock_shared(store)
+    if lock is None:
+        return None
+    try:
+        if _entry_wheels(root, result) is None:
+            return None
+        sys.stderr.write(warnings)
+        sys.stderr.flush()
+        sys.stdout.write(
+            f"name:    {result['name']} {result['version']}\n"
+            f"hash:    {result['hash']}\n"
+            f"cached:  yes, {os.path.join(root, str(result['path']))}\n"
+            f"derivation:\n{text}"
+        )
+        sys.stdout.flush()
+        return 0
+    finally:
+        os.close(lock)
 
 
 def fast_realize(argv: Sequence[str]) -> int | None:
@@ -445,30 +556,15 @@ def fast_realize(argv: Sequence[str]) -> int | None:
                 return None
             results.append(result)
     root = os.path.abspath(store)
-    try:
-        # Read-only is enough for a shared flock (and all a read-only store allows).
-        lock = os.open(os.path.join(store, layout.GC_LOCK), os.O_RDONLY)
-    except OSError:
+    lock = _gc_lock_shared(store)
+    if lock is None:
         return None
     try:
-        fcntl.flock(lock, fcntl.LOCK_SH)  # gc cannot delete what we are about to print
         lines = []
         for r in results:
-            wheels, sigs = r.get("wheels"), r.get("sigs")
-            if not (isinstance(wheels, list) and isinstance(sigs, list)):
+            paths = _entry_wheels(root, r)
+            if paths is None:
                 return None
-            if len(wheels) != len(sigs) or not os.path.isfile(
-                os.path.join(root, str(r["path"]), layout.META)
-            ):
-                return None
-            paths = [os.path.join(root, str(w)) for w in wheels]
-            for path, sig in zip(paths, sigs, strict=True):
-                try:
-                    st = os.lstat(path)  # a wheel replaced by a symlink is damage, never a hit
-                except OSError:
-                    return None
-                if [st.st_size, st.st_mtime_ns] != sig or not stat.S_ISREG(st.st_mode):
-                    return None  # moved since publish: the full pipeline checks and repairs
             lines.append((r, paths))
         for r, _ in lines:
             touch_used(store, str(r["hash"]))

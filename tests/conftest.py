@@ -295,7 +295,8 @@ def synthetic_store(root: Path, count: int = 300) -> Any:
                     "version": f"1.{i % 11}", "created": 1.7e9 + i * 37,
                     "size": 3 ** (i % 25), "sandbox": "bwrap", "wheels": []}  # fmt: skip
             path = s.entries_dir / f"{h}-{meta['name']}-{meta['version']}"
-            yield Entry.from_meta(path, EntryMeta.from_json(meta, file=path / "meta.json")), {"env": {}}
+            entry = Entry.from_meta(path, EntryMeta.from_json(meta, file=path / "meta.json"))
+            yield entry, {"env": {}}
 
     s.index.rebuild(entries())
     (s.root / "used").mkdir(exist_ok=True)

@@ -14,7 +14,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import synthetic_store
+from conftest import pip_args, rf, synthetic_store
+from test_enclosing import make_repo
 
 CONSOLE = """\
 import atexit, sys
@@ -30,17 +31,22 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
-def _run(code: str, argv: list[str], cwd: Path) -> tuple[int, str, str]:
-    env = {k: v for k, v in os.environ.items() if k != "ROCMFORGE_STORE"}
+def _run(
+    code: str, argv: list[str], cwd: Path, extra: dict[str, str] | None = None
+) -> tuple[int, str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("ROCMFORGE_STORE", "MAX_JOBS")}
+    env.update(extra or {})
     p = subprocess.run(
         [sys.executable, "-c", code, *argv], capture_output=True, text=True, cwd=cwd, env=env
     )
     return p.returncode, p.stdout, p.stderr
 
 
-def _console(argv: list[str], cwd: Path) -> tuple[bool, tuple[int, str, str]]:
+def _console(
+    argv: list[str], cwd: Path, extra: dict[str, str] | None = None
+) -> tuple[bool, tuple[int, str, str]]:
     """Run ``argv`` through the console entry: (read path answered, (exit code, out, err))."""
-    code, out, err = _run(CONSOLE, argv, cwd)
+    code, out, err = _run(CONSOLE, argv, cwd, extra)
     err, _, mods = err.rpartition("\nMODULES ")
     return "rocmforge.cli" not in mods.split(), (code, out, err)
 
@@ -152,3 +158,49 @@ def test_the_read_path_imports_almost_nothing(roomy_store: Path) -> None:
     heavy = {"argparse", "dataclasses", "typing", "re", "pathlib", "json", "contextlib",
              "rocmforge.cli", "rocmforge.errors", "rocmforge.store.store"}  # fmt: skip
     assert not heavy & mods, heavy & mods
+
+
+PLAN_RECIPE = """\
+schema = 1
+[package]
+name = "vendored"
+version = "1.0"
+[source]
+path = "vendor/vendored"
+[build]
+steps = ["mkdir vendored && echo 'V = 1' > vendored/__init__.py",
+         "python mkwheel.py $OUT vendored 1.0"]
+[check]
+import = "vendored"
+"""
+
+
+@pytest.mark.slow
+def test_plan_of_a_remembered_recipe_is_answered_from_the_memo(tmp_path: Path) -> None:
+    """The full ``plan`` of a cached recipe records what it printed (warnings included); the
+    next ``plan`` prints the same bytes from the memo while its guards and the host's lint
+    facts hold, and falls through to the full CLI when any of them moves."""
+    repo = make_repo(tmp_path)  # an enclosing .gitignore leaves lib/ out: a warning to replay
+    recipe = repo / "vendored.toml"
+    recipe.write_text(PLAN_RECIPE)
+    store = tmp_path / "store"
+    built = rf("realize", recipe, "--store", store)
+    assert built.returncode == 0, built.stderr
+    argv = ["plan", str(recipe), "--store", str(store)]
+    env = {"ROCMFORGE_PIP_ARGS": pip_args()}
+    first = _run(FULL, argv, tmp_path, env)
+    assert first[0] == 0 and "cached:  yes" in first[1] and "left out" in first[2]
+    fast, again = _console(argv, tmp_path, env)
+    assert fast and again == first
+    assert not _console([*argv, "--json"], tmp_path, env)[0]
+    # another MAX_JOBS on the host: the lints might say otherwise
+    fast, again = _console(argv, tmp_path, {**env, "MAX_JOBS": "64"})
+    assert not fast and again == first
+    # a wheel that moved since publish: the full CLI checks the entry
+    wheel = next((store / "entries").glob("*/*.whl"))
+    os.utime(wheel, (1.6e9, 1.6e9))
+    assert not _console(argv, tmp_path, env)[0]
+    # a changed recipe: a new hash, not cached
+    recipe.write_text(PLAN_RECIPE + "[env]\nX = \"1\"\n")
+    fast, (code, out, _) = _console(argv, tmp_path, env)
+    assert not fast and code == 0 and "cached:  no" in out

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from rocmforge.commands._common import (
@@ -35,9 +36,9 @@ def register(sub: Any) -> None:
 SHOWN_LEFT_OUT = 10
 
 
-def _left_out(recipe: Any) -> list[str]:
-    """Warn (stderr) about the files an enclosing repository's ignore rules leave out of a path
-    source, with the key that keeps them; return their paths."""
+def _left_out(recipe: Any, warn: Callable[[str], None]) -> list[str]:
+    """Warn about the files an enclosing repository's ignore rules leave out of a path source,
+    with the key that keeps them; return their paths."""
     from rocmforge.sources.enclosing import enclosing_ignored
 
     src = recipe.source
@@ -46,11 +47,10 @@ def _left_out(recipe: Any) -> list[str]:
     left = enclosing_ignored(src.path)
     if left:
         shown = ", ".join(left[:SHOWN_LEFT_OUT]) + (", ..." if len(left) > SHOWN_LEFT_OUT else "")
-        print(
-            f"warning: source.path: {len(left)} path(s) in {src.path} are left out by the "
+        warn(
+            f"source.path: {len(left)} path(s) in {src.path} are left out by the "
             f"ignore rules of the enclosing git repository: {shown}; set [source] "
-            "enclosing-ignores = false to list the source by its own ignore rules only",
-            file=sys.stderr,
+            "enclosing-ignores = false to list the source by its own ignore rules only"
         )
     return left
 
@@ -87,10 +87,16 @@ def run(args: argparse.Namespace) -> int:
     deps = plan_dependencies(graph, file, store=store, fetcher=PipFetcher())
     facts = lint_facts_for(graph, file)
     report = plan(recipe, store=store, fetcher=PipFetcher(), dependencies=deps, facts=facts)
+    warned: list[str] = []
+
+    def warn(message: str) -> None:
+        warned.append(f"warning: {message}\n")
+        sys.stderr.write(warned[-1])
+
     for finding in report.lints:
         if finding.allowed is None:
-            print(f"warning: {describe(recipe, finding)}", file=sys.stderr)
-    left = _left_out(recipe)
+            warn(describe(recipe, finding))
+    left = _left_out(recipe, warn)
     missing = (
         [] if report.cached or report.provisional else [(report.hash, report.name, report.version)]
     )
@@ -115,9 +121,23 @@ def run(args: argparse.Namespace) -> int:
         for d in report.nearest.differences:
             print(f"  {d}")
     print("derivation:")
-    for line in derivation_lines(report.derivation, indent=1):
-        print(line)
+    text = "".join(f"{line}\n" for line in derivation_lines(report.derivation, indent=1))
+    sys.stdout.write(text)
+    sys.stdout.flush()
+    if report.cached and not report.provisional and not _probes_the_toolchain(recipe):
+        from rocmforge.memo import record_plan
+
+        record_plan(str(store.root), str(recipe.file), hash=report.hash, warnings="".join(warned),
+                    text=text)  # fmt: skip
     return 0
+
+
+def _probes_the_toolchain(recipe: Any) -> bool:
+    """True if linting ``recipe`` reads facts probed from its toolchain (the ROCm version at
+    its root, the archs of its device libraries): such a plan is never answered from the memo,
+    whose host facts (:func:`rocmforge.memo.host_facts`) do not cover them."""
+    tc = recipe.toolchain
+    return bool(tc.kind == "rocm" or tc.hip_clang)
 
 
 def derivation_lines(value: Any, *, indent: int = 0) -> list[str]:
