@@ -125,6 +125,7 @@ def resolve(
     unlocked = [s for _, s in sorted(recipe.inputs.items()) if s.url and s.sha256 is None]
     if unlocked and not provisional:
         raise SourceError(unlocked_message(unlocked[0], recipe.file))
+    host_found = True
     try:
         toolchain = _toolchain(recipe.toolchain, store.cache_dir, toolchains)
     except ToolchainError as exc:
@@ -132,7 +133,9 @@ def resolve(
             raise
         notes.append(f"toolchain: {exc}")
         toolchain = _unresolved_toolchain(recipe.toolchain, str(exc))
-    if recipe.toolchain.kind == "rocm-sdk" and not notes:
+        host_found = False
+    # (a provisional dependency does not hide an SDK that is not locked: plan still says so)
+    if recipe.toolchain.kind == "rocm-sdk" and host_found:
         from rocmforge.sdkwheels import provisional_sdk, resolve_sdk
 
         try:
