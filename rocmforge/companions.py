@@ -47,6 +47,42 @@ ROLES: dict[str, str] = {
 
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 
+#: A torch repository -> the Triton repository whose commits its ``ci_commit_pins/triton.txt``
+#: names: upstream PyTorch builds its triton / pytorch-triton-rocm wheels from triton-lang/triton
+#: (``.github/scripts/build_triton_wheel.py``), ROCm's fork of PyTorch pins ROCm's fork of Triton.
+TRITON_REPO: dict[str, str] = {
+    "pytorch/pytorch": "triton-lang/triton",
+    "rocm/pytorch": "rocm/triton",
+}
+_SAME_REPO = {"openai/triton": "triton-lang/triton"}  # the old name redirects
+_GITHUB = re.compile(r"^(?:https?://|ssh://git@|git@)github\.com[/:]([^/]+)/([^/]+?)(?:\.git)?/?$")
+
+
+def github_slug(url: str) -> str | None:
+    """``owner/name`` (lower case, old names mapped to the new) of a GitHub URL, else None."""
+    m = _GITHUB.match(url.strip())
+    if m is None:
+        return None
+    slug = f"{m.group(1)}/{m.group(2)}".lower()
+    return _SAME_REPO.get(slug, slug)
+
+
+def check_triton_repo(torch_url: str, triton_url: str, triton_file: Path) -> None:
+    """Refuse a triton recipe from another repository than the one the torch's pin file names
+    commits of (a triton-lang commit written into a ROCm/triton recipe may not exist there)."""
+    torch, triton = github_slug(torch_url), github_slug(triton_url)
+    expected = TRITON_REPO.get(torch or "")
+    known = set(TRITON_REPO.values())
+    if expected is None or triton not in known or triton == expected:
+        return
+    raise _bad(
+        triton_file,
+        "source.git",
+        f"torch from {torch} pins commits of {expected} in {TRITON_PIN}, but this recipe builds "
+        f'{triton}: use git = "https://github.com/{expected}.git", or take torch from the fork '
+        f"whose pin names {triton}, or pin triton by hand",
+    )
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Released:
@@ -203,8 +239,15 @@ def lock_companions(stack_file: Path, *, store: Store, write: bool = True) -> li
     from rocmforge.recipe.stack import load_stack
 
     stack_file = Path(os.path.abspath(stack_file))
-    pins, released = companion_pins(stack_file, store=store)
     stack = load_stack(stack_file)
+    if stack is not None:  # a mismatched triton stops before torch's tree is fetched
+        torch_file, torch = _torch_recipe(stack.recipes)
+        for path in stack.recipes:
+            recipe = load_recipe(path)
+            if ROLES.get(recipe.package.name.lower()) == "triton" and recipe.source.git:
+                check_triton_repo(source_url(torch.source.git or "", torch_file.parent),
+                                  source_url(recipe.source.git, path.parent), path)  # fmt: skip
+    pins, released = companion_pins(stack_file, store=store)
     assert stack is not None
     reports = []
     for path in stack.recipes:

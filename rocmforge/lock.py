@@ -159,6 +159,7 @@ def lock_recipe(
         and plain.source.ref is None
         and plain.requirements.needs_lock
         and plain.toolchain.kind != "rocm-sdk"
+        and not any(i.url and i.sha256 is None for i in plain.inputs.values())
     ):
         from rocmforge.lockreq import lock_requirements
 
@@ -240,11 +241,49 @@ def lock_recipe(
         if table is not None:
             _write_table(doc, "toolchain", "wheels", table)
 
+    input_changes, input_notes = _lock_inputs(doc, recipe, store=store, write=write)
+    changes.extend(input_changes)
+    notes.extend(input_notes)
+
     written = False
     if changes and write:
         write_recipe(path, tomlkit.dumps(doc))
         written = True
     return LockReport(recipe=path, changes=tuple(changes), written=written, notes=tuple(notes))
+
+
+def _lock_inputs(
+    doc: Any, recipe: Any, *, store: Store, write: bool
+) -> tuple[list[LockChange], list[str]]:
+    """Fill the sha256 of each ``[inputs.NAME]`` given by ``url`` alone (like
+    ``nix-prefetch-url``): fetch the archive (kept in the store's archive cache, so realize does
+    not fetch it again) and write its sha256 right after ``url``.
+
+    ``lock --check`` (``write=False``) fetches nothing: an unlocked input is a provisional note,
+    not a change, as an SDK that is not locked at all is (realize stops on it). An input a base
+    recipe declares is noted: that file is the one to lock.
+    """
+    from rocmforge.sources.inputs import UrllibFetcher, prefetch_input
+
+    changes: list[LockChange] = []
+    notes: list[str] = []
+    tables = doc.get("inputs")
+    for name in sorted(recipe.inputs):
+        spec = recipe.inputs[name]
+        if spec.url is None or spec.sha256 is not None:
+            continue
+        table = tables.get(name) if isinstance(tables, dict) else None
+        if not isinstance(table, dict) or "url" not in table:
+            notes.append(f"provisional: inputs.{name}: {spec.url} is not locked and is declared "
+                         "in a recipe this one extends: lock that file")  # fmt: skip
+        elif not write:
+            notes.append(f"provisional: inputs.{name}: {spec.url} is not locked (no sha256); "
+                         "run `rocmforge lock` where that URL is reachable")  # fmt: skip
+        else:
+            sha = prefetch_input(spec, cache=store.sources_dir, fetcher=UrllibFetcher())
+            insert_after(table, "url", "sha256", sha)
+            changes.append(LockChange(key=f"inputs.{name}.sha256", old=None, new=sha))
+    return changes, notes
 
 
 def _is_sdk_name(name: str) -> bool:

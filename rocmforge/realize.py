@@ -113,6 +113,24 @@ def lint(recipe: Recipe, facts: LintFacts | None = None) -> tuple[Finding, ...]:
     return preflight(recipe, lint_facts(recipe) if facts is None else facts)
 
 
+def check_locked(recipe: Recipe) -> None:
+    """Raise the error realize would stop this recipe with because something is not locked: a
+    ``url`` input without sha256, or ROCm SDK wheels without digests. ``realize`` calls it for
+    every recipe of a graph before building any, so a stack stops before its first build rather
+    than after the builds of the nodes before it."""
+    from rocmforge.errors import SourceError
+    from rocmforge.sdkwheels import unlocked_sdk
+    from rocmforge.sources.inputs import unlocked_message
+
+    for name in sorted(recipe.inputs):
+        spec = recipe.inputs[name]
+        if spec.url is not None and spec.sha256 is None:
+            raise SourceError(unlocked_message(spec, recipe.file))
+    error = unlocked_sdk(recipe)
+    if error is not None:
+        raise error
+
+
 def plan(
     recipe: Recipe,
     *,

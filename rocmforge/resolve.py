@@ -10,15 +10,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rocmforge.derivation import Dependency, Derivation, make_derivation
-from rocmforge.errors import FetchError, RequirementError, ToolchainError
+from rocmforge.errors import FetchError, RequirementError, SourceError, ToolchainError
 from rocmforge.recipe.model import Recipe, ToolchainSpec
 from rocmforge.sources.identity import SourceIdentity, identify_source, needs_fetch
 from rocmforge.sources.inputs import (
     NotFetchedError,
     ResolvedInput,
+    UnlockedInputError,
     UrlFetcher,
     UrllibFetcher,
     resolve_inputs,
+    unlocked_message,
 )
 from rocmforge.sources.patches import patch_digests
 from rocmforge.sources.requirements import Fetcher, ResolvedRequirement, resolve_requirements
@@ -118,6 +120,12 @@ def resolve(
     notes: list[str] = [
         f"recipes: {d.name} {d.version} is provisional" for d in dependencies if d.provisional
     ]
+    # A url input without sha256 is not locked: realize stops here, before anything is fetched
+    # or built; plan notes it (below, after the toolchain) and so fetches nothing else either.
+    unlocked = [s for _, s in sorted(recipe.inputs.items()) if s.url and s.sha256 is None]
+    if unlocked and not provisional:
+        raise SourceError(unlocked_message(unlocked[0], recipe.file))
+    host_found = True
     try:
         toolchain = _toolchain(recipe.toolchain, store.cache_dir, toolchains)
     except ToolchainError as exc:
@@ -125,7 +133,9 @@ def resolve(
             raise
         notes.append(f"toolchain: {exc}")
         toolchain = _unresolved_toolchain(recipe.toolchain, str(exc))
-    if recipe.toolchain.kind == "rocm-sdk" and not notes:
+        host_found = False
+    # (a provisional dependency does not hide an SDK that is not locked: plan still says so)
+    if recipe.toolchain.kind == "rocm-sdk" and host_found:
         from rocmforge.sdkwheels import provisional_sdk, resolve_sdk
 
         try:
@@ -137,6 +147,8 @@ def resolve(
                 raise
             notes.append(f"toolchain: {exc}")
             toolchain = provisional_sdk(toolchain, str(exc))
+    notes.extend(f"inputs: {UnlockedInputError(u)}; run `rocmforge lock` where the URL is "
+                 "reachable" for u in unlocked)  # fmt: skip
     spec = recipe.source
     if provisional and needs_fetch(spec, cache=store.sources_dir):
         what = "submodules not resolved: " if spec.submodules else ""
@@ -168,7 +180,8 @@ def resolve(
         # unreadable archive, a wrong sha256) is refused by plan exactly as by realize.
         if not provisional:
             raise
-        notes.append(f"inputs: {exc}")
+        if not isinstance(exc, UnlockedInputError):  # noted above
+            notes.append(f"inputs: {exc}")
         inputs = ()
     if not notes:  # a provisional resolve may not have the wheels a digest is about
         check_digests(recipe, requirements)

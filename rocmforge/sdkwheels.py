@@ -63,6 +63,21 @@ def _fetch(
     )
 
 
+def unlocked_sdk(recipe: Recipe) -> ToolchainError | None:
+    """The error realize stops with when the recipe's SDK wheels are not (all) locked, or None
+    (also for a recipe without a ``rocm-sdk`` toolchain)."""
+    spec = recipe.toolchain
+    if spec.kind != "rocm-sdk":
+        return None
+    _, missing = locked_pins(spec)
+    if not missing:
+        return None
+    what = f"the ROCm SDK {spec.sdk_version} is not locked ({', '.join(missing)})"
+    if not index_args(spec):
+        return ToolchainError(no_index_message(spec, what))
+    return ToolchainError(f"toolchain.wheels: {what}; run `rocmforge lock {recipe.file}`")
+
+
 def resolve_sdk(
     recipe: Recipe, host: Toolchain, *, store: Store, fetcher: Fetcher | None
 ) -> Toolchain:
@@ -72,12 +87,10 @@ def resolve_sdk(
     :class:`RequirementError` when a wheel does not match its locked digest.
     """
     spec = recipe.toolchain
-    pins, missing = locked_pins(spec)
-    if missing:
-        what = f"the ROCm SDK {spec.sdk_version} is not locked ({', '.join(missing)})"
-        if not index_args(spec):
-            raise ToolchainError(no_index_message(spec, what))
-        raise ToolchainError(f"toolchain.wheels: {what}; run `rocmforge lock {recipe.file}`")
+    unlocked = unlocked_sdk(recipe)
+    if unlocked is not None:
+        raise unlocked
+    pins, _ = locked_pins(spec)
     wheels = _fetch(recipe, list(pins.values()), store=store, fetcher=fetcher)
     for w in wheels:
         pin = f"{w.name}=={w.version}"

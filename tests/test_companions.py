@@ -5,12 +5,13 @@ repositories with release tags), written into the companions' recipes with their
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
-from conftest import commit_all, git, rf
+from conftest import REPO, commit_all, git, rf
 
-from rocmforge.companions import RELEASED_WITH
+from rocmforge.companions import RELEASED_WITH, check_triton_repo, github_slug
 
 
 def _repo(root: Path, name: str, files: dict[str, str]) -> tuple[Path, str]:
@@ -235,3 +236,48 @@ def test_a_torch_recipe_disagreeing_with_its_tree_is_bad_input(
     r = rf("lock", "--companions", stack["file"], "--store", tmp_path / "store")
     assert r.returncode == 2, r.stdout + r.stderr
     assert "package.version" in r.stderr and "says 2.14.1" in r.stderr, r.stderr
+
+
+@pytest.mark.slow
+def test_the_shipped_triton_recipe_is_pinned_with_its_inputs_kept(
+    stack: dict[str, object], tmp_path: Path
+) -> None:
+    """recipes/triton-mi300x.toml itself (inputs, offline switches, comments), pointed at the
+    local triton repository: lock --companions moves its rev to torch's pin and keeps the rest."""
+    d = stack["dir"]
+    assert isinstance(d, Path)
+    shipped = (REPO / "recipes" / "triton-mi300x.toml").read_text()
+    triton_repo = stack["torch"].parent / "triton"  # type: ignore[union-attr]
+    text = shipped.replace("https://github.com/ROCm/triton.git", str(triton_repo))
+    (d / "triton.toml").write_text(text)
+    r = rf("lock", "--companions", stack["file"], "--store", tmp_path / "store")
+    assert r.returncode == 0, r.stderr
+    after = (d / "triton.toml").read_text()
+    assert f'rev = "{stack["triton"]}"' in after
+    assert 'version = "3.8.0+rocm7.14"' in after  # triton_version.txt 3.8.0, local part kept
+    changed = set(after.splitlines()) ^ set(text.splitlines())
+    assert all(ln.startswith("rev = ") for ln in changed), changed  # inputs, env, comments kept
+
+
+def test_a_triton_of_another_fork_than_torchs_pin_is_refused_before_any_fetch(
+    stack: dict[str, object], tmp_path: Path
+) -> None:
+    """Upstream torch's triton.txt names triton-lang commits; writing one into a ROCm/triton
+    recipe (the shipped stack's case) is refused, naming both repositories, before any fetch."""
+    d = stack["dir"]
+    assert isinstance(d, Path)
+    for name, url in (("torch", "https://github.com/pytorch/pytorch.git"),
+                      ("triton", "https://github.com/ROCm/triton.git")):  # fmt: skip
+        recipe = d / f"{name}.toml"
+        recipe.write_text(re.sub(r'git = "[^"]*"', f'git = "{url}"', recipe.read_text()))
+    store = tmp_path / "store"
+    r = rf("lock", "--companions", stack["file"], "--store", store, "--check")
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "triton.toml" in r.stderr and "source.git" in r.stderr
+    assert "pytorch/pytorch" in r.stderr and "triton-lang/triton" in r.stderr
+    assert "rocm/triton" in r.stderr and "Traceback" not in r.stderr
+    assert not (store / "sources").exists() or not any((store / "sources").rglob("*.git"))
+    # the matching pair is accepted: ROCm's torch pins ROCm's triton
+    assert check_triton_repo("https://github.com/ROCm/pytorch", "git@github.com:ROCm/triton.git",
+                             d / "triton.toml") is None  # fmt: skip
+    assert github_slug("https://github.com/openai/triton") == "triton-lang/triton"

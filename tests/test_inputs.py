@@ -151,6 +151,55 @@ def test_url_input_fetched_once(
     assert proc.returncode == 2 and sha in proc.stderr
 
 
+@pytest.mark.slow
+def test_url_input_without_sha256_is_locked_by_lock(
+    tmp_path: Path, tiny_src: Path, http_dir: tuple[str, list[str]]
+) -> None:
+    """Like nix-prefetch-url: a url input may leave sha256 out; plan, lint and lock --check say
+    it is unlocked, realize stops before fetching or building anything, and lock fetches the
+    real archive from the (loopback) server and writes its sha256 into the recipe."""
+    base, seen = http_dir
+    archive = make_tar(tmp_path, "locked later\n")
+    (tmp_path / "www" / "aot.tar.gz").write_bytes(archive.read_bytes())
+    sha = hashlib.sha256(archive.read_bytes()).hexdigest()
+    url = f"{base}/aot.tar.gz"
+    r = recipe(tmp_path, tiny_src, f'url = "{url}"\nenv = "AOT"\nsubdir = "aotriton"',
+               want="/inputs/aot/aotriton")  # fmt: skip
+    store = tmp_path / "store"
+    plan = rf("plan", r, "--store", store, "--json")
+    assert plan.returncode == 0, plan.stderr
+    notes = json.loads(plan.stdout)["provisional"]
+    assert any("inputs.aot" in n and "not locked" in n for n in notes), notes
+    doctor = rf("doctor", r)  # the lints, doctor's way
+    assert "RF135" in doctor.stdout and "rocmforge lock" in doctor.stdout, doctor.stdout
+    check = rf("lock", r, "--check", "--store", store)
+    assert check.returncode == 0, check.stderr
+    assert "provisional: inputs.aot" in check.stdout and "not locked" in check.stdout
+    before = r.read_text()
+    proc = rf("realize", r, "--store", store)
+    assert proc.returncode == 2
+    [line] = proc.stderr.splitlines()  # one line, before any fetch or build
+    assert "inputs.aot" in line and url in line and f"rocmforge lock {r}" in line, line
+    assert seen == [] and r.read_text() == before  # nothing fetched, nothing written
+    locked = rf("lock", r, "--store", store)
+    assert locked.returncode == 0, locked.stderr
+    assert f"inputs.aot.sha256: (none) -> {sha}" in locked.stdout
+    assert f'url = "{url}"\nsha256 = "{sha}"\n' in r.read_text()  # right after url
+    assert rf("lock", r, "--check", "--store", store).stdout.strip().endswith("already locked")
+    with realize_wheel(r, store) as whl:
+        assert whl.read("tiny/seen.txt") == b"locked later\n"
+    assert len(seen) == 1  # lock's download is the one realize uses
+    # the recorded sha256 is then enforced: other bytes behind the same URL are refused
+    (tmp_path / "www" / "aot.tar.gz").write_bytes(make_tar(tmp_path, "changed\n").read_bytes())
+    proc = rf("realize", r, "--store", tmp_path / "store2")
+    assert proc.returncode == 2 and sha in proc.stderr
+    # and lock where the URL is unreachable fails in one line, writing nothing
+    r2 = recipe(tmp_path / "www", tiny_src, 'url = "http://127.0.0.1:9/none.tar.gz"\nenv = "AOT"')
+    proc = rf("lock", r2, "--store", store)
+    assert proc.returncode != 0 and "none.tar.gz" in proc.stderr
+    assert "Traceback" not in proc.stderr and "sha256 =" not in r2.read_text()
+
+
 def test_plan_never_clones_a_remote_source(tmp_path: Path) -> None:
     r = tmp_path / "remote.toml"
     r.write_text(

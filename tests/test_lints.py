@@ -118,6 +118,10 @@ TORCH_GFX90A = parse_recipe_text(
 
 # (lint id, expected severity, edit, facts, a word the message must contain)
 AOT_INPUTS = '[inputs.aotriton]\npath = "aotriton"\nenv = "AOTRITON_INSTALLED_PREFIX"\n'
+TRITON_INPUTS = (
+    '[inputs.llvm]\npath = "llvm"\nenv = "LLVM_SYSPATH"\n'
+    '[inputs.json]\npath = "json"\nenv = "JSON_SYSPATH"\n'
+)
 MERGE = (
     '"mkdir -p $HOME/aot && cp -r $AOTRITON_RUNTIME/. $AOTRITON_IMAGES_GFX942/. $HOME/aot/", '
     '"AOTRITON_INSTALLED_PREFIX=$HOME/aot python -m build --wheel --no-isolation -o $OUT"'
@@ -370,6 +374,31 @@ CASES: dict[str, tuple[str, str, Callable[[str], str], LintFacts, str]] = {
         ),
         BIG,
         "CPU-only",
+    ),
+    "input-unlocked": (
+        "RF135",
+        "warning",
+        sub('path = "aotriton"', 'url = "https://example.invalid/aotriton.tar.gz"'),
+        BIG,
+        "rocmforge lock",
+    ),
+    "triton-offline": (
+        "RF195",
+        "error",
+        chain(sub('name = "torch"', 'name = "triton"'), sub(AOT_INPUTS, TRITON_INPUTS)),
+        BIG,
+        "TRITON_OFFLINE_BUILD",
+    ),
+    "triton-deps": (
+        "RF196",
+        "error",
+        chain(
+            sub('name = "torch"', 'name = "pytorch-triton-rocm"'),
+            sub(AOT_INPUTS, TRITON_INPUTS.split("[inputs.json]")[0]),
+            env("TRITON_OFFLINE_BUILD", "1"),
+        ),
+        BIG,
+        "JSON_SYSPATH",
     ),
     "arch-not-in-torch": (
         "RF193",

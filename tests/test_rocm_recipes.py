@@ -52,7 +52,8 @@ def test_current_torch_recipes(tmp_path: Path, name: str, arch: str) -> None:
     assert r.package.version == r.env["PYTORCH_BUILD_VERSION"] == "2.14.1+rocm7.14"
     assert r.env["PYTORCH_ROCM_ARCH"] == arch and r.check.archs == (arch,)
     assert r.env["USE_FLASH_ATTENTION"] == r.env["USE_MEM_EFF_ATTENTION"] == "1"
-    assert r.env["PYTORCH_EXTRA_INSTALL_REQUIREMENTS"] == "rocm[libraries]==7.14.0"
+    extra = "rocm[libraries]==7.14.0" + ("|triton==3.8.0" if name == "mi300x" else "")
+    assert r.env["PYTORCH_EXTRA_INSTALL_REQUIREMENTS"] == extra
     assert {i.env for i in r.inputs.values()} == {
         "AOTRITON_RUNTIME",
         f"AOTRITON_IMAGES_{arch.upper()}",
@@ -70,3 +71,32 @@ def test_current_torch_recipes(tmp_path: Path, name: str, arch: str) -> None:
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     assert "not locked" in done.stderr and "rocmforge lock" in done.stderr
     assert not list(store.rglob("*.git"))  # neither plan nor a stopped realize cloned PyTorch
+
+
+def test_triton_recipe_downloads_nothing(tmp_path: Path) -> None:
+    """Triton 3.8.0 of the MI300X stack: pinned to a full commit, everything its build would
+    download (LLVM, nlohmann json) declared as url + sha256 inputs under the variables Triton's
+    build_helpers.py reads, offline mode on, lint-clean; torch is built against it; plan works
+    here without cloning or downloading anything."""
+    from rocmforge.recipe.lints import lint_recipe
+
+    r = load_recipe(CURRENT / "triton-mi300x.toml")
+    assert (r.package.name, r.package.version) == ("triton", "3.8.0+rocm7.14")
+    assert r.source.git == "https://github.com/ROCm/triton.git"
+    assert r.source.rev == "669b31acc1dd1b3fd93286afd5db67f65d9f7557"
+    assert r.env["TRITON_OFFLINE_BUILD"] == "1"
+    assert {i.env: bool(i.url and i.sha256) for i in r.inputs.values()} == {
+        "LLVM_SYSPATH": True,
+        "JSON_SYSPATH": True,
+    }
+    assert "llvm-46111560-" in (r.inputs["llvm"].url or "")  # release/3.8.x's LLVM (4611156032)
+    assert set(r.requirements.digests) == set(r.requirements.build)
+    assert lint_recipe(r) == ()
+    torch = load_recipe(CURRENT / "mi300x.toml")
+    assert [p.name for p in torch.requirements.recipes] == ["triton-mi300x.toml"]
+    store = tmp_path / "store"
+    proc = rf("plan", CURRENT / "triton-mi300x.toml", "--store", store, "--json")
+    assert proc.returncode == 0, proc.stderr
+    notes = json.loads(proc.stdout)["provisional"]
+    assert any("669b31acc1dd" in n and "not fetched" in n for n in notes), notes
+    assert not list(store.rglob("*.git")) and not list(store.rglob("*.tar.gz"))

@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
     """
     from rocmforge.commands._cluster import wants_matrix
     from rocmforge.graph import lint_facts_for, load_graph, realize_graph
-    from rocmforge.realize import check_link, lint, realize
+    from rocmforge.realize import check_link, check_locked, lint, realize
 
     if args.check and args.push:
         from rocmforge.errors import UsageError
@@ -117,6 +117,8 @@ def run(args: argparse.Namespace) -> int:
     lints = {
         f: lint(graph.recipes[f], lint_facts_for(graph, f)) for f in graph.closure_of_targets()
     }
+    for f in graph.closure_of_targets():  # nothing unlocked anywhere, else stop before any build
+        check_locked(graph.recipes[f])
     links: dict[Path, Path] = {}
     if args.out_link:
         links = {f: _link(args.out_link, i) for i, f in enumerate(graph.targets)}

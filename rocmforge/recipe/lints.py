@@ -144,6 +144,8 @@ RULES: dict[str, Rule] = {
              summary="[env] overrides ROCM_PATH, ROCM_HOME or HIP_PATH (the toolchain sets them)"),
         Rule(id="RF131", name="runtime-env", severity="error",
              summary="a runtime-only variable in the hashed [env]"),
+        Rule(id="RF135", name="input-unlocked", severity="warning",
+             summary="a url input without sha256: realize stops until `rocmforge lock` pins it"),
         Rule(id="RF141", name="rccl-needs-nccl", severity="error",
              summary="USE_RCCL needs USE_NCCL and USE_DISTRIBUTED"),
         Rule(id="RF151", name="hipify-step", severity="error",
@@ -178,6 +180,10 @@ RULES: dict[str, Rule] = {
              summary="a ROCm torch extension without [check] archs passes a CPU-only wheel"),
         Rule(id="RF193", name="arch-not-in-torch", severity="error",
              summary="the extension's PYTORCH_ROCM_ARCH is not a subset of its torch's"),
+        Rule(id="RF195", name="triton-offline", severity="error",
+             summary="a triton build without TRITON_OFFLINE_BUILD=1 downloads what it lacks"),
+        Rule(id="RF196", name="triton-deps", severity="error",
+             summary="a triton build without LLVM_SYSPATH / JSON_SYSPATH given by an input"),
     )
 }  # fmt: skip
 
@@ -980,6 +986,55 @@ def _lint_torch_extension(recipe: Recipe, facts: LintFacts) -> Iterator[Finding]
         )
 
 
+def _lint_inputs(recipe: Recipe, facts: LintFacts) -> Iterator[Finding]:
+    for name in sorted(recipe.inputs):
+        spec = recipe.inputs[name]
+        if spec.url is not None and spec.sha256 is None:
+            yield _emit(
+                "RF135",
+                f"inputs.{name}",
+                f"{spec.url} has no sha256 yet: the input is not locked, plan is provisional and "
+                "realize stops before building",
+                f"run `rocmforge lock {recipe.file}` where that URL is reachable (it fetches the "
+                "archive and writes its sha256)",
+            )
+
+
+#: Package names of Triton builds (upstream's, and PyTorch's names for its ROCm / CUDA wheels).
+TRITON_NAMES = frozenset({"triton", "pytorch-triton", "pytorch-triton-rocm"})
+
+#: What Triton's build (python/build_helpers.py) downloads unless a variable names it: the
+#: prebuilt LLVM (cmake/llvm-hash.txt / llvm-info.json) and nlohmann json (cmake/json-version.txt).
+TRITON_DEPS: dict[str, str] = {
+    "LLVM_SYSPATH": "the prebuilt LLVM of cmake/llvm-hash.txt (llvm-<hash8>-ubuntu-x64.tar.gz)",
+    "JSON_SYSPATH": "nlohmann json (include.zip of cmake/json-version.txt)",
+}
+
+
+def _lint_triton(recipe: Recipe, facts: LintFacts) -> Iterator[Finding]:
+    if recipe.package.name.lower() not in TRITON_NAMES:
+        return
+    if not _flag(recipe.env, "TRITON_OFFLINE_BUILD"):
+        yield _emit(
+            "RF195",
+            "env.TRITON_OFFLINE_BUILD",
+            "without it Triton's build downloads LLVM, nlohmann json and the NVIDIA tools it "
+            "finds no path for; the sandbox has no network, so it fails late and unclearly",
+            'set TRITON_OFFLINE_BUILD = "1" in [env] (a missing input then stops the build '
+            "at once, naming the variable)",
+        )
+    given = _inputs_env(recipe) | set(recipe.env)
+    for var, what in TRITON_DEPS.items():
+        if var not in given:
+            yield _emit(
+                "RF196",
+                "inputs",
+                f"nothing sets {var}: Triton's build would download {what}",
+                f'declare it as [inputs.NAME] with env = "{var}" (url + sha256; docs/recipes.md '
+                '"Triton")',
+            )
+
+
 LINTS: tuple[Callable[[Recipe, LintFacts], Iterator[Finding]], ...] = (
     _lint_allow,
     _lint_arch_tokens,
@@ -996,6 +1051,8 @@ LINTS: tuple[Callable[[Recipe, LintFacts], Iterator[Finding]], ...] = (
     _lint_max_jobs,
     _lint_compiler_cache,
     _lint_torch_extension,
+    _lint_inputs,
+    _lint_triton,
 )
 
 

@@ -169,6 +169,10 @@ class InputSpec:
     env: str
     path: Path | None = None
     url: str | None = None
+    #: of the archive bytes; a ``url`` input may leave it out until ``rocmforge lock`` fetches
+    #: the URL and writes it (like ``nix-prefetch-url``): until then the input is unlocked, plan
+    #: is provisional and realize stops before building
+    #: (:func:`rocmforge.sources.inputs.unlocked_message`).
     sha256: str | None = None
     subdir: str | None = None
     #: ``crates = true``: a directory of crate sources (``cargo vendor`` output, or Debian's
@@ -995,8 +999,6 @@ def _inputs(
             crates_of = key
         if (path is None) == (url is None):
             c.add(key, "give exactly one of 'path' (a directory or archive) or 'url' (an archive)")
-        if url is not None and sha is None:
-            c.add(join_key(key, "sha256"), "required with url: the archive's sha256 in hex")
         if sha is not None and not re.fullmatch(r"[0-9a-f]{64}", sha):
             c.add(join_key(key, "sha256"), "must be 64 lowercase hex digits")
         if subdir is not None and (subdir.startswith("/") or ".." in Path(subdir).parts):

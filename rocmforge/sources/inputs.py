@@ -3,9 +3,13 @@
 The build has no network, so anything it would download (a prebuilt AOTriton, a model file) must
 be an input: a directory (content-hashed like a ``path`` source, with the same stat cache), or an
 archive given by ``path`` or by ``url`` + ``sha256`` (blake3 of the archive bytes; the sha256, when
-given, is checked). Archives are fetched and unpacked once into the store's source cache. Each input
-is mounted read-only in the sandbox at ``/inputs/NAME`` and its ``env`` variable names that path.
-Only the content, the name, ``env`` and ``subdir`` enter the derivation — never a path or URL.
+given, is checked). A ``url`` input may leave ``sha256`` out until ``rocmforge lock`` fetches the
+URL and writes it into the recipe (:func:`prefetch_input`, like ``nix-prefetch-url``); until then
+it is unlocked: ``plan`` is provisional and realize stops before building
+(:class:`UnlockedInputError`, :func:`unlocked_message`). Archives are fetched and unpacked once
+into the store's source cache. Each input is mounted read-only in the sandbox at ``/inputs/NAME``
+and its ``env`` variable names that path. Only the content, the name, ``env`` and ``subdir`` enter
+the derivation — never a path or URL.
 An input with ``crates = true`` is a directory of crate sources (``cargo vendor`` output, or
 Debian's ``/usr/share/cargo/registry``) that the build's private cargo config puts in place of
 crates.io (see :func:`rocmforge.build.cargo_config`).
@@ -21,7 +25,7 @@ import tarfile
 import tempfile
 import zipfile
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
@@ -38,6 +42,23 @@ _ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar.xz", ".txz", ".tar.bz2", ".tar.zst
 
 class NotFetchedError(SourceError):
     """An archive input is not in the cache and nothing may fetch it (``plan`` offline)."""
+
+
+class UnlockedInputError(NotFetchedError):
+    """A ``url`` input without ``sha256``: not locked yet (``plan`` notes it; realize stops)."""
+
+    def __init__(self, spec: InputSpec) -> None:
+        super().__init__(f"inputs.{spec.name}: {spec.url} is not locked (no sha256 yet)")
+        self.spec = spec
+
+
+def unlocked_message(spec: InputSpec, recipe: Path) -> str:
+    """The one-line error realize stops with before building when ``spec`` is not locked."""
+    return (
+        f"{recipe}: inputs.{spec.name}: {spec.url} is not locked (no sha256): run `rocmforge "
+        f"lock {recipe}` where that URL is reachable (it fetches the archive and writes its "
+        "sha256), or point url at a reachable mirror of the same file and lock"
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -159,15 +180,13 @@ def download_path(spec: InputSpec, cache: Path) -> Path:
     return cache / layout.SOURCES_INPUTS / layout.INPUTS_ARCHIVES / f"{spec.sha256}{suffix}"
 
 
-def _download(spec: InputSpec, cache: Path, fetcher: UrlFetcher | None) -> Path:
-    assert spec.url is not None and spec.sha256 is not None
-    target = download_path(spec, cache)
-    if target.exists():
-        return target
-    if fetcher is None:
-        raise NotFetchedError(f"inputs.{spec.name}: {spec.url} has not been fetched yet")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".dl-", dir=target.parent)
+def _fetch_archive(spec: InputSpec, cache: Path, fetcher: UrlFetcher) -> tuple[Path, str]:
+    """Download ``spec.url`` into the archive cache; return (its path, its sha256). A declared
+    sha256 must match (else nothing is kept); an undeclared one is what ``lock`` records."""
+    assert spec.url is not None
+    parent = cache / layout.SOURCES_INPUTS / layout.INPUTS_ARCHIVES
+    parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".dl-", dir=parent)
     try:
         with os.fdopen(fd, "wb") as out:
             fetcher.fetch(spec.url, out)
@@ -177,16 +196,35 @@ def _download(spec: InputSpec, cache: Path, fetcher: UrlFetcher | None) -> Path:
         with open(tmp, "rb") as f:
             while chunk := f.read(CHUNK):
                 sha.update(chunk)
-        if sha.hexdigest() != spec.sha256:
+        got = sha.hexdigest()
+        if spec.sha256 is not None and got != spec.sha256:
             raise SourceError(
-                f"inputs.{spec.name}: {spec.url} has sha256 {sha.hexdigest()}, "
-                f"the recipe expects {spec.sha256}"
+                f"inputs.{spec.name}: {spec.url} has sha256 {got}, the recipe expects {spec.sha256}"
             )
+        target = download_path(replace(spec, sha256=got), cache)
         os.replace(tmp, target)
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-    return target
+    return target, got
+
+
+def prefetch_input(spec: InputSpec, *, cache: Path, fetcher: UrlFetcher) -> str:
+    """``lock``'s half of an unlocked ``url`` input (like ``nix-prefetch-url``): download it,
+    keep it in the archive cache (realize will not download it again) and return its sha256."""
+    return _fetch_archive(spec, cache, fetcher)[1]
+
+
+def _download(spec: InputSpec, cache: Path, fetcher: UrlFetcher | None) -> Path:
+    assert spec.url is not None
+    if spec.sha256 is None:
+        raise UnlockedInputError(spec)
+    target = download_path(spec, cache)
+    if target.exists():
+        return target
+    if fetcher is None:
+        raise NotFetchedError(f"inputs.{spec.name}: {spec.url} has not been fetched yet")
+    return _fetch_archive(spec, cache, fetcher)[0]
 
 
 def resolve_input(spec: InputSpec, *, cache: Path, fetcher: UrlFetcher | None) -> ResolvedInput:
