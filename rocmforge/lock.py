@@ -253,7 +253,9 @@ def lock_recipe(
 
 
 def _is_sdk_name(name: str) -> bool:
-    return re.sub(r"[-_.]+", "-", name).lower().startswith("rocm-sdk-")
+    """An SDK wheel's name, or ``rocm`` (the sdist locked as the rocm_sdk module's source)."""
+    norm = re.sub(r"[-_.]+", "-", name).lower()
+    return norm == "rocm" or norm.startswith("rocm-sdk-")
 
 
 def _write_table(

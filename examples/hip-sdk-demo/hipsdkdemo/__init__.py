@@ -6,10 +6,12 @@ code 100; the error carries ``code`` and ``name``) when no usable device is pres
 
 # Built from ROCm's SDK wheels the way TheRock builds torch, the wheel carries a generated
 # _rocm_init.py that preloads the SDK's libraries through the rocm_sdk module (the idiom of
-# TheRock's docs/packaging/python_packaging.md); without it, nothing to do.
+# torch/__init__.py, which catches ImportError: a missing submodule raises ImportError, not
+# ModuleNotFoundError as TheRock's docs/packaging/python_packaging.md has it); without it,
+# nothing to do.
 try:
     from hipsdkdemo import _rocm_init
-except ModuleNotFoundError:
+except ImportError:
     pass
 else:
     _rocm_init.initialize()
