@@ -424,3 +424,39 @@ def test_rocm_module_copied_from_the_sdist_never_built(tmp_path: Path) -> None:
     bad = SdkWheel(name="rocm", version="7.14.0", wheel=empty, sha256=_sha(empty))
     with pytest.raises(ToolchainError, match="holds no src/rocm_sdk"):
         ensure_tree(tmp_path / "sources", [*_sdk_wheels(paths), bad])
+
+
+def test_rocm_sdist_found_on_a_pep503_index_and_fetched(tmp_path: Path) -> None:
+    """``--index-url URL``: the sdist is found on the ``URL/rocm/`` page (relative links with a
+    ``#sha256=`` fragment, as AMD's index has them) and downloaded as a file."""
+    import threading
+    from functools import partial
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    from rocmforge.sdkwheels import _download, _sdists
+
+    root = tmp_path / "www"
+    files = root / "files"
+    sdist = standin_sdk.build_module_sdist(files, "7.14.0", ["gfx942"])
+    digest = _sha(sdist)
+    (root / "simple" / "rocm").mkdir(parents=True)
+    (root / "simple" / "rocm" / "index.html").write_text(
+        f'<html><body><a href="../../files/rocm-7.14.0.tar.gz#sha256={digest}">'
+        "rocm-7.14.0.tar.gz</a><a href='../../files/rocm_sdk_core-7.14.0-py3-none-any.whl'>"
+        "w</a></body></html>"
+    )
+    handler = partial(SimpleHTTPRequestHandler, directory=str(root))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    handler.log_message = lambda *a: None  # type: ignore[attr-defined]
+    thread = threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/simple/"
+        [(version, where)] = _sdists(("--index-url", url))
+        assert version == "7.14.0" and where.endswith(f"/files/rocm-7.14.0.tar.gz#sha256={digest}")
+        _download(where, tmp_path / "store" / "rocm-7.14.0.tar.gz")
+        assert _sha(tmp_path / "store" / "rocm-7.14.0.tar.gz") == digest
+        assert _sdists(("--index-url", f"{url}missing/")) == []  # an unreachable page: none
+    finally:
+        server.shutdown()
+        server.server_close()
