@@ -309,6 +309,7 @@ def test_sdk_wheels_locked_unpacked_once_and_hashed(tmp_path: Path, sdk_dir: Pat
     assert not list((store / "sources" / "rocm-sdk").iterdir())
     freed = {s["source"] for s in json.loads(gone.stdout)["sources"]}
     assert f"rocm-sdk/{trees[0].name}" in freed
+    assert "wheels/rocm-7.14.0.tar.gz" in freed  # the rocm sdist goes with the last user too
     shutil.rmtree(store, ignore_errors=True)
 
 

@@ -152,7 +152,7 @@ def check_env(spec: ToolchainSpec) -> dict[str, str]:
 
 def sdist_name(version: str) -> str:
     """The file name of the selector sdist of ``version`` (``rocm-7.14.0.tar.gz``)."""
-    return f"{SELECTOR}-{version}.tar.gz"
+    return f"{SELECTOR}-{version}{layout.SDIST_SUFFIX}"
 
 
 def is_runtime(name: str) -> bool:
