@@ -138,26 +138,35 @@ def _sdists(args: Sequence[str]) -> list[tuple[str, str]]:
 
 
 def _download(where: str, dest: Path) -> None:
-    """Copy (a path) or download (a URL) ``where`` to ``dest`` atomically."""
+    """Copy (a path) or download (a URL) ``where`` to ``dest`` atomically (temp, fsync,
+    rename), checking the ``#sha256=`` an index page gives with the link."""
     import shutil
     import urllib.request
     from urllib.parse import urldefrag
 
+    url, fragment = urldefrag(where)
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=".fetch-")
     try:
         with os.fdopen(fd, "wb") as out:
-            path = where[len("file://"):] if where.startswith("file://") else where
+            path = url[len("file://"):] if url.startswith("file://") else url
             if "://" not in path:
                 with open(path, "rb") as src:
                     shutil.copyfileobj(src, out, 1 << 20)
             else:
-                with urllib.request.urlopen(urldefrag(where).url, timeout=300) as resp:
+                with urllib.request.urlopen(url, timeout=300) as resp:
                     shutil.copyfileobj(resp, out, 1 << 20)
+            out.flush()
+            os.fsync(out.fileno())
+        want = fragment.partition("sha256=")[2] if fragment.startswith("sha256=") else None
+        if want and _sha256(Path(tmp)) != want.lower():
+            raise ToolchainError(f"{url}: the download does not have the sha256 its index gives")
         os.replace(tmp, dest)
     except OSError as exc:
-        os.unlink(tmp)
         raise ToolchainError(f"cannot fetch {where}: {exc}") from exc
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
 
 
 def _sha256(path: Path) -> str:

@@ -458,6 +458,9 @@ def test_rocm_sdist_found_on_a_pep503_index_and_fetched(tmp_path: Path) -> None:
         _download(where, tmp_path / "store" / "rocm-7.14.0.tar.gz")
         assert _sha(tmp_path / "store" / "rocm-7.14.0.tar.gz") == digest
         assert _sdists(("--index-url", f"{url}missing/")) == []  # an unreachable page: none
+        with pytest.raises(ToolchainError, match="does not have the sha256 its index gives"):
+            _download(where.replace(digest, "0" * 64), tmp_path / "bad" / "rocm-7.14.0.tar.gz")
+        assert not list((tmp_path / "bad").iterdir())  # nothing half-written stays
     finally:
         server.shutdown()
         server.server_close()
