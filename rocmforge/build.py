@@ -402,6 +402,7 @@ def _stage(
         )
     reporter.phase("check")
     sdk_runtime: list[Path] = []
+    sdk_check_env: dict[str, str] = {}
     hidden: list[Mount] = []
     if resolved.toolchain.sdk:
         # a wheel that requires the SDK imports with its runtime packages, not the host's ROCm
@@ -412,6 +413,9 @@ def _stage(
         if sdk_runtime:
             shown = ", ".join(d.name for d in sdk_runtime)
             log.write(f"rocmforge: check venv gets the SDK's runtime packages {shown}\n".encode())
+            from rocmforge.toolchain.rocmsdk import check_env
+
+            sdk_check_env = check_env(resolved.recipe.toolchain)
     found = check_wheels(
         wheels,
         recipe=resolved.recipe,
@@ -422,6 +426,7 @@ def _stage(
         extra_wheels=check_requirements,
         extra_trees=sdk_runtime,
         extra_mounts=hidden,
+        extra_env=sdk_check_env,
     )
     staged = root / "entry"
     staged.mkdir()

@@ -7,7 +7,7 @@ A failure publishes nothing.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -91,13 +91,15 @@ def check_wheels(
     extra_wheels: Sequence[Path] = (),
     extra_trees: Sequence[Path] = (),
     extra_mounts: Sequence[Mount] = (),
+    extra_env: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Install ``wheels`` into a fresh venv under ``workdir`` and import the checked modules.
 
     ``extra_wheels`` (``[check] requirements``) are installed beside them first;
     ``extra_trees`` (top-level directories of an unpacked ROCm SDK: its runtime packages and
-    their dist-info) are hard-linked into site-packages, as installed; ``extra_mounts`` are
-    added to the import's sandbox (the host's ROCm hidden for a wheel on SDK wheels).
+    their dist-info, the ``rocm_sdk`` module) are hard-linked into site-packages, as installed;
+    ``extra_mounts`` are added to the import's sandbox (the host's ROCm hidden for a wheel on
+    SDK wheels) and ``extra_env`` to its environment (``ROCM_SDK_TARGET_FAMILY``).
 
     Returns what the check found for the entry's meta: ``{"archs": {wheel: {library: {"bundles",
     "union", "common"}}}}`` when some library holds GPU code, else ``{}``.
@@ -136,6 +138,7 @@ def check_wheels(
         "PYTHONHASHSEED": "0",
         "PYTHONNOUSERSITE": "1",
         "PYTHONDONTWRITEBYTECODE": "1",
+        **(extra_env or {}),
     }
     output: list[str] = []
     result = runner.run(

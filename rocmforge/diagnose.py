@@ -477,6 +477,20 @@ def diagnose_missing_module(
         return ()
     number, match = found
     module = match.group(1).split(".")[0]
+    if module == "rocm_sdk":  # a _rocm_init.py (TheRock's torch) in the check, not the build
+        return (
+            Diagnosis(
+                id="missing-rocm-sdk-module",
+                cause="the built wheel's _rocm_init imports rocm_sdk (ROCm's SDK module, from "
+                "the rocm sdist), which the check venv gets only when the wheel requires the "
+                "SDK and [toolchain.module] is locked",
+                fix="declare the SDK in the wheel's requirements (torch: "
+                'PYTORCH_EXTRA_INSTALL_REQUIREMENTS = "rocm[libraries]==VERSION") and lock '
+                f"the rocm_sdk module with `rocmforge lock {recipe}`",
+                evidence=match.group(0),
+                line=number,
+            ),
+        )
     wanted = {re.sub(r"[-_.]+", "-", module).lower()}
     owners = []
     for wheel in wheels:

@@ -238,12 +238,20 @@ def check_toolchain(recipe: Recipe) -> tuple[str | None, str | None]:
     error = None
     spec = recipe.toolchain
     if spec.kind == "rocm-sdk":  # what realize needs: the SDK wheels locked (the index to lock)
-        from rocmforge.toolchain.rocmsdk import index_args, locked_pins, no_index_message
+        from rocmforge.toolchain.rocmsdk import (
+            SELECTOR,
+            index_args,
+            locked_module,
+            locked_pins,
+            no_index_message,
+        )
 
         pins, missing = locked_pins(spec)
+        if locked_module(spec) is None:  # the rocm sdist, source of the rocm_sdk module
+            missing = (*missing, SELECTOR)
         what = f"ROCm SDK {spec.sdk_version} for {', '.join(spec.families)}"
-        parts.insert(0, f"{what}: {len(pins)} wheels locked" if not missing else
-                     f"{what}: not locked ({', '.join(missing)})")  # fmt: skip
+        parts.insert(0, f"{what}: {len(pins)} wheels and the rocm_sdk module locked"
+                     if not missing else f"{what}: not locked ({', '.join(missing)})")  # fmt: skip
         if missing:
             error = (
                 f"toolchain.wheels: {what} is not locked; run `rocmforge lock {recipe.file}`"

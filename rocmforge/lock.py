@@ -233,13 +233,18 @@ def lock_recipe(
     if recipe.toolchain.kind == "rocm-sdk":
         from rocmforge.sdkwheels import lock_sdk
 
-        sdk_changes, table, notes_sdk = lock_sdk(
+        sdk_changes, table, module, notes_sdk = lock_sdk(
             recipe, store=store, write=write, upgrade=upgrade or ()
         )
         changes.extend(LockChange(key=k, old=o, new=n) for k, o, n in sdk_changes)
         notes.extend(notes_sdk)
         if table is not None:
             _write_table(doc, "toolchain", "wheels", table)
+        if module is not None:
+            _write_table(
+                doc, "toolchain", "module", module,
+                "written by `rocmforge lock`: the rocm sdist, source of the rocm_sdk module only",
+            )  # fmt: skip
 
     input_changes, input_notes = _lock_inputs(doc, recipe, store=store, write=write)
     changes.extend(input_changes)
@@ -287,10 +292,18 @@ def _lock_inputs(
 
 
 def _is_sdk_name(name: str) -> bool:
-    return re.sub(r"[-_.]+", "-", name).lower().startswith("rocm-sdk-")
+    """An SDK wheel's name, or ``rocm`` (the sdist locked as the rocm_sdk module's source)."""
+    norm = re.sub(r"[-_.]+", "-", name).lower()
+    return norm == "rocm" or norm.startswith("rocm-sdk-")
 
 
-def _write_table(doc: Any, table_name: str, key: str, values: dict[str, str]) -> None:
+def _write_table(
+    doc: Any,
+    table_name: str,
+    key: str,
+    values: dict[str, str],
+    comment: str = "written by `rocmforge lock`: the SDK wheels, by digest",
+) -> None:
     """Replace ``[table_name.key]`` with ``values``, one ``"pin" = "digest"`` line each (a
     sub-table: an inline table of five SDK wheels would be one very long line)."""
     import tomlkit
@@ -300,7 +313,7 @@ def _write_table(doc: Any, table_name: str, key: str, values: dict[str, str]) ->
         table = tomlkit.table()
         doc[table_name] = table
     sub = tomlkit.table()
-    sub.add(tomlkit.comment("written by `rocmforge lock`: the SDK wheels, by digest"))
+    sub.add(tomlkit.comment(comment))
     for k, v in values.items():
         sub[k] = v
     sub.add(tomlkit.nl())

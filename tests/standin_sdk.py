@@ -15,7 +15,13 @@ distribution names, the same top-level directories and the same ``rocm-sdk path`
   ``_rocm_sdk_devel``, ``--bin`` its ``bin``, ``--cmake`` its ``lib/cmake``);
 * ``rocm-sdk-libraries-<family>`` (legacy per-family) and ``rocm-sdk-libraries`` with one
   ``rocm-sdk-device-<gfx>`` per ISA (multi-arch): ``_rocm_sdk_libraries[_<family>]/`` with a
-  per-arch kernel database file; a device wheel ships ``.devel_links/<gfx>.json``.
+  per-arch kernel database file; a device wheel ships ``.devel_links/<gfx>.json``;
+* the selector sdist ``rocm`` (``rocm-<version>.tar.gz``, TheRock's ``templates/rocm``):
+  ``rocm-<version>/setup.py`` (which, like AMD's, would probe the GPU to pick its dependencies:
+  this one refuses to run, so a test sees it never does), ``pyproject.toml``, ``PKG-INFO`` and
+  ``src/rocm_sdk/`` with a generated ``_dist_info.py`` (version, nonce, default and available
+  families, the package and library tables), ``initialize_process`` / ``preload_libraries`` /
+  ``find_libraries`` as AMD's ``__init__.py`` has them and ``python -m rocm_sdk path|version``.
 
 Debian's compiler and runtime are ROCm 5.2-era (HIP 5.2, clang 19): the versions on the wheels are
 made up. ``pad`` adds incompressible bytes to the core wheel (the store bench's 2 GB SDK).
@@ -94,6 +100,242 @@ def _pure(w: _Wheel, package: str, version: str, extra: str = "") -> None:
     dist = f'__version__ = {version!r}\nPY_PACKAGE_SUFFIX_NONCE = ""\n{extra}'
     w.add(f"{package}/__init__.py", b"from ._dist_info import __version__\n")
     w.add(f"{package}/_dist_info.py", dist.encode())
+
+
+#: ``src/rocm_sdk/__init__.py`` of the stand-in ``rocm`` sdist: AMD's API (TheRock
+#: ``templates/rocm/src/rocm_sdk/__init__.py``): the same functions, arguments and answers.
+MODULE_INIT = '''"""The rocm_sdk module (stand-in of AMD's, same API)."""
+import importlib
+import os
+import re
+from pathlib import Path
+
+from ._dist_info import __version__
+
+__all__ = ["__version__", "find_libraries", "initialize_process"]
+
+
+def find_libraries(*shortnames):
+    from . import _dist_info
+
+    paths = []
+    for shortname in shortnames:
+        try:
+            entry = _dist_info.ALL_LIBRARIES[shortname]
+        except KeyError:
+            raise ModuleNotFoundError(f"Unknown rocm library '{shortname}'")
+        package = entry.package
+        family = _dist_info.determine_target_family() if package.is_target_specific else None
+        module = importlib.import_module(package.get_py_package_name(family))
+        relpath = Path(module.__file__).parent / entry.posix_relpath
+        found = sorted(relpath.glob(entry.so_pattern))
+        if not found:
+            raise FileNotFoundError(
+                f"Could not find rocm library '{shortname}' at path '{relpath},' no match for "
+                f"pattern '{entry.so_pattern}'"
+            )
+        paths.append(found[0])
+    return paths
+
+
+_ALL_CDLLS = {}
+
+
+def preload_libraries(*shortnames, rtld_global=True):
+    import ctypes
+
+    mode = ctypes.RTLD_GLOBAL if rtld_global is True else ctypes.RTLD_LOCAL
+    for shortname in shortnames:
+        if shortname in _ALL_CDLLS:
+            continue
+        paths = find_libraries(shortname)
+        if paths:
+            _ALL_CDLLS[shortname] = ctypes.CDLL(str(paths[0]), mode=mode)
+
+
+def initialize_process(*, preload_shortnames=None, rtld_global=True, env_override=True,
+                       check_version=None, fail_on_version_mismatch=False, **kwargs):
+    if preload_shortnames:
+        preload_libraries(*preload_shortnames, rtld_global=rtld_global)
+    if env_override:
+        extra = [s.strip() for s in re.split("[,;]", os.getenv("ROCM_SDK_PRELOAD_LIBRARIES", ""))]
+        if [s for s in extra if s]:
+            preload_libraries(*[s for s in extra if s], rtld_global=rtld_global)
+    if check_version:
+        pattern = re.escape(check_version).replace("\\\\*", ".*")
+        if not re.match(f"^{pattern}$", __version__):
+            message = (
+                f"The program was compiled against a ROCm version matching '{pattern}' but the "
+                f"installed ROCm version in this Python environment is {__version__}."
+            )
+            if fail_on_version_mismatch:
+                raise RuntimeError(message)
+            import warnings
+
+            warnings.warn(message)
+'''
+
+#: ``_dist_info.py`` of the stand-in sdist: the template's tables and target-family logic
+#: (``ROCM_SDK_TARGET_FAMILY``, then ``offload-arch``, then the default), then the lines
+#: TheRock's ``py_packaging.py`` appends when it makes the sdist.
+MODULE_DIST_INFO = '''"""Distribution information (generated)."""
+import importlib.util
+import os
+import subprocess
+
+CACHED_TARGET_FAMILY = None
+ALL_PACKAGES = {}
+ALL_LIBRARIES = {}
+
+
+class PackageEntry:
+    def __init__(self, logical_name, dist_package_template, *, pure_py_package_name,
+                 template_directory, required=False):
+        self.logical_name = logical_name
+        self.dist_package_template = dist_package_template
+        self.pure_py_package_name = pure_py_package_name
+        self.required = required
+        ALL_PACKAGES[logical_name] = self
+
+    @property
+    def is_target_specific(self):
+        return "{target_family}" in self.dist_package_template
+
+    def get_dist_package_name(self, target_family=None):
+        kwargs = {} if target_family is None else {"target_family": target_family.split(":")[0]}
+        return self.dist_package_template.format(**kwargs)
+
+    def get_py_package_name(self, target_family=None):
+        name = self.get_dist_package_name(target_family)
+        return "_" + name.replace("-", "_") + PY_PACKAGE_SUFFIX_NONCE
+
+    def has_py_package(self, target_family=None):
+        return importlib.util.find_spec(self.get_py_package_name(target_family)) is not None
+
+
+class LibraryEntry:
+    def __init__(self, shortname, package_name, so_pattern, dll_pattern, posix_relpath="lib"):
+        self.shortname = shortname
+        self.package = ALL_PACKAGES[package_name]
+        self.posix_relpath = posix_relpath
+        self.so_pattern = so_pattern
+        ALL_LIBRARIES[shortname] = self
+
+
+def discover_current_target_family():
+    try:
+        out = subprocess.check_output(["offload-arch"], text=True, stderr=subprocess.STDOUT)
+    except Exception:
+        return None
+    for arch in out.split():
+        for suffix in ("-all", "-dgpu", "-igpu", "-dcgpu"):
+            if arch[:-1] + "X" + suffix in AVAILABLE_TARGET_FAMILIES:
+                return arch[:-1] + "X" + suffix
+        if arch in AVAILABLE_TARGET_FAMILIES:
+            return arch
+    return None
+
+
+def determine_target_family():
+    global CACHED_TARGET_FAMILY
+    if CACHED_TARGET_FAMILY is not None:
+        return CACHED_TARGET_FAMILY
+    family = os.getenv("ROCM_SDK_TARGET_FAMILY")
+    if family is None:
+        family = discover_current_target_family() or DEFAULT_TARGET_FAMILY
+    if family not in AVAILABLE_TARGET_FAMILIES:
+        raise ValueError(f"Requested ROCM_SDK_TARGET_FAMILY={family} is not available")
+    CACHED_TARGET_FAMILY = family
+    return family
+
+
+PackageEntry("meta", "rocm", pure_py_package_name="rocm_sdk", template_directory="rocm",
+             required=True)
+PackageEntry("core", "rocm-sdk-core", pure_py_package_name="rocm_sdk_core",
+             template_directory="rocm-sdk-core", required=True)
+PackageEntry("libraries", "rocm-sdk-libraries-{target_family}",
+             pure_py_package_name="rocm_sdk_libraries", template_directory="rocm-sdk-libraries")
+PackageEntry("device", "rocm-sdk-device-{target_family}", pure_py_package_name="rocm_sdk_device",
+             template_directory="rocm-sdk-device")
+PackageEntry("devel", "rocm-sdk-devel", pure_py_package_name="rocm_sdk_devel",
+             template_directory="rocm-sdk-devel")
+LibraryEntry("amdhip64", "core", "libamdhip64.so*", "amdhip64*.dll")
+LibraryEntry("hsa-runtime64", "core", "libhsa-runtime64.so*", "")
+
+__version__ = "DEFAULT"
+PY_PACKAGE_SUFFIX_NONCE = "_DEFAULT"
+DEFAULT_TARGET_FAMILY = "DEFAULT"
+AVAILABLE_TARGET_FAMILIES = []
+'''
+
+MODULE_MAIN = '''"""rocm-sdk CLI (stand-in): path --root/--bin/--cmake, version, targets."""
+import importlib
+import json
+import sys
+from pathlib import Path
+
+from . import _dist_info as di
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["version"]:
+        print(di.__version__)
+    elif argv[:1] == ["targets"]:
+        core = importlib.import_module(di.ALL_PACKAGES["core"].get_py_package_name())
+        info = Path(core.__file__).parent / "share" / "therock" / "dist_info.json"
+        print(json.loads(info.read_text())["dist_amdgpu_targets"])
+    elif argv[:1] == ["path"] and len(argv) == 2:
+        devel = importlib.import_module(di.ALL_PACKAGES["devel"].get_py_package_name())
+        root = Path(devel.__file__).parent
+        print({"--root": root, "--bin": root / "bin", "--cmake": root / "lib" / "cmake"}[argv[1]])
+    else:
+        sys.exit("usage: rocm-sdk {path --root|--bin|--cmake, version, targets}")
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+#: The stand-in's ``setup.py``: AMD's decides ``install_requires`` by probing the GPU when it
+#: runs; rocmforge must never run it, so this one fails loudly if anything does.
+MODULE_SETUP = b'''import sys
+
+sys.exit("stand-in rocm sdist: setup.py ran (it would probe the GPU to choose its wheels)")
+'''
+
+
+def build_module_sdist(dest: Path, version: str, families: Sequence[str]) -> Path:
+    """Write the stand-in selector sdist ``rocm-<version>.tar.gz`` into ``dest``; return it."""
+    top = f"rocm-{version}"
+    dist_info = MODULE_DIST_INFO + f"__version__ = {version!r}\nPY_PACKAGE_SUFFIX_NONCE = ''\n"
+    dist_info += f"DEFAULT_TARGET_FAMILY = {sorted(families)[0]!r}\n"
+    dist_info += "".join(f"AVAILABLE_TARGET_FAMILIES.append({f!r})\n" for f in families)
+    dist_info += "THIS_TARGET_FAMILY = None\nTHIS_PACKAGE_ENTRY = ALL_PACKAGES['meta']\n"
+    pkg_info = f"Metadata-Version: 2.1\nName: rocm\nVersion: {version}\n".encode()
+    members = {
+        "PKG-INFO": pkg_info,
+        "setup.py": MODULE_SETUP,
+        "pyproject.toml": b'[build-system]\nrequires = ["setuptools>=70.2.0"]\n'
+                          b'build-backend = "setuptools.build_meta"\n',
+        "setup.cfg": b"[egg_info]\ntag_build = \ntag_date = 0\n",
+        "src/rocm_sdk/__init__.py": MODULE_INIT.encode(),
+        "src/rocm_sdk/__main__.py": MODULE_MAIN.encode(),
+        "src/rocm_sdk/_dist_info.py": dist_info.encode(),
+        "src/rocm.egg-info/PKG-INFO": pkg_info,
+    }
+    dest.mkdir(parents=True, exist_ok=True)
+    path = dest / f"{top}.tar.gz"
+    import gzip
+
+    with (
+        open(path, "wb") as raw,
+        gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as gz,
+        tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tf,
+    ):
+        for name, data in members.items():
+            _regular(tf, f"{top}/{name}", data)
+    return path
 
 
 def _tree(root: Path) -> Iterable[tuple[str, Path]]:
@@ -226,4 +468,6 @@ def build_sdk(
         _pure(w, "rocm_sdk_devel", version)
         w.add("rocm_sdk_devel/_devel.tar", buf.getvalue())
         out.append(w.close([f"rocm-sdk-core=={version}"]))
+    if want("rocm"):
+        out.append(build_module_sdist(dest, version, families))
     return out

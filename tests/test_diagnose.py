@@ -221,3 +221,25 @@ def test_cargo_that_ran_undeclared_is_named(tmp_path: Path) -> None:
     assert 'rust = "host"' in found.fix
     log.write_text("rocmforge: [t] step 1/1: cargo build\nerror: setup.py failed\n")
     assert diagnose_undeclared_rust(log) == ()
+
+
+def test_missing_rocm_sdk_module_points_at_the_sdk_requirement(tmp_path: Path) -> None:
+    """A wheel's _rocm_init (TheRock's torch) failing the check for want of rocm_sdk is not a
+    missing build requirement: the fix is the wheel's SDK requirement and [toolchain.module]."""
+    from rocmforge.diagnose import diagnose_missing_module
+
+    log = tmp_path / "build.log"
+    log.write_text(
+        "rocmforge: check: import torch\n"
+        '  File "/check/venv/lib/python3.11/site-packages/torch/_rocm_init.py", line 2\n'
+        "ModuleNotFoundError: No module named 'rocm_sdk'\n"
+    )
+    [d] = diagnose_missing_module(log, wheels=[], recipe=Path("/r/mi300x.toml"))
+    assert d.id == "missing-rocm-sdk-module" and d.line == 3
+    assert "PYTORCH_EXTRA_INSTALL_REQUIREMENTS" in d.fix
+    assert "rocmforge lock /r/mi300x.toml" in d.fix
+    other = tmp_path / "other.log"
+    other.write_text("ModuleNotFoundError: No module named 'yaml'\n")
+    assert [x.id for x in diagnose_missing_module(other, wheels=[], recipe=Path("r"))] == [
+        "missing-build-module"
+    ]

@@ -508,7 +508,8 @@ KEY_CASES = {
     "toolchain.rust.cargo": "test_toolchain_binary_change_is_seen",
     "toolchain.rust.driver": "test_toolchain_binary_change_is_seen",
     # kind = "rocm-sdk": the wheels' names, versions and sha256s are the recipe's own
-    # [toolchain.wheels] text; the wheel files are toolchain guards (tests/test_rocm_sdk.py).
+    # [toolchain.wheels] text (and [toolchain.module] for the rocm sdist, an entry of the same
+    # list); the wheel and sdist files are toolchain guards (tests/test_rocm_sdk.py).
     "toolchain.rocm-sdk[].name": "test_recipe_edit_is_seen",
     "toolchain.rocm-sdk[].version": "test_recipe_edit_is_seen",
     "toolchain.rocm-sdk[].wheel": "test_recipe_edit_is_seen",

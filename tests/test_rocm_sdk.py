@@ -17,6 +17,7 @@ import json
 import os
 import shutil
 import stat
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -27,9 +28,28 @@ from rocmforge.errors import RecipeError, ToolchainError
 from rocmforge.explain import diff_derivations
 from rocmforge.recipe.lints import lint_recipe
 from rocmforge.recipe.load import parse_recipe_text
-from rocmforge.toolchain.rocmsdk import SdkWheel, ensure_tree, locked_pins, sdk_env, wheel_names
+from rocmforge.toolchain.rocmsdk import (
+    SdkWheel,
+    check_env,
+    ensure_tree,
+    locked_module,
+    locked_pins,
+    sdk_env,
+    wheel_names,
+)
 
 RECIPE = REPO / "tests" / "data" / "hip-sdk.toml"
+#: A build step writing hipsdkdemo/_rocm_init.py as TheRock's build_prod_wheels.py writes
+#: torch/_rocm_init.py (get_rocm_init_contents), strict about the SDK version. The order matters
+#: here: Debian's libamdhip64 has no RUNPATH, so its libhsa-runtime64 must already be loaded
+#: (AMD's libraries carry $ORIGIN RUNPATHs; torch preloads for the same reason).
+ROCM_INIT = """cat > hipsdkdemo/_rocm_init.py <<'EOF'
+def initialize():
+    import rocm_sdk
+    rocm_sdk.initialize_process(
+        preload_shortnames=['hsa-runtime64', 'amdhip64'],
+        check_version='7.14.0', fail_on_version_mismatch=True)
+EOF"""
 
 
 def _recipe(tmp_path: Path) -> Path:
@@ -56,6 +76,8 @@ def test_kind_names_the_concrete_wheels_never_the_selector() -> None:
     )
     assert "rocm" not in names
     assert locked_pins(spec) == ({}, names)
+    assert locked_module(spec) is None  # the rocm sdist: only the source of rocm_sdk, locked apart
+    assert check_env(spec) == {"ROCM_SDK_TARGET_FAMILY": "gfx94X-dcgpu"}  # from the recipe
 
 
 def test_sdk_keys_are_checked() -> None:
@@ -68,7 +90,14 @@ def test_sdk_keys_are_checked() -> None:
         parse_recipe_text(bad, file=Path("/r/x.toml"), locked=False)
     keys = {p.key for p in err.value.problems}
     assert {"toolchain.version", "toolchain.families[0]", "toolchain.index"} <= keys
-    assert "toolchain.wheels.rocm==7.14.0" in keys
+    assert "toolchain.wheels.rocm==7.14.0" in keys  # the selector is never a locked wheel
+    module = bad.replace('[toolchain.wheels]\n"rocm==7.14.0" = "sha256:00"\n', (
+        '[toolchain.module]\n"rocm-sdk-core==7.14.0" = "sha256:' + "0" * 64 + '"\n'
+        '"rocm==7.14.0" = "blake3:' + "0" * 64 + '"\n'))  # fmt: skip
+    with pytest.raises(RecipeError) as err:
+        parse_recipe_text(module, file=Path("/r/x.toml"), locked=False)
+    keys = {p.key for p in err.value.problems}
+    assert {"toolchain.module.rocm-sdk-core==7.14.0", "toolchain.module.rocm==7.14.0"} <= keys
     system = 'schema = 1\n[package]\nname = "x"\nversion = "1"\n[source]\npath = "."\n'
     with pytest.raises(RecipeError) as err:
         parse_recipe_text(system + '[toolchain]\nfamilies = ["gfx942"]\n', file=Path("/r/x.toml"))
@@ -144,6 +173,8 @@ def test_sdk_wheels_locked_unpacked_once_and_hashed(tmp_path: Path, sdk_dir: Pat
     lock = rf("lock", recipe, "--store", store, env=env)
     assert lock.returncode == 0, lock.stderr
     locked = parse_recipe_text(recipe.read_text(), file=recipe, locked=False).toolchain
+    # the rocm sdist is locked apart, by sha256, as the source of the rocm_sdk module only
+    assert locked.sdk_module == {"rocm==7.14.0": f"sha256:{_sha(sdk_dir / 'rocm-7.14.0.tar.gz')}"}
     by_file = {p.name: _sha(p) for p in sdk_dir.glob("*.whl")}
     assert sorted(locked.sdk_wheels) == sorted(
         f"{n}==7.14.0" for n in wheel_names(("gfx94X-dcgpu", "gfx90a"))
@@ -180,10 +211,17 @@ def test_sdk_wheels_locked_unpacked_once_and_hashed(tmp_path: Path, sdk_dir: Pat
     rel = Path("lib", "rocblas", "library", "TensileLibrary_gfx90a.dat")
     devel, libraries = trees[0] / "_rocm_sdk_devel", trees[0] / "_rocm_sdk_libraries"
     assert (devel / rel).samefile(libraries / rel)
+    # the rocm_sdk module copied out of the rocm sdist, with a dist-info; its setup.py never ran
+    assert (trees[0] / "rocm_sdk" / "__init__.py").is_file()
+    assert (trees[0] / "rocm-7.14.0.dist-info" / "METADATA").read_text().startswith(
+        "Metadata-Version: 2.1\nName: rocm\nVersion: 7.14.0\n"
+    )
+    assert not (trees[0] / "setup.py").exists() and not (trees[0] / "src").exists()
     drv = json.loads((entry / "derivation.json").read_text())
     sdk = drv["toolchain"]["rocm-sdk"]
     assert {w["name"]: w["sha256"] for w in sdk} == {
-        n.partition("==")[0]: d.removeprefix("sha256:") for n, d in locked.sdk_wheels.items()
+        n.partition("==")[0]: d.removeprefix("sha256:")
+        for n, d in [*locked.sdk_wheels.items(), *locked.sdk_module.items()]
     }
     assert "rocm" not in drv["toolchain"]  # nothing of a host ROCm was probed
     deps = json.loads((entry / "provenance.json").read_text())["predicate"]["buildDefinition"]
@@ -192,6 +230,7 @@ def test_sdk_wheels_locked_unpacked_once_and_hashed(tmp_path: Path, sdk_dir: Pat
     audit = rf("audit", report["wheels"][0], "--store", store)
     assert audit.returncode == 0, audit.stderr
     assert audit.stdout.count("sdk wheel") == 5 and "rocm-sdk-core==7.14.0" in audit.stdout
+    assert "sdk module" in audit.stdout and "rocm-7.14.0.tar.gz" in audit.stdout
 
     # a second recipe on the same SDK reuses the unpacked tree
     other = tmp_path / "other.toml"  # the locked recipe with one more variable
@@ -216,6 +255,27 @@ def test_sdk_wheels_locked_unpacked_once_and_hashed(tmp_path: Path, sdk_dir: Pat
         failed.stderr[-2000:]
     )
 
+    # the extension's __init__ runs a _rocm_init.py that imports rocm_sdk and initializes the
+    # process as TheRock's torch/_rocm_init.py does: the check venv has the locked module
+    init = tmp_path / "init.toml"
+    step = f"steps = [\n    '''{ROCM_INIT}''',\n"
+    init.write_text(third.read_text().replace("steps = [\n", step))
+    good = rf("realize", init, "--store", store, "--json", env=env)
+    assert good.returncode == 0, good.stderr[-3000:]
+    [inited] = json.loads(good.stdout)
+    with zipfile.ZipFile(inited["wheels"][0]) as zf:
+        assert "hipsdkdemo/_rocm_init.py" in zf.namelist()
+    glog = rf("log", inited["path"], "--store", store).stdout
+    [gets] = [ln for ln in glog.splitlines() if "check venv gets the SDK's runtime" in ln]
+    shown = set(gets.rpartition(" packages ")[2].split(", "))
+    assert {"rocm_sdk", "rocm-7.14.0.dist-info"} <= shown
+    # compiled against another SDK version: rocm_sdk's own check stops the import
+    other_sdk = tmp_path / "other-sdk.toml"
+    other_sdk.write_text(init.read_text().replace("version='7.14.0'", "version='7.15.*'"))
+    mismatch = rf("realize", other_sdk, "--store", store, env=env)
+    assert mismatch.returncode == 1, mismatch.stderr[-2000:]
+    assert "check failed: `import hipsdkdemo`" in mismatch.stderr
+
     # one SDK wheel respun (a post release): the lock moves, the hash changes, explain names it
     standin_sdk.build_sdk(
         sdk_dir, "7.14.0.post1", ["gfx94X-dcgpu", "gfx90a"], only=["rocm-sdk-core"], tag="respin"
@@ -229,6 +289,15 @@ def test_sdk_wheels_locked_unpacked_once_and_hashed(tmp_path: Path, sdk_dir: Pat
     assert "toolchain.rocm-sdk.rocm-sdk-core: 7.14.0 -> 7.14.0.post1" in explain.stdout, (
         explain.stdout + explain.stderr
     )
+    # the rocm sdist respun: the module's pin moves, the hash changes, explain names it
+    standin_sdk.build_sdk(sdk_dir, "7.14.0.post1", ["gfx94X-dcgpu", "gfx90a"], only=["rocm"])
+    up = rf("lock", "--upgrade", "rocm", recipe, "--store", store, env=env)
+    assert up.returncode == 0, up.stderr
+    assert "toolchain.module.rocm==7.14.0.post1" in up.stdout
+    plan2 = rf("plan", recipe, "--store", store, "--json", env=env)
+    assert json.loads(plan2.stdout)["hash"] not in (report["hash"], json.loads(plan.stdout)["hash"])
+    explain = rf("explain", entry, recipe, "--store", store, env=env)
+    assert "toolchain.rocm-sdk.rocm: 7.14.0 -> 7.14.0.post1" in explain.stdout, explain.stdout
 
     # gc keeps the tree while a kept entry uses it, and collects it with the last one
     kept = rf("gc", "--store", store, "--json")
@@ -240,6 +309,7 @@ def test_sdk_wheels_locked_unpacked_once_and_hashed(tmp_path: Path, sdk_dir: Pat
     assert not list((store / "sources" / "rocm-sdk").iterdir())
     freed = {s["source"] for s in json.loads(gone.stdout)["sources"]}
     assert f"rocm-sdk/{trees[0].name}" in freed
+    assert "wheels/rocm-7.14.0.tar.gz" in freed  # the rocm sdist goes with the last user too
     shutil.rmtree(store, ignore_errors=True)
 
 
@@ -316,3 +386,81 @@ def test_init_refuses_links_out_of_the_sdk_and_changed_wheels(tmp_path: Path) ->
         f.write(b"\0")  # the wheel changed since it was locked
     with pytest.raises(ToolchainError, match="changed since it was fetched"):
         ensure_tree(tmp_path / "sources", good)
+
+
+def test_rocm_module_copied_from_the_sdist_never_built(tmp_path: Path) -> None:
+    from rocmforge.sdkwheels import _locations, _sdists
+
+    index = tmp_path / "index"
+    paths = _tiny_sdk(index)
+    sdist = standin_sdk.build_module_sdist(index, "7.14.0", ["gfx942"])
+    standin_sdk.build_module_sdist(index, "7.14.0.post2", ["gfx942"])
+    # found by file name in find-links (pip never sees it: its setup.py would probe the GPU)
+    args = ("--index-url", "https://example.invalid/", "--no-index", "--find-links", str(index))
+    assert _locations(args) == ([], [str(index)])
+    assert [v for v, _ in _sdists(args)] == ["7.14.0", "7.14.0.post2"]
+    module = SdkWheel(name="rocm", version="7.14.0", wheel=sdist, sha256=_sha(sdist))
+    tree, _ = ensure_tree(tmp_path / "sources", [*_sdk_wheels(paths), module])
+    assert sorted(p.name for p in (tree / "rocm_sdk").iterdir()) == [
+        "__init__.py", "__main__.py", "_dist_info.py"
+    ]
+    record = (tree / "rocm-7.14.0.dist-info" / "RECORD").read_text()
+    assert "rocm_sdk/__init__.py,sha256=" in record and "Requires-Dist" not in (
+        tree / "rocm-7.14.0.dist-info" / "METADATA"
+    ).read_text()
+    assert not (tree / "setup.py").exists() and not (tree / "rocm-7.14.0").exists()
+    # the module is part of the tree's key: another sdist, another tree
+    other = tmp_path / "o" / "rocm-7.14.0.tar.gz"
+    other.parent.mkdir()
+    standin_sdk.build_module_sdist(other.parent, "7.14.0", ["gfx942", "gfx90a"])
+    moved = SdkWheel(name="rocm", version="7.14.0", wheel=other, sha256=_sha(other))
+    assert ensure_tree(tmp_path / "sources", [*_sdk_wheels(paths), moved])[0] != tree
+    # an sdist without src/rocm_sdk is refused, nothing half-made stays
+    empty = tmp_path / "e" / "rocm-7.14.0.tar.gz"
+    empty.parent.mkdir()
+    import tarfile
+
+    with tarfile.open(empty, "w:gz") as tf:
+        standin_sdk._regular(tf, "rocm-7.14.0/setup.py", b"")
+    bad = SdkWheel(name="rocm", version="7.14.0", wheel=empty, sha256=_sha(empty))
+    with pytest.raises(ToolchainError, match="holds no src/rocm_sdk"):
+        ensure_tree(tmp_path / "sources", [*_sdk_wheels(paths), bad])
+
+
+def test_rocm_sdist_found_on_a_pep503_index_and_fetched(tmp_path: Path) -> None:
+    """``--index-url URL``: the sdist is found on the ``URL/rocm/`` page (relative links with a
+    ``#sha256=`` fragment, as AMD's index has them) and downloaded as a file."""
+    import threading
+    from functools import partial
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    from rocmforge.sdkwheels import _download, _sdists
+
+    root = tmp_path / "www"
+    files = root / "files"
+    sdist = standin_sdk.build_module_sdist(files, "7.14.0", ["gfx942"])
+    digest = _sha(sdist)
+    (root / "simple" / "rocm").mkdir(parents=True)
+    (root / "simple" / "rocm" / "index.html").write_text(
+        f'<html><body><a href="../../files/rocm-7.14.0.tar.gz#sha256={digest}">'
+        "rocm-7.14.0.tar.gz</a><a href='../../files/rocm_sdk_core-7.14.0-py3-none-any.whl'>"
+        "w</a></body></html>"
+    )
+    handler = partial(SimpleHTTPRequestHandler, directory=str(root))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    handler.log_message = lambda *a: None  # type: ignore[attr-defined]
+    thread = threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/simple/"
+        [(version, where)] = _sdists(("--index-url", url))
+        assert version == "7.14.0" and where.endswith(f"/files/rocm-7.14.0.tar.gz#sha256={digest}")
+        _download(where, tmp_path / "store" / "rocm-7.14.0.tar.gz")
+        assert _sha(tmp_path / "store" / "rocm-7.14.0.tar.gz") == digest
+        assert _sdists(("--index-url", f"{url}missing/")) == []  # an unreachable page: none
+        with pytest.raises(ToolchainError, match="does not have the sha256 its index gives"):
+            _download(where.replace(digest, "0" * 64), tmp_path / "bad" / "rocm-7.14.0.tar.gz")
+        assert not list((tmp_path / "bad").iterdir())  # nothing half-written stays
+    finally:
+        server.shutdown()
+        server.server_close()

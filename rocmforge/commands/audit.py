@@ -149,7 +149,9 @@ def _print(report: Any) -> None:
     sdk = (facts["toolchain"] or {}).get("rocm-sdk")
     for w in sdk if isinstance(sdk, list) else []:
         if isinstance(w, dict):
-            add("  sdk wheel", f"{w.get('wheel')} sha256:{w.get('sha256')}")
+            sdist = str(w.get("wheel", "")).endswith(".tar.gz")  # the rocm_sdk module's source
+            label = "  sdk module" if sdist else "  sdk wheel"
+            add(label, f"{w.get('wheel')} sha256:{w.get('sha256')}")
     env = facts["env"]
     if env is not None:
         add("env", " ".join(f"{k}={v!r}" for k, v in sorted(env.items())) or "(none)")

@@ -78,6 +78,10 @@ class ToolchainSpec:
     families: tuple[str, ...] = ()
     index: str | None = None
     sdk_wheels: Mapping[str, str] = field(default_factory=dict)
+    #: ``[toolchain] module``: the selector sdist ``rocm`` pinned by digest (``"rocm==V" =
+    #: "sha256:..."``, written by ``lock``) as the source of the ``rocm_sdk`` Python module only
+    #: (what a wheel's ``_rocm_init.py`` imports); it is never built nor installed as a package.
+    sdk_module: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -239,7 +243,8 @@ _KEYS: dict[str, tuple[str, ...]] = {
     "source": ("path", "git", "rev", "ref", "submodules", "allow-local-submodules", "patches",
                "enclosing-ignores"),
     "toolchain": ("kind", "python", "cc", "cxx", "rocm", "root", "packages", "hip-clang",
-                  "device-libs", "rust", "version", "families", "index", "wheels"),
+                  "device-libs", "rust", "version", "families", "index", "wheels",
+                  "module"),
     "requirements": ("build", "digests", "build-system", "recipes"),
     "build": ("steps", "passthrough", "timeout", "repair", "repair-policy",
               "compiler-cache", "config-settings", "reproducible", "resources"),
@@ -501,7 +506,7 @@ def _source(c: _Checker, data: Mapping[str, Any], base: Path) -> SourceSpec:
 _KINDS = ("system", "rocm", "rocm-sdk")
 #: A GPU family of AMD's per-family SDK indexes (``gfx94X-dcgpu``) or one ISA (``gfx942``).
 _FAMILY = re.compile(r"^gfx[0-9a-fA-FX]{2,4}(-[a-z]+)?$")
-_SDK_ONLY = ("version", "families", "index", "wheels")
+_SDK_ONLY = ("version", "families", "index", "wheels", "module")
 
 
 def _toolchain(c: _Checker, data: Mapping[str, Any], base: Path) -> ToolchainSpec:
@@ -536,8 +541,8 @@ def _toolchain(c: _Checker, data: Mapping[str, Any], base: Path) -> ToolchainSpe
                 f"{rust!r} is neither \"host\", \"debian\" nor a toolchain directory",
             )
         rust = str(base / Path(rust).expanduser())
-    sdk_version, families, index, sdk_wheels = _sdk(c, t) if kind == "rocm-sdk" else (
-        None, (), None, {})  # fmt: skip
+    sdk_version, families, index, sdk_wheels, sdk_module = _sdk(c, t) if kind == "rocm-sdk" else (
+        None, (), None, {}, {})  # fmt: skip
     return ToolchainSpec(
         rust=rust,
         kind="rocm" if kind == "rocm" else "rocm-sdk" if kind == "rocm-sdk" else "system",
@@ -557,13 +562,15 @@ def _toolchain(c: _Checker, data: Mapping[str, Any], base: Path) -> ToolchainSpe
         families=families,
         index=index,
         sdk_wheels=sdk_wheels,
+        sdk_module=sdk_module,
     )
 
 
 def _sdk(
     c: _Checker, t: Mapping[str, Any]
-) -> tuple[str | None, tuple[str, ...], str | None, dict[str, str]]:
-    """``kind = "rocm-sdk"``: ``version``, ``families``, ``index`` and the locked ``wheels``."""
+) -> tuple[str | None, tuple[str, ...], str | None, dict[str, str], dict[str, str]]:
+    """``kind = "rocm-sdk"``: ``version``, ``families``, ``index``, the locked ``wheels`` and
+    ``module`` (the ``rocm`` sdist, source of the ``rocm_sdk`` module)."""
     version = c.string(t, "toolchain", "version", required=True)
     if version is not None and not _valid_version(version):
         c.add("toolchain.version", f"{version!r} is not an SDK version like '7.14.0'")
@@ -596,7 +603,25 @@ def _sdk(
             c.add(key, "must be 'sha256:<64 hex>' or 'blake3:<64 hex>'")
         else:
             wheels[norm] = digest
-    return version, tuple(families), index, wheels
+    value = t.get("module", {})
+    module: dict[str, str] = {}
+    if not isinstance(value, Mapping):
+        c.add("toolchain.module", f"must be a table of pin -> digest, not {_describe(value)}")
+        value = {}
+    for pin, digest in value.items():
+        key = join_key("toolchain.module", pin)
+        norm = normal_pin(pin)
+        if norm is None or not norm.startswith("rocm=="):
+            c.add(key, f"{pin!r} is not a 'rocm==version' pin (the sdist of the rocm_sdk module)")
+        elif not isinstance(digest, str) or not digest.startswith("sha256:") or not _DIGEST.match(
+            digest
+        ):
+            c.add(key, "must be 'sha256:<64 hex>'")
+        else:
+            module[norm] = digest
+    if len(module) > 1:
+        c.add("toolchain.module", "must pin one rocm sdist, not several")
+    return version, tuple(families), index, wheels, module
 
 
 def _requirements(c: _Checker, data: Mapping[str, Any]) -> RequirementsSpec:

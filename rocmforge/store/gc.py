@@ -408,7 +408,7 @@ def gather_sources(store: Store) -> list[SourceItem]:
         if n.endswith(".git"):
             items.append(SourceItem(rel=f"{git}/{n}", size=tree_size(src / git / n)))
     for n in names(wheels):
-        if n.endswith(layout.WHEEL_SUFFIX):
+        if n.endswith((layout.WHEEL_SUFFIX, layout.SDIST_SUFFIX)):
             items.append(SourceItem(rel=f"{wheels}/{n}", size=os.lstat(src / wheels / n).st_size))
     unpacked = layout.SOURCES_WHEELS_UNPACKED
     for n in names(unpacked):

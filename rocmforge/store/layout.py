@@ -46,6 +46,9 @@ PROVENANCE = "provenance.json"
 #: DSSE envelope over provenance.json, signed with the store's ed25519 key (absent when unsigned).
 PROVENANCE_DSSE = "provenance.dsse.json"
 WHEEL_SUFFIX = ".whl"
+#: An sdist kept beside the wheels in ``sources/wheels`` (the ``rocm`` sdist, source of the
+#: ``rocm_sdk`` module of a ``kind = "rocm-sdk"`` toolchain).
+SDIST_SUFFIX = ".tar.gz"
 
 #: The plain-text log inside a build directory ``tmp/<hash>.<pid>.<rand>/`` while it runs.
 BUILD_DIR_LOG = "build.log"

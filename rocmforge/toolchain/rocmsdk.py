@@ -8,8 +8,13 @@ per ISA (multi-arch releases),
 and ``rocm-sdk-devel`` (headers, CMake files: a ``_devel.tar[.xz]`` that ``rocm-sdk init`` expands
 into ``_rocm_sdk_devel/`` beside the others, file symlinks turned into hard links, then each device
 wheel's ``.devel_links/<gfx>.json`` files hard-linked into it). The selector sdist ``rocm`` (which
-detects the GPU at install time) is never used: the recipe names the families, ``lock`` names the
-concrete wheels and pins them by sha256 (``[toolchain] wheels``).
+detects the GPU at install time) is never used as a selector: the recipe names the families,
+``lock`` names the concrete wheels and pins them by sha256 (``[toolchain] wheels``). It is still
+the only source of the ``rocm_sdk`` Python module, which a wheel built on the SDK imports at run
+time (TheRock's ``torch/_rocm_init.py`` calls ``rocm_sdk.initialize_process``), so ``lock`` pins
+that sdist by sha256 too (``[toolchain] module``) and the unpacked tree gets its
+``src/rocm_sdk/`` copied out (with a ``rocm-<version>.dist-info``): its ``setup.py`` never runs,
+nothing is resolved, no GPU is probed.
 
 The fingerprint is exactly those wheels (name, version, sha256): nothing on the host is probed for
 it. On realize the wheels are unpacked once into ``sources/rocm-sdk/<key>/`` (key: the digests),
@@ -47,6 +52,10 @@ SDK_MOUNT = "/opt/rocm-sdk"
 ENV_ARGS = "ROCMFORGE_SDK_ARGS"
 #: Bumped when the unpacked tree's layout changes: old trees are then not reused.
 FORMAT = "1"
+#: The selector sdist: locked only as the source of :data:`MODULE` (``[toolchain] module``).
+SELECTOR = "rocm"
+#: The pure-Python package the selector sdist ships (``src/rocm_sdk/``).
+MODULE = "rocm_sdk"
 #: The file rocmforge writes at the top of an unpacked tree: the wheels and the devel root.
 TREE_INFO = ".rocmforge-sdk.json"
 #: Example index (AMD's legacy per-family nightly index for MI300) for messages and docs.
@@ -122,6 +131,28 @@ def locked_pins(spec: ToolchainSpec) -> tuple[dict[str, str], tuple[str, ...]]:
             found[name] = pin
     names = wheel_names(spec.families)
     return {n: found[n] for n in names if n in found}, tuple(n for n in names if n not in found)
+
+
+def locked_module(spec: ToolchainSpec) -> str | None:
+    """The ``rocm==version`` pin of ``[toolchain] module`` for the declared version (None: the
+    ``rocm_sdk`` module is not locked, or locked for another version)."""
+    for pin in spec.sdk_module:
+        _, _, version = pin.partition("==")
+        if spec.sdk_version is not None and same_release(version, spec.sdk_version):
+            return pin
+    return None
+
+
+def check_env(spec: ToolchainSpec) -> dict[str, str]:
+    """The check's environment for the ``rocm_sdk`` module: ``ROCM_SDK_TARGET_FAMILY`` set to
+    the recipe's first family, so the module's ``determine_target_family()`` (which would
+    otherwise run ``offload-arch`` on the host) answers from the recipe."""
+    return {"ROCM_SDK_TARGET_FAMILY": spec.families[0]} if spec.families else {}
+
+
+def sdist_name(version: str) -> str:
+    """The file name of the selector sdist of ``version`` (``rocm-7.14.0.tar.gz``)."""
+    return f"{SELECTOR}-{version}{layout.SDIST_SUFFIX}"
 
 
 def is_runtime(name: str) -> bool:
@@ -215,6 +246,56 @@ def _extract_wheel(wheel: Path, dest: Path) -> None:
                 os.chmod(target, 0o755 if mode & 0o111 else 0o644)
     except (zipfile.BadZipFile, OSError) as exc:
         raise ToolchainError(f"{wheel}: cannot unpack the SDK wheel: {exc}") from exc
+
+
+def module_dist_info(version: str) -> str:
+    """The dist-info directory written beside :data:`MODULE` (``rocm-7.14.0.dist-info``)."""
+    return f"{SELECTOR}-{version}.dist-info"
+
+
+def _extract_module(w: SdkWheel, tree: Path) -> None:
+    """Copy ``<top>/src/rocm_sdk/`` of the selector sdist to ``tree/rocm_sdk/`` and write a
+    ``rocm-<version>.dist-info`` (no ``Requires-Dist``: the concrete wheels are locked beside
+    it). The sdist's ``setup.py`` (which probes the GPU to choose its dependencies) never runs."""
+    from base64 import urlsafe_b64encode
+
+    record: list[str] = []
+    try:
+        with tarfile.open(w.wheel, "r:*") as tf:
+            for ti in tf:
+                parts = PurePosixPath(ti.name).parts
+                if len(parts) < 3 or parts[1:3] != ("src", MODULE) or not ti.isfile():
+                    continue
+                rel = PurePosixPath(*parts[2:]).as_posix()
+                if not _inside(ti.name) or not _inside(rel):
+                    raise ToolchainError(f"{w.wheel.name}: unsafe member {ti.name!r}")
+                src = tf.extractfile(ti)
+                assert src is not None
+                with src:
+                    data = src.read()
+                dest = tree / rel
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                dest.write_bytes(data)
+                os.chmod(dest, 0o644)
+                digest = urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+                record.append(f"{rel},sha256={digest},{len(data)}")
+    except (tarfile.TarError, OSError) as exc:
+        raise ToolchainError(f"{w.wheel}: cannot read the rocm sdist: {exc}") from exc
+    if not (tree / MODULE / "__init__.py").is_file():
+        raise ToolchainError(f"{w.wheel.name}: holds no src/{MODULE}/__init__.py")
+    info = tree / module_dist_info(w.version)
+    info.mkdir()
+    files = {
+        "METADATA": f"Metadata-Version: 2.1\nName: {SELECTOR}\nVersion: {w.version}\n",
+        "INSTALLER": "rocmforge\n",
+    }
+    for name, text in files.items():
+        (info / name).write_text(text, encoding="utf-8")
+        data = text.encode()
+        digest = urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        record.append(f"{info.name}/{name},sha256={digest},{len(data)}")
+    record.append(f"{info.name}/RECORD,,")
+    (info / "RECORD").write_text("\n".join(record) + "\n", encoding="utf-8")
 
 
 def _find_devel_tar(tree: Path) -> Path | None:
@@ -339,7 +420,10 @@ def ensure_tree(sources_dir: Path, wheels: Sequence[SdkWheel]) -> tuple[Path, bo
     def fill(tree: Path) -> None:
         for w in sorted(wheels, key=_by_name):
             _verify(w)
-            _extract_wheel(w.wheel, tree)
+            if w.name == SELECTOR:
+                _extract_module(w, tree)
+            else:
+                _extract_wheel(w.wheel, tree)
         _expand_devel(tree)
         root = devel_root(tree)
         linked = _device_links(tree, root)

@@ -4,7 +4,20 @@ Importing works without a GPU; ``add`` raises :class:`HipError` (e.g. ``hipError
 code 100; the error carries ``code`` and ``name``) when no usable device is present.
 """
 
-from hipsdkdemo import _hip
+# Built from ROCm's SDK wheels the way TheRock builds torch, the wheel carries a generated
+# _rocm_init.py that preloads the SDK's libraries through the rocm_sdk module (the idiom of
+# torch/__init__.py, which catches ImportError: a missing submodule raises ImportError, not
+# ModuleNotFoundError as TheRock's docs/packaging/python_packaging.md has it); without it,
+# nothing to do.
+try:
+    from hipsdkdemo import _rocm_init
+except ImportError:
+    pass
+else:
+    _rocm_init.initialize()
+    del _rocm_init
+
+from hipsdkdemo import _hip  # noqa: E402
 from hipsdkdemo._hip import HipError
 
 __all__ = ["HipError", "add", "device_count"]
