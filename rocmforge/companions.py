@@ -67,20 +67,19 @@ def github_slug(url: str) -> str | None:
     return _SAME_REPO.get(slug, slug)
 
 
-def check_triton_repo(torch_url: str, triton_url: str, triton_file: Path) -> None:
-    """Refuse a triton recipe from another repository than the one the torch's pin file names
-    commits of (a triton-lang commit written into a ROCm/triton recipe may not exist there)."""
+def triton_fork_note(torch_url: str, triton_url: str) -> str | None:
+    """Why a triton recipe keeps its own pin: it builds another repository than the one the
+    torch's pin file names commits of (a triton-lang commit written into a ROCm/triton recipe
+    may not exist there). None when the pin file applies."""
     torch, triton = github_slug(torch_url), github_slug(triton_url)
     expected = TRITON_REPO.get(torch or "")
     known = set(TRITON_REPO.values())
     if expected is None or triton not in known or triton == expected:
-        return
-    raise _bad(
-        triton_file,
-        "source.git",
-        f"torch from {torch} pins commits of {expected} in {TRITON_PIN}, but this recipe builds "
-        f'{triton}: use git = "https://github.com/{expected}.git", or take torch from the fork '
-        f"whose pin names {triton}, or pin triton by hand",
+        return None
+    return (
+        f"source.rev kept: torch from {torch} pins commits of {expected} in {TRITON_PIN}, but "
+        f"this recipe builds {triton} (as AMD's TheRock builds do on Linux); move its pin by "
+        f'hand, or use git = "https://github.com/{expected}.git" to take the pin file\'s commit'
     )
 
 
@@ -239,16 +238,10 @@ def lock_companions(stack_file: Path, *, store: Store, write: bool = True) -> li
     from rocmforge.recipe.stack import load_stack
 
     stack_file = Path(os.path.abspath(stack_file))
-    stack = load_stack(stack_file)
-    if stack is not None:  # a mismatched triton stops before torch's tree is fetched
-        torch_file, torch = _torch_recipe(stack.recipes)
-        for path in stack.recipes:
-            recipe = load_recipe(path)
-            if ROLES.get(recipe.package.name.lower()) == "triton" and recipe.source.git:
-                check_triton_repo(source_url(torch.source.git or "", torch_file.parent),
-                                  source_url(recipe.source.git, path.parent), path)  # fmt: skip
     pins, released = companion_pins(stack_file, store=store)
+    stack = load_stack(stack_file)
     assert stack is not None
+    torch_file, torch = _torch_recipe(stack.recipes)
     reports = []
     for path in stack.recipes:
         recipe = load_recipe(path)
@@ -256,6 +249,13 @@ def lock_companions(stack_file: Path, *, store: Store, write: bool = True) -> li
         if role is None:
             continue
         if role == "triton":
+            note = recipe.source.git and triton_fork_note(
+                source_url(torch.source.git or "", torch_file.parent),
+                source_url(recipe.source.git, path.parent),
+            )
+            if note:
+                reports.append(LockReport(recipe=path, changes=(), written=False, notes=(note,)))
+                continue
             if pins.triton_commit is None:
                 raise _bad(path, "source.rev", f"torch's tree at {pins.commit[:12]} has no "
                            f"{TRITON_PIN}")  # fmt: skip

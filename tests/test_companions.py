@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO, commit_all, git, rf
 
-from rocmforge.companions import RELEASED_WITH, check_triton_repo, github_slug
+from rocmforge.companions import RELEASED_WITH, github_slug, triton_fork_note
 
 
 def _repo(root: Path, name: str, files: dict[str, str]) -> tuple[Path, str]:
@@ -259,25 +259,35 @@ def test_the_shipped_triton_recipe_is_pinned_with_its_inputs_kept(
     assert all(ln.startswith("rev = ") for ln in changed), changed  # inputs, env, comments kept
 
 
-def test_a_triton_of_another_fork_than_torchs_pin_is_refused_before_any_fetch(
+def test_a_triton_of_another_fork_than_torchs_pin_keeps_its_pin(
     stack: dict[str, object], tmp_path: Path
 ) -> None:
-    """Upstream torch's triton.txt names triton-lang commits; writing one into a ROCm/triton
-    recipe (the shipped stack's case) is refused, naming both repositories, before any fetch."""
-    d = stack["dir"]
-    assert isinstance(d, Path)
-    for name, url in (("torch", "https://github.com/pytorch/pytorch.git"),
-                      ("triton", "https://github.com/ROCm/triton.git")):  # fmt: skip
-        recipe = d / f"{name}.toml"
-        recipe.write_text(re.sub(r'git = "[^"]*"', f'git = "{url}"', recipe.read_text()))
+    """Upstream torch's triton.txt names triton-lang commits; a ROCm/triton recipe (the shipped
+    stack's case, as TheRock builds it) keeps its own pin with a note naming both repositories,
+    and the other companions are still filled."""
+    from rocmforge.sources.git import mirror_path
+
+    d, torch = stack["dir"], stack["torch"]
+    assert isinstance(d, Path) and isinstance(torch, Path)
+    url = "https://github.com/pytorch/pytorch.git"
+    for name, to in (("torch", url), ("triton", "https://github.com/ROCm/triton.git")):
+        file = d / f"{name}.toml"
+        file.write_text(re.sub(r'git = "[^"]*"', f'git = "{to}"', file.read_text()))
+    recipe = d / "triton.toml"
+    before = recipe.read_text()
     store = tmp_path / "store"
-    r = rf("lock", "--companions", stack["file"], "--store", store, "--check")
-    assert r.returncode == 2, r.stdout + r.stderr
-    assert "triton.toml" in r.stderr and "source.git" in r.stderr
-    assert "pytorch/pytorch" in r.stderr and "triton-lang/triton" in r.stderr
-    assert "rocm/triton" in r.stderr and "Traceback" not in r.stderr
-    assert not (store / "sources").exists() or not any((store / "sources").rglob("*.git"))
-    # the matching pair is accepted: ROCm's torch pins ROCm's triton
-    assert check_triton_repo("https://github.com/ROCm/pytorch", "git@github.com:ROCm/triton.git",
-                             d / "triton.toml") is None  # fmt: skip
+    # torch's tree from the mirror cache, as a machine that fetched upstream PyTorch has it
+    mirror = mirror_path(url, store / "sources")
+    mirror.parent.mkdir(parents=True)
+    git(tmp_path, "clone", "-q", "--mirror", str(torch), str(mirror))
+    r = rf("lock", "--companions", stack["file"], "--store", store)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "source.rev kept" in r.stdout and "triton-lang/triton" in r.stdout
+    assert "rocm/triton" in r.stdout and "Traceback" not in r.stderr
+    assert recipe.read_text() == before
+    assert "torchvision.toml: updated" in r.stdout  # the others are still filled
+    assert triton_fork_note("https://github.com/pytorch/pytorch", "https://github.com/ROCm/triton")
+    # the matching pair takes the pin file's commit: ROCm's torch pins ROCm's triton
+    assert triton_fork_note("https://github.com/ROCm/pytorch",
+                            "git@github.com:ROCm/triton.git") is None  # fmt: skip
     assert github_slug("https://github.com/openai/triton") == "triton-lang/triton"
