@@ -4,8 +4,9 @@ Every row is a pair of whole commands, A (rocmforge) and B (the anchor), run int
 (A, B, A, B, ...) so that load on the machine cancels out; each is also paired with
 ``python -c pass`` of rocmforge's own interpreter (goal 1: read commands <= 2x that). Each run's
 wall time and CPU time (user+sys of the finished child, from ``wait4``) are recorded; the table
-prints medians and the ratios A/B. Conditions: warm page cache, warm store caches, a store holding
-the entries this script makes (a trivial recipe, built once).
+prints medians and the ratios A/B. Conditions: warm page cache, warm store caches (the realize
+memo, and the plan text a first ``plan`` records beside it), a store holding the entries this
+script makes (a trivial recipe, built once).
 
 Rows: no-op ``realize`` (memo hit) vs ``nix-build`` of a cached derivation; ``plan`` vs
 ``nix-instantiate``; ``audit``, ``query``, ``list``, ``show``, ``log``, ``pins``, ``du`` vs
@@ -94,6 +95,7 @@ def main() -> int:
     recipe.write_text(RECIPE.format(run="base"))
     timed([exe, "realize", str(recipe), "--store", store, "-o", str(tmp / "result")])
     timed([exe, "realize", str(recipe), "--store", store])  # records the memo
+    timed([exe, "plan", str(recipe), "--store", store])  # records what plan prints beside it
     entry = (tmp / "result").resolve()
     h = entry.name.split("-")[0]
     wheel = next(entry.glob("*.whl"))

@@ -193,6 +193,8 @@ def test_plan_of_a_remembered_recipe_is_answered_from_the_memo(tmp_path: Path) -
     fast, again = _console(argv, tmp_path, env)
     assert fast and again == first
     assert not _console([*argv, "--json"], tmp_path, env)[0]
+    fast, again = _console([*argv, "--rehash"], tmp_path, env)  # a full resolve, same answer
+    assert not fast and again == first
     # another MAX_JOBS on the host: the lints might say otherwise
     fast, again = _console(argv, tmp_path, {**env, "MAX_JOBS": "64"})
     assert not fast and again == first

@@ -27,6 +27,12 @@ def register(sub: Any) -> None:
         action="store_true",
         help="show the graph of recipes it is built against: each node's hash, cached or not",
     )
+    p.add_argument(
+        "--rehash",
+        action="store_true",
+        help="resolve every input again even when the realize memo remembers the recipe (the "
+        "memo's guards miss an in-place rewrite of a toolchain file: docs/hermetic.md)",
+    )
     add_store_option(p)
     add_substitute_options(p, require=False)
     add_json_option(p)
