@@ -37,7 +37,7 @@ from rocmforge.stamp import Stamp, StampError, read_stamp
 from rocmforge.store import layout
 from rocmforge.store.entry import DerivationDoc, read_derivation, read_meta
 from rocmforge.store.store import Store
-from rocmforge.util.hashing import file_blake3
+from rocmforge.util.hashing import file_blake3, file_sha256
 
 VERIFIED = "verified"
 CLAIMED = "claimed"
@@ -269,14 +269,6 @@ def record_problems(zf: zipfile.ZipFile) -> list[str]:
     return problems
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def audit_wheel(
     wheel: Path, *, store: Store | None, trusted: Mapping[str, PublicKey] | None = None
 ) -> AuditReport:
@@ -333,7 +325,7 @@ def audit_wheel(
             problems=tuple(problems),
             signature=signature,
             blake3=b3,
-            sha256=sha or _sha256(wheel),
+            sha256=sha or file_sha256(wheel),
             size=size,
             notes=tuple(notes),
             input_hash=row.hash,
@@ -368,7 +360,7 @@ def _stamp_derivation(wheel: Path) -> dict[str, Any] | None:
 
 
 def _audit_unverified(wheel: Path, *, store: Store | None, b3: str, size: int) -> AuditReport:
-    sha = _sha256(wheel)
+    sha = file_sha256(wheel)
 
     def report(status: str, problems: list[str], **more: Any) -> AuditReport:
         return AuditReport(

@@ -15,7 +15,6 @@ point the index.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import os
 import re
 import tempfile
@@ -46,6 +45,7 @@ from rocmforge.toolchain.rocmsdk import (
     tree_path,
     wheel_names,
 )
+from rocmforge.util.hashing import file_sha256
 
 Change = tuple[str, str | None, str | None]
 
@@ -179,7 +179,7 @@ def _download(where: str, dest: Path) -> None:
             out.flush()
             os.fsync(out.fileno())
         want = fragment.partition("sha256=")[2] if fragment.startswith("sha256=") else None
-        if want and _sha256(Path(tmp)) != want.lower():
+        if want and file_sha256(Path(tmp)) != want.lower():
             raise ToolchainError(f"{url}: the download does not have the sha256 its index gives")
         os.replace(tmp, dest)
     except OSError as exc:
@@ -187,14 +187,6 @@ def _download(where: str, dest: Path) -> None:
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _module(recipe: Recipe, pin: str, *, store: Store, fetch: bool) -> SdkWheel:
@@ -214,7 +206,7 @@ def _module(recipe: Recipe, pin: str, *, store: Store, fetch: bool) -> SdkWheel:
                 f"toolchain.module.{pin}: no {sdist_name(version)} in {' '.join(args)}"
             )
         _download(where, path)
-    return SdkWheel(name=SELECTOR, version=version, wheel=path, sha256=_sha256(path))
+    return SdkWheel(name=SELECTOR, version=version, wheel=path, sha256=file_sha256(path))
 
 
 def resolve_sdk(

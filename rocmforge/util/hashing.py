@@ -78,6 +78,17 @@ def file_digests(path: Path | str) -> tuple[str, str]:
     return b3.hexdigest(), sha.hexdigest()
 
 
+def file_sha256(path: Path | str) -> str:
+    """Return the hex sha256 digest of a file, read in chunks."""
+    import hashlib
+
+    sha = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(CHUNK):
+            sha.update(chunk)
+    return sha.hexdigest()
+
+
 def file_blake3(path: Path | str) -> str:
     """Return the hex blake3 digest of a file (memory-mapped by blake3 for speed on big files)."""
     size = os.stat(path).st_size
