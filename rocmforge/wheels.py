@@ -384,6 +384,8 @@ class _DigestingWriter:
         self._fixed: tuple[int, bytes] = (0, b"")  # hashed ahead of its final write
         self._direct = False
         self._valid = True
+        self._placed = 0  # bytes copied into the file ahead of the write() that hashes them
+        self._kernel_copy = True  # False once copy_file_range failed (another file system)
 
     def tell(self) -> int:
         """Return the current position."""
@@ -399,10 +401,24 @@ class _DigestingWriter:
         self._out.flush()
 
     def write(self, data: Any) -> int:
-        """Write ``data`` at the current position, hashing it if it is final already."""
+        """Write ``data`` at the current position, hashing it if it is final already.
+
+        After :meth:`place`, ``data`` is what it read back: it is hashed, and not written again.
+        """
         view = memoryview(data)
         n = view.nbytes
         start = self._pos
+        if self._placed:
+            if n > self._placed or not self._direct or start != self._hashed:
+                raise OSError(f"placed bytes written out of order at {start}")
+            self._feed(view)
+            self._placed -= n
+            self._hashed += n
+            self._pos += n
+            self._end = max(self._end, self._pos)
+            if not self._placed:
+                self._out.seek(self._pos)
+            return n
         if not self._valid:
             pass
         elif start < self._hashed:  # only the header given in advance may be (re)written here
@@ -432,6 +448,27 @@ class _DigestingWriter:
         its data is hashed as it is written, until :meth:`end_direct`."""
         self.settle()
         self._header = header
+
+    def place(self, fd: int, offset: int, view: memoryview) -> int:
+        """Copy up to ``len(view)`` bytes of ``fd`` at ``offset`` to the current position with
+        ``copy_file_range`` (in the kernel, as ``cp`` does) and read them back from this file
+        into ``view``; return their count (0: ``fd`` ended). The caller passes them to
+        :meth:`write` next, which hashes them. Where the kernel cannot copy between the two
+        files the bytes are only read into ``view``, and :meth:`write` writes them.
+        """
+        if self._kernel_copy:
+            self._out.flush()
+            try:
+                got = os.copy_file_range(fd, self._fd, len(view), offset, self._pos)
+            except OSError:
+                self._kernel_copy = False
+            else:
+                back = os.preadv(self._fd, [view[:got]], self._pos) if got else 0
+                if back != got:
+                    raise OSError(f"short read-back of copied bytes at {self._pos}")
+                self._placed = got
+                return got
+        return os.preadv(fd, [view], offset)
 
     def end_direct(self) -> None:
         """Stop hashing writes as they come (the member given to :meth:`expect_header` ended)."""
@@ -572,9 +609,12 @@ def _copy_stored(
 ) -> tuple[str | None, int, int]:
     """Copy a big stored member's bytes (at ``offset`` in ``fd``) into a stored member of ``dst``.
 
-    Each byte is read once, into one of two reused buffers (a fresh buffer per chunk costs page
-    faults that dominated the copy), and from there goes to the RECORD hash (worker thread), the
-    CRC and the write, where ``sink`` hashes it for the wheel's own digests (another worker).
+    The bytes are copied in the kernel (``copy_file_range``: cheaper than writing from a user
+    buffer here) and read back from the new file, into one of two reused buffers, for the RECORD
+    hash (worker thread), the CRC (what zipfile writes in the header; compared with the source's)
+    and ``sink``'s digests of the wheel (another worker): every hash is of the bytes written.
+    The input's cached pages are dropped behind the copy, so that the output's pages do not
+    come from fresh memory (the page cache would otherwise hold the wheel twice).
     Returns (urlsafe digest or None, size, CRC-32 written): the caller compares the CRC with the
     source's, the check a ``zipfile`` read makes.
     """
@@ -594,7 +634,7 @@ def _copy_stored(
             while done < size:
                 view = memoryview(ring[turn])[: min(_DIRECT_CHUNK, size - done)]
                 turn ^= 1  # the other buffer next: this one may still be being hashed
-                got = os.preadv(fd, [view], offset + done)
+                got = sink.place(fd, offset + done, view)
                 if got <= 0:
                     raise zipfile.BadZipFile(f"{info.filename}: truncated member data")
                 if feed is not None:  # the buffer is refilled only after the next update

@@ -315,3 +315,25 @@ def test_a_big_stored_member_that_differs_from_record_is_a_check_error(tmp_path:
     with pytest.raises(CheckError, match=f"{NAME}/big.bin: sha256 does not match RECORD"):
         normalize_wheel(bad, epoch=0)
     assert bad.read_bytes() == before
+
+
+def test_where_the_kernel_cannot_copy_the_member_is_read_and_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rocmforge.util.hashing import file_digests
+    from rocmforge.wheels import STORE_PROBE_MIN, normalize_wheel
+
+    one = make_big_wheel(tmp_path, big=STORE_PROBE_MIN + 7, small=5)
+    two = tmp_path / "two" / one.name
+    two.parent.mkdir()
+    shutil.copyfile(one, two)
+    first = normalize_wheel(one, epoch=0)
+
+    def refuse(*args: object) -> int:
+        raise OSError(18, "Invalid cross-device link")  # what some file systems answer
+
+    monkeypatch.setattr(os, "copy_file_range", refuse)
+    second = normalize_wheel(two, epoch=0)
+    assert one.read_bytes() == two.read_bytes()
+    b3, sha = file_digests(two)
+    assert first == second == {"sha256": sha, "blake3": b3}
