@@ -53,7 +53,7 @@ from rocmforge.util.fsutil import (
 )
 from rocmforge.util.hashing import file_blake3
 from rocmforge.util.progress import Reporter
-from rocmforge.wheels import create_venv, install_wheels, normalize_wheel, wheel_digests
+from rocmforge.wheels import create_venv, install_wheels, normalize_wheel
 
 TAIL_LINES = 30
 
@@ -394,10 +394,12 @@ def _stage(
     if not wheels:
         raise BuildError("the build finished but wrote no wheel into $OUT")
     warn_foreign_runpaths(resolved, wheels, reporter, log)
+    digests: dict[str, dict[str, str]] = {}
     for w in wheels:
-        # The stamp goes in while normalizing (one streamed pass), so RECORD includes it.
+        # The stamp goes in while normalizing (one streamed pass), so RECORD includes it; the
+        # wheel's digests are computed while it is written (no second read of a 4 GB wheel).
         stamp = stamp_bytes(resolved.derivation.hash, resolved.derivation.data)
-        normalize_wheel(
+        digests[w.name] = normalize_wheel(
             w, epoch=resolved.source.epoch, add={STAMP_NAME: stamp}, durable=False
         )
     reporter.phase("check")
@@ -432,8 +434,8 @@ def _stage(
     staged.mkdir()
     records = []
     for w in wheels:
-        os.replace(w, staged / w.name)
-        d = wheel_digests(staged / w.name)
+        os.replace(w, staged / w.name)  # the check only read it
+        d = digests[w.name]
         size = (staged / w.name).stat().st_size
         records.append(WheelRecord(file=w.name, sha256=d["sha256"], blake3=d["blake3"], size=size))
     write_atomic(  # sealed with the entry at publish
@@ -757,9 +759,7 @@ def rebuild(
             (root / d).mkdir()
         try:
             with open(log_path, "ab") as log:
-                staged = _build_in(
-                    root, resolved, store, runner, reporter, log, check_requirements
-                )
+                staged = _build_in(root, resolved, store, runner, reporter, log, check_requirements)
         except BuildError as exc:
             exc.log_tail = _log_tail(log_path)
             raise

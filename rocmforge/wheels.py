@@ -10,11 +10,14 @@ file are left alone, so RECORD stays valid; RECORD is verified while the wheel i
 from __future__ import annotations
 
 import base64
+import contextlib
+import copy
 import csv
 import hashlib
 import io
 import os
 import stat
+import struct
 import subprocess
 import sys
 import tempfile
@@ -27,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePath
 from typing import IO, Any
 
+import blake3
 import installer
 from installer.destinations import SchemeDictionaryDestination
 from installer.exceptions import InstallerError
@@ -57,6 +61,10 @@ COMPRESS_LEVEL = 6
 INSTALLER_NAME = b"rocmforge\n"
 
 _CHUNK = 1 << 20
+#: Chunk of the direct copy of a big stored member (fewer hand-offs to the hashing threads).
+_DIRECT_CHUNK = 1 << 20
+#: The input's cached pages are dropped after each this many bytes of a big member are copied.
+_DROP_EVERY = 64 << 20
 #: Members at least this big are probed before deflating (see :func:`_incompressible`).
 STORE_PROBE_MIN = 64 << 20
 #: How much of a big member is test-deflated to decide whether it is stored instead.
@@ -354,9 +362,152 @@ def _copy_member(
     return (_urlsafe_b64(h.digest()) if h is not None else None), size
 
 
+class _DigestingWriter:
+    """The file ``zipfile`` writes a normalized wheel to; computes its sha256 and blake3 on the way.
+
+    Every byte of the file is hashed once, in file order, without reading the file again for the
+    bytes that matter: a big stored member's header and data are hashed as they are written (the
+    header's final form, which ``zipfile`` rewrites after the data, is given in advance by
+    :meth:`expect_header` and checked when it is rewritten); what ``zipfile`` writes otherwise
+    (small members, whose headers it rewrites, and the central directory) is read back from the
+    file once it can no longer change (:meth:`settle`). A rewrite of hashed bytes with other bytes
+    makes the digests void (:meth:`digests` returns None and the caller hashes the file afresh).
+    """
+
+    def __init__(self, out: IO[bytes]) -> None:
+        self._out = out
+        self._fd = out.fileno()
+        self._pos = self._end = self._hashed = 0
+        self._sha = BackgroundHash(hashlib.sha256())
+        self._b3 = blake3.blake3()
+        self._header: bytes | None = None  # the final header of the next member, hashed ahead
+        self._fixed: tuple[int, bytes] = (0, b"")  # hashed ahead of its final write
+        self._direct = False
+        self._valid = True
+        self._placed = 0  # bytes copied into the file ahead of the write() that hashes them
+        self._kernel_copy = True  # False once copy_file_range failed (another file system)
+
+    def tell(self) -> int:
+        """Return the current position."""
+        return self._pos
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        """Move the position (``zipfile`` goes back to rewrite a member's header)."""
+        self._pos = self._out.seek(offset, whence)
+        return self._pos
+
+    def flush(self) -> None:
+        """Flush the underlying file."""
+        self._out.flush()
+
+    def write(self, data: Any) -> int:
+        """Write ``data`` at the current position, hashing it if it is final already.
+
+        After :meth:`place`, ``data`` is what it read back: it is hashed, and not written again.
+        """
+        view = memoryview(data)
+        n = view.nbytes
+        start = self._pos
+        if self._placed:
+            if n > self._placed or not self._direct or start != self._hashed:
+                raise OSError(f"placed bytes written out of order at {start}")
+            self._feed(view)
+            self._placed -= n
+            self._hashed += n
+            self._pos += n
+            self._end = max(self._end, self._pos)
+            if not self._placed:
+                self._out.seek(self._pos)
+            return n
+        if not self._valid:
+            pass
+        elif start < self._hashed:  # only the header given in advance may be (re)written here
+            at, fixed = self._fixed
+            inside = at <= start and start + n <= at + len(fixed)
+            if not inside or fixed[start - at : start - at + n] != view:
+                self._valid = False
+        elif start == self._hashed and self._header is not None:
+            header, self._header = self._header, None
+            if n != len(header):
+                self._valid = False
+            else:
+                self._feed(header)
+                self._fixed = (start, header)
+                self._hashed += n
+                self._direct = True
+        elif start == self._hashed and self._direct:
+            self._feed(view)
+            self._hashed += n
+        self._out.write(view)
+        self._pos += n
+        self._end = max(self._end, self._pos)
+        return n
+
+    def expect_header(self, header: bytes) -> None:
+        """Hash what is written so far; the next member's header will end up as ``header``, and
+        its data is hashed as it is written, until :meth:`end_direct`."""
+        self.settle()
+        self._header = header
+
+    def place(self, fd: int, offset: int, view: memoryview) -> int:
+        """Copy up to ``len(view)`` bytes of ``fd`` at ``offset`` to the current position with
+        ``copy_file_range`` (in the kernel, as ``cp`` does) and read them back from this file
+        into ``view``; return their count (0: ``fd`` ended). The caller passes them to
+        :meth:`write` next, which hashes them. Where the kernel cannot copy between the two
+        files the bytes are only read into ``view``, and :meth:`write` writes them.
+        """
+        if self._kernel_copy:
+            self._out.flush()
+            try:
+                got = os.copy_file_range(fd, self._fd, len(view), offset, self._pos)
+            except OSError:
+                self._kernel_copy = False
+            else:
+                back = os.preadv(self._fd, [view[:got]], self._pos) if got else 0
+                if back != got:
+                    raise OSError(f"short read-back of copied bytes at {self._pos}")
+                self._placed = got
+                return got
+        return os.preadv(fd, [view], offset)
+
+    def end_direct(self) -> None:
+        """Stop hashing writes as they come (the member given to :meth:`expect_header` ended)."""
+        self._direct = False
+        self._header = None
+
+    def settle(self) -> None:
+        """Hash the bytes written since the last hashed one, read back from the file."""
+        if not self._valid or self._end <= self._hashed:
+            return
+        self._out.flush()
+        while self._hashed < self._end:
+            chunk = os.pread(self._fd, min(_CHUNK, self._end - self._hashed), self._hashed)
+            if not chunk:
+                self._valid = False
+                return
+            self._feed(chunk)
+            self._hashed += len(chunk)
+
+    def _feed(self, data: Any) -> None:
+        self._sha.update(data)
+        self._b3.update(data)
+
+    def digests(self) -> dict[str, str] | None:
+        """Return the sha256 and blake3 of the whole file, or None if they could not be kept."""
+        self.settle()
+        sha = self._sha.result()
+        if not self._valid:
+            return None
+        return {"sha256": sha.hexdigest(), "blake3": self._b3.hexdigest()}
+
+    def close(self) -> None:
+        """Stop the hashing thread (idempotent; the file itself is the caller's)."""
+        self._sha.result()
+
+
 def normalize_wheel(
     path: Path, *, epoch: int, add: Mapping[str, bytes] | None = None, durable: bool = True
-) -> None:
+) -> dict[str, str]:
     """Rewrite the wheel at ``path`` in place so that its bytes are reproducible.
 
     Entries are sorted (``.dist-info`` files after the payload, RECORD last), every timestamp is
@@ -370,6 +521,9 @@ def normalize_wheel(
     ``add`` (names inside ``.dist-info`` to bytes, e.g. the rocmforge stamp) is written in the
     same pass and listed in RECORD, giving the same bytes as adding it first and normalizing after.
     ``durable=False`` skips the fsyncs (a wheel in a build directory that is sealed later).
+
+    Returns the new wheel's ``{"sha256": ..., "blake3": ...}`` (as :func:`wheel_digests`),
+    computed while it was written.
     """
     date_time = _zip_date_time(epoch)
     directory = path.parent
@@ -377,17 +531,20 @@ def normalize_wheel(
     tmp = Path(tmp_name)
     try:
         with os.fdopen(fd, "wb") as out:
-            mode = _rewrite(path, out, date_time, add)
+            mode, digests = _rewrite(path, out, date_time, add)
             out.flush()
             if durable:
                 os.fsync(out.fileno())
         os.chmod(tmp, mode)
+        if digests is None:  # not expected: zipfile rewrote bytes other than a member header
+            digests = wheel_digests(tmp)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
     if durable:
         fsync_path(directory, directory=True)
+    return digests
 
 
 def _rewrite(
@@ -395,35 +552,118 @@ def _rewrite(
     out: IO[bytes],
     date_time: tuple[int, int, int, int, int, int],
     add: Mapping[str, bytes] | None = None,
-) -> int:
+) -> tuple[int, dict[str, str] | None]:
     """Write the normalized form of the wheel at ``path`` to ``out``, verifying RECORD.
 
     ``path`` is opened only if it is a regular file itself (a build may have left a symlink or
-    a FIFO there); returns its permission bits.
+    a FIFO there); returns its permission bits and the digests of what was written (None if they
+    could not be computed on the way).
     """
+    sink = _DigestingWriter(out)
     try:
         with open_regular(path) as raw, zipfile.ZipFile(raw) as src:
-            _rewrite_zip(path, src, out, date_time, add)
-            return stat.S_IMODE(os.fstat(raw.fileno()).st_mode)
+            _rewrite_zip(path, src, sink, date_time, add, source_fd=raw.fileno())
+            return stat.S_IMODE(os.fstat(raw.fileno()).st_mode), sink.digests()
     except zipfile.BadZipFile as exc:
         raise CheckError(f"{path}: not a valid zip archive: {exc}") from exc
     except UnicodeDecodeError as exc:
         raise CheckError(f"{path}: RECORD is not UTF-8: {exc}") from exc
     except OSError as exc:
         raise CheckError(f"{path}: cannot rewrite wheel: {exc}") from exc
+    finally:
+        sink.close()
+
+
+def _stored_data_offset(src: zipfile.ZipFile, fd: int, info: zipfile.ZipInfo) -> int | None:
+    """Return where a plain stored member's bytes start in the file ``fd``, after ``zipfile``
+    has checked its local header (signature, name, flags); None if it is not plain stored."""
+    if (
+        info.compress_type != zipfile.ZIP_STORED
+        or info.flag_bits & 0x1  # encrypted
+        or info.compress_size != info.file_size
+    ):
+        return None
+    with src.open(info):  # validates the local header as a read would
+        pass
+    header = os.pread(fd, 30, info.header_offset)
+    if len(header) != 30:
+        raise zipfile.BadZipFile(f"truncated local header of {info.filename}")
+    name_len, extra_len = struct.unpack_from("<HH", header, 26)
+    return int(info.header_offset) + 30 + int(name_len) + int(extra_len)
+
+
+def _drop_cache(fd: int, start: int, end: int) -> None:
+    """Let the kernel drop the cached pages of ``fd`` in ``[start, end)`` (already read)."""
+    with contextlib.suppress(OSError):
+        os.posix_fadvise(fd, start, end - start, os.POSIX_FADV_DONTNEED)
+
+
+def _copy_stored(
+    fd: int,
+    offset: int,
+    info: zipfile.ZipInfo,
+    dst: zipfile.ZipFile,
+    new: zipfile.ZipInfo,
+    sink: _DigestingWriter,
+    algorithm: str | None,
+) -> tuple[str | None, int, int]:
+    """Copy a big stored member's bytes (at ``offset`` in ``fd``) into a stored member of ``dst``.
+
+    The bytes are copied in the kernel (``copy_file_range``: cheaper than writing from a user
+    buffer here) and read back from the new file, into one of two reused buffers, for the RECORD
+    hash (worker thread), the CRC (what zipfile writes in the header; compared with the source's)
+    and ``sink``'s digests of the wheel (another worker): every hash is of the bytes written.
+    The input's cached pages are dropped behind the copy, so that the output's pages do not
+    come from fresh memory (the page cache would otherwise hold the wheel twice).
+    Returns (urlsafe digest or None, size, CRC-32 written): the caller compares the CRC with the
+    source's, the check a ``zipfile`` read makes.
+    """
+    size = info.file_size
+    new.compress_type = zipfile.ZIP_STORED
+    final = copy.copy(new)  # the header zipfile writes after the data, known now
+    final.flag_bits = 0
+    final.CRC = info.CRC
+    final.compress_size = final.file_size = size
+    sink.expect_header(final.FileHeader(size * 1.05 > zipfile.ZIP64_LIMIT))
+    h = hashlib.new(algorithm) if algorithm else None
+    feed = BackgroundHash(h) if h is not None else None
+    ring = (bytearray(_DIRECT_CHUNK), bytearray(_DIRECT_CHUNK))
+    done = turn = 0
+    try:
+        with dst.open(new, "w") as out:
+            while done < size:
+                view = memoryview(ring[turn])[: min(_DIRECT_CHUNK, size - done)]
+                turn ^= 1  # the other buffer next: this one may still be being hashed
+                got = sink.place(fd, offset + done, view)
+                if got <= 0:
+                    raise zipfile.BadZipFile(f"{info.filename}: truncated member data")
+                if feed is not None:  # the buffer is refilled only after the next update
+                    feed.update(view[:got])
+                out.write(view[:got])
+                done += got
+                if done % _DROP_EVERY == 0 or done == size:
+                    _drop_cache(fd, offset + done - (done - 1) % _DROP_EVERY - 1, offset + done)
+    finally:
+        sink.end_direct()
+        if feed is not None:
+            feed.result()
+    return (_urlsafe_b64(h.digest()) if h is not None else None), done, new.CRC
 
 
 def _rewrite_zip(
     path: Path,
     src: zipfile.ZipFile,
-    out: IO[bytes],
+    out: _DigestingWriter,
     date_time: tuple[int, int, int, int, int, int],
     add: Mapping[str, bytes] | None = None,
+    *,
+    source_fd: int,
 ) -> None:
     """Copy every member of ``src`` into a new zip on ``out`` in normalized form.
 
     ``add`` maps file names inside the ``.dist-info`` directory to bytes written in the same pass
-    (replacing a member of that name) and listed in the rewritten RECORD.
+    (replacing a member of that name) and listed in the rewritten RECORD. ``source_fd`` is the
+    file ``src`` reads: big stored members are read from it directly.
     """
     infos = src.infolist()
     names = [i.filename for i in infos]
@@ -467,19 +707,16 @@ def _rewrite_zip(
             new.file_size = info.file_size  # lets zipfile decide zip64 from the real size
             row = record.get(info.filename)
             seen.add(info.filename)
-            opened = io.BytesIO(contents[info.filename]) if info.filename in contents else None
-            with opened if opened is not None else src.open(info) as stream:
-                head = stream.read(STORE_PROBE_SIZE) if info.file_size >= STORE_PROBE_MIN else b""
-                if head and _incompressible(head):
-                    new.compress_type = zipfile.ZIP_STORED
-                with dst.open(new, "w") as sink:
-                    digest, size = _copy_member(
-                        stream,
-                        sink,
-                        row.algorithm if row else None,
-                        head=head,
-                        threaded=info.file_size >= THREADED,
-                    )
+            algorithm = row.algorithm if row else None
+            at = None
+            if info.filename not in contents and info.file_size >= STORE_PROBE_MIN:
+                at = _stored_data_offset(src, source_fd, info)
+            if at is not None and _incompressible(os.pread(source_fd, STORE_PROBE_SIZE, at)):
+                digest, size, crc = _copy_stored(source_fd, at, info, dst, new, out, algorithm)
+                if crc != info.CRC:
+                    raise zipfile.BadZipFile(f"Bad CRC-32 for file {info.filename!r}")
+            else:
+                digest, size = _copy_through_zipfile(src, info, contents, dst, new, algorithm)
             if info.filename in unsigned:
                 continue
             if row is None:
@@ -495,6 +732,27 @@ def _rewrite_zip(
         if problems:
             raise CheckError(f"{path}: RECORD does not match the archive: " + "; ".join(problems))
         dst.comment = b""
+
+
+def _copy_through_zipfile(
+    src: zipfile.ZipFile,
+    info: zipfile.ZipInfo,
+    contents: Mapping[str, bytes],
+    dst: zipfile.ZipFile,
+    new: zipfile.ZipInfo,
+    algorithm: str | None,
+) -> tuple[str | None, int]:
+    """Copy one member (or the bytes ``contents`` gives for its name) with ``zipfile`` on both
+    sides: inflated and CRC-checked on read, deflated unless it is big and incompressible."""
+    opened = io.BytesIO(contents[info.filename]) if info.filename in contents else None
+    with opened if opened is not None else src.open(info) as stream:
+        head = stream.read(STORE_PROBE_SIZE) if info.file_size >= STORE_PROBE_MIN else b""
+        if head and _incompressible(head):
+            new.compress_type = zipfile.ZIP_STORED
+        with dst.open(new, "w") as sink:
+            return _copy_member(
+                stream, sink, algorithm, head=head, threaded=info.file_size >= THREADED
+            )
 
 
 def _record_with(record: str, members: Mapping[str, bytes]) -> str:

@@ -31,12 +31,12 @@ POSTPROCESS = """
 import json, resource, sys
 from pathlib import Path
 from rocmforge.stamp import STAMP_NAME, stamp_bytes
-from rocmforge.wheels import normalize_wheel, wheel_digests
+from rocmforge.wheels import normalize_wheel
 w = Path(sys.argv[1])
 stamp = stamp_bytes("0" * 64, {"name": "bigwheel"})
-normalize_wheel(w, epoch=0, add={STAMP_NAME: stamp})  # as build.py does
+digests = normalize_wheel(w, epoch=0, add={STAMP_NAME: stamp})  # as build.py does
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-print(json.dumps({"digests": wheel_digests(w), "peak_kib": peak}))
+print(json.dumps({"digests": digests, "peak_kib": peak}))
 """
 
 
@@ -101,6 +101,8 @@ def _eocd64(wheel: Path) -> bool:
 
 @pytest.mark.slow
 def test_post_processing_a_wheel_over_4_gib_streams_and_installs(tmp_path: Path) -> None:
+    from rocmforge.wheels import wheel_digests
+
     if shutil.disk_usage(tmp_path).free < 4 * BIG + (2 << 30):
         pytest.skip("needs ~18 GiB free for the wheel, its temp copy and two installs")
     wheel = make_big_wheel(tmp_path)
@@ -114,8 +116,7 @@ def test_post_processing_a_wheel_over_4_gib_streams_and_installs(tmp_path: Path)
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert report["peak_kib"] < 300 * 1024, f"peak RSS {report['peak_kib']} KiB"
-    with wheel.open("rb") as f:
-        assert report["digests"]["sha256"] == hashlib.file_digest(f, "sha256").hexdigest()
+    assert report["digests"] == wheel_digests(wheel)  # computed while writing, equal to a re-read
     assert not list(tmp_path.glob(".*.tmp")) and not list(tmp_path.glob(".*.stamp"))
     assert _eocd64(wheel)
 
@@ -220,3 +221,119 @@ def test_a_record_that_is_not_utf8_is_a_check_error(tmp_path: Path) -> None:
     with pytest.raises(CheckError, match="RECORD is not UTF-8"):
         normalize_wheel(wheel, epoch=0, add={STAMP_NAME: b"{}"})
     assert wheel.read_bytes() == before
+
+
+def _rezip(src: Path, dest: Path, *, big: int, record: bytes | None = None) -> Path:
+    """Copy wheel ``src`` to ``dest`` member by member: the big member deflated (level 1),
+    RECORD replaced by ``record`` if given."""
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dest, "w") as zout:
+        for info in zin.infolist():
+            data = zin.read(info)
+            if record is not None and info.filename.endswith(".dist-info/RECORD"):
+                data = record
+            deflate = big and info.filename == f"{NAME}/big.bin"
+            kind = zipfile.ZIP_DEFLATED if deflate else zipfile.ZIP_STORED
+            zout.writestr(info, data, compress_type=kind, compresslevel=1)
+    return dest
+
+
+def test_normalize_returns_the_digests_of_what_it_wrote(tmp_path: Path) -> None:
+    from rocmforge.stamp import STAMP_NAME, stamp_bytes
+    from rocmforge.util.hashing import file_digests
+    from rocmforge.wheels import STORE_PROBE_MIN, normalize_wheel
+
+    # a big stored member (copied directly, hashed as written) and small ones (read back)
+    big = make_big_wheel(tmp_path, big=STORE_PROBE_MIN + 12345, small=40)
+    got = normalize_wheel(big, epoch=0, add={STAMP_NAME: stamp_bytes("c" * 64, {"n": 1})})
+    b3, sha = file_digests(big)
+    assert got == {"sha256": sha, "blake3": b3}
+    (tmp_path / "small").mkdir()
+    small = make_big_wheel(tmp_path / "small", big=1000, small=3)
+    got = normalize_wheel(small, epoch=0, durable=False)
+    b3, sha = file_digests(small)
+    assert got == {"sha256": sha, "blake3": b3}
+
+
+@pytest.mark.slow
+def test_a_big_stored_member_copied_directly_gives_the_bytes_of_the_zipfile_path(
+    tmp_path: Path,
+) -> None:
+    from rocmforge.wheels import STORE_PROBE_MIN, normalize_wheel
+
+    stored = make_big_wheel(tmp_path, big=STORE_PROBE_MIN + 1, small=20)
+    (tmp_path / "deflated").mkdir()
+    # the same members, the big one deflated: it goes through zipfile's inflate and CRC check
+    deflated = _rezip(stored, tmp_path / "deflated" / stored.name, big=1)
+    one = normalize_wheel(stored, epoch=0)
+    two = normalize_wheel(deflated, epoch=0)
+    assert stored.read_bytes() == deflated.read_bytes()
+    assert one == two
+
+
+def test_a_big_stored_member_with_a_bad_crc_is_a_check_error(tmp_path: Path) -> None:
+    from rocmforge.errors import CheckError
+    from rocmforge.wheels import STORE_PROBE_MIN, normalize_wheel
+
+    wheel = make_big_wheel(tmp_path, big=STORE_PROBE_MIN, small=2)
+    with zipfile.ZipFile(wheel) as zf:
+        info = zf.getinfo(f"{NAME}/big.bin")
+        crc = info.CRC.to_bytes(4, "little")
+    raw = bytearray(wheel.read_bytes())
+    # the CRC sits at offset 14 of the local header and 16 of the central directory entry
+    local = info.header_offset
+    assert raw[local + 14 : local + 18] == crc
+    bad = ((info.CRC ^ 1) & 0xFFFFFFFF).to_bytes(4, "little")
+    raw[local + 14 : local + 18] = bad
+    name = info.filename.encode()
+    at = raw.index(b"PK\x01\x02", local)
+    while raw[at + 46 : at + 46 + len(name)] != name:
+        at = raw.index(b"PK\x01\x02", at + 4)
+    raw[at + 16 : at + 20] = bad
+    wheel.write_bytes(raw)
+    with pytest.raises(CheckError, match="CRC"):
+        normalize_wheel(wheel, epoch=0)
+    assert wheel.read_bytes() == raw
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_a_big_stored_member_that_differs_from_record_is_a_check_error(tmp_path: Path) -> None:
+    from rocmforge.errors import CheckError
+    from rocmforge.wheels import STORE_PROBE_MIN, normalize_wheel
+
+    wheel = make_big_wheel(tmp_path, big=STORE_PROBE_MIN, small=2)
+    with zipfile.ZipFile(wheel) as zf:
+        record_name = f"{NAME}-{VERSION}.dist-info/RECORD"
+        rows = list(csv.reader(zf.read(record_name).decode().splitlines()))
+    for row in rows:
+        if row[0] == f"{NAME}/big.bin":
+            row[1] = f"sha256={_b64(hashlib.sha256(b'something else').digest())}"
+    text = io.StringIO()
+    csv.writer(text, lineterminator="\n").writerows(rows)
+    (tmp_path / "bad").mkdir()
+    bad = _rezip(wheel, tmp_path / "bad" / wheel.name, big=0, record=text.getvalue().encode())
+    before = bad.read_bytes()
+    with pytest.raises(CheckError, match=f"{NAME}/big.bin: sha256 does not match RECORD"):
+        normalize_wheel(bad, epoch=0)
+    assert bad.read_bytes() == before
+
+
+def test_where_the_kernel_cannot_copy_the_member_is_read_and_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rocmforge.util.hashing import file_digests
+    from rocmforge.wheels import STORE_PROBE_MIN, normalize_wheel
+
+    one = make_big_wheel(tmp_path, big=STORE_PROBE_MIN + 7, small=5)
+    two = tmp_path / "two" / one.name
+    two.parent.mkdir()
+    shutil.copyfile(one, two)
+    first = normalize_wheel(one, epoch=0)
+
+    def refuse(*args: object) -> int:
+        raise OSError(18, "Invalid cross-device link")  # what some file systems answer
+
+    monkeypatch.setattr(os, "copy_file_range", refuse)
+    second = normalize_wheel(two, epoch=0)
+    assert one.read_bytes() == two.read_bytes()
+    b3, sha = file_digests(two)
+    assert first == second == {"sha256": sha, "blake3": b3}

@@ -18,8 +18,9 @@ THREADED = 8 << 20
 class BackgroundHash:
     """Feed a hash object from one worker thread, in order: :meth:`update` returns at once.
 
-    The data passed must not change afterwards (``bytes``, not a reused buffer). :meth:`result`
-    waits for the last update and returns the hash object.
+    The data passed must not change until the following :meth:`update` (or :meth:`result`) has
+    returned: that waits for it to be hashed, so two buffers used in turn can be refilled safely.
+    :meth:`result` waits for the last update and returns the hash object.
     """
 
     def __init__(self, h: Any) -> None:
@@ -29,7 +30,7 @@ class BackgroundHash:
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="hash")
         self._pending: Any = None
 
-    def update(self, data: bytes) -> None:
+    def update(self, data: bytes | memoryview) -> None:
         """Hash ``data`` after everything given before, in the worker thread."""
         if self._pending is not None:
             self._pending.result()
