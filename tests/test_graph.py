@@ -41,12 +41,12 @@ def realize(*args: str | Path) -> subprocess.CompletedProcess[str]:
 
 
 def built(stderr: str) -> list[str]:
-    """The names of the packages a realize built (not answered from the store)."""
-    return [
-        ln.split()[1]
-        for ln in stderr.splitlines()
-        if ln.startswith("rocmforge: ") and " built in " in ln
-    ]
+    """The names of the packages a realize built (not answered from the store).
+
+    Searched anywhere, not per line: the children of ``-j`` share one stderr, and an
+    unbuffered child (PYTHONUNBUFFERED) writes a line and its newline in two calls, so another
+    child's line can start mid-line."""
+    return re.findall(r"rocmforge: (\S+) \S+ [0-9a-f]{32} built in ", stderr)
 
 
 def scaled_in_fresh_venv(tmp_path: Path, wheels: list[str], name: str) -> int:
