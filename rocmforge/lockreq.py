@@ -1,7 +1,8 @@
 """``lock`` for build requirements: resolve the closure, fetch its wheels, write the lock file.
 
 Resolution happens here and only here (never at build time): the specifiers (plus the source's
-own ``[build-system] requires`` with ``build-system = true``) go to a real resolver
+own ``[build-system] requires`` with ``build-system = true``, and the requirements of its
+``build-file`` such as PyTorch's ``requirements-build.txt``) go to a real resolver
 (:mod:`rocmforge.sources.resolver`), every wheel of the closure is fetched into the store, and
 the recipe's lock file (:mod:`rocmforge.recipe.lockfile`) records exact versions and sha256s.
 
@@ -90,10 +91,72 @@ def source_build_requires(recipe: Recipe, *, store: Store) -> tuple[str, ...]:
     return tuple(r.strip() for r in requires)
 
 
+class SourceNotHere(Exception):
+    """The source tree is not in the mirror cache, and a ``lock --check`` fetches nothing: what
+    its files say cannot be compared here (a provisional note, not a change)."""
+
+
+def _source_file(recipe: Recipe, name: str, *, store: Store, fetch: bool) -> tuple[bytes, str]:
+    """Return the bytes of ``name`` in the recipe's source (a path source, or the git mirror at
+    ``rev``) and where they were read. Raises :class:`SourceNotHere` when ``fetch`` is False
+    and the commit is not in the mirror cache, FileNotFoundError if the file is not there."""
+    spec = recipe.source
+    if spec.kind == "path" and spec.path is not None:
+        path = spec.path / name
+        try:
+            return path.read_bytes(), str(path)
+        except FileNotFoundError:
+            raise
+        except OSError as exc:
+            raise SourceError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    from rocmforge.sources.git import ensure_mirror, git_ok, mirror_path, run_git
+
+    if not spec.git or not spec.rev:
+        raise UsageError(f"{recipe.file}: source.rev: needed to read {name} from the source")
+    where = f"{spec.git}@{spec.rev[:12]}:{name}"
+    mirror = mirror_path(spec.git, store.sources_dir)
+    if not fetch and not git_ok(["--git-dir", mirror, "cat-file", "-e", f"{spec.rev}^{{commit}}"]):
+        raise SourceNotHere(where)
+    mirror = ensure_mirror(spec.git, spec.rev, store.sources_dir)
+    if not git_ok(["--git-dir", mirror, "cat-file", "-e", f"{spec.rev}:{name}"]):
+        raise FileNotFoundError(where)
+    raw = run_git(["--git-dir", mirror, "show", f"{spec.rev}:{name}"], what=f"reading {where}")
+    return raw, where
+
+
+def source_file_requires(recipe: Recipe, *, store: Store, fetch: bool = True) -> tuple[str, ...]:
+    """Return the requirements of the recipe's ``[requirements] build-file`` as its source has
+    it (comments and blank lines dropped; pip options such as ``-r`` are refused)."""
+    name = recipe.requirements.build_file
+    assert name is not None
+    try:
+        raw, where = _source_file(recipe, name, store=store, fetch=fetch)
+    except FileNotFoundError as exc:
+        raise SourceError(
+            f"{recipe.file}: requirements.build-file: {exc.args[0] if exc.args else name} "
+            "is not in the source"
+        ) from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SourceError(f"{where}: not valid UTF-8") from exc
+    out: list[str] = []
+    for n, line in enumerate(text.splitlines(), 1):
+        line = re.sub(r"(^|\s)#.*$", "", line).strip()
+        if not line:
+            continue
+        if line.startswith("-") or line.endswith("\\"):
+            raise SourceError(f"{where}:{n}: {line!r}: only requirements are read (no pip "
+                              "options, includes or continued lines)")  # fmt: skip
+        out.append(line)
+    return tuple(out)
+
+
 def lock_owner(recipe: Recipe) -> Path:
     """Return the recipe file whose lock file ``lock`` writes: the nearest one along the
-    ``extends`` chain (the recipe itself first) that sets ``[requirements] build`` or
-    ``build-system``. A child that only inherits its base's requirements locks the base."""
+    ``extends`` chain (the recipe itself first) that sets ``[requirements] build``,
+    ``build-system`` or ``build-file``. A child that only inherits its base's requirements
+    locks the base."""
     for file in reversed(recipe.extends_chain or (recipe.file,)):
         if file == recipe.file:
             return file if _declares(recipe.file) else _next(recipe)
@@ -107,7 +170,8 @@ def _declares(file: Path) -> bool:
     except (OSError, tomllib.TOMLDecodeError):
         return True
     table = data.get("requirements")
-    return isinstance(table, dict) and ("build" in table or "build-system" in table)
+    return isinstance(table, dict) and any(k in table for k in ("build", "build-system",
+                                                                    "build-file"))
 
 
 def _next(recipe: Recipe) -> Path:
@@ -151,10 +215,13 @@ def lock_requirements(
     source_requires: tuple[str, ...] = ()
     if wanted.build_system:
         source_requires = source_build_requires(recipe, store=store)
+    if wanted.build_file is not None:  # a --check reads it only if the source is already here
+        source_requires += source_file_requires(recipe, store=store, fetch=write or bool(upgrade))
     wanted = LockInputs(
         python=wanted.python,
         requires=wanted.requires,
         build_system=wanted.build_system,
+        build_file=wanted.build_file,
         source_requires=source_requires,
     )
     current = find_lock(recipe)

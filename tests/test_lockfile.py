@@ -386,3 +386,85 @@ def test_build_system_requires_of_a_git_source(
     assert rf("lock", "--check", recipe, "--store", store, env=env).returncode == 0
     built = rf("realize", recipe, "--store", store, env=env)
     assert built.returncode == 0, built.stderr
+
+
+@pytest.mark.slow
+def test_build_file_of_a_git_source_is_read_by_lock_at_the_pinned_commit(
+    lockwheels: Path, tmp_path: Path, store: Path
+) -> None:
+    """``[requirements] build-file`` (PyTorch's requirements-build.txt): ``lock`` reads the file
+    from the pinned tree and resolves it with ``build``; a new commit whose file differs makes
+    ``lock --check`` report the lock stale; a ``lock --check`` without the source fetched says
+    so and changes nothing; the lock applies at plan time without the source."""
+    from conftest import git
+
+    repo = tmp_path / "repo"
+    shutil.copytree(DEMO, repo)
+    (repo / "requirements-build.txt").write_text(
+        "# what the build needs\nsetuptools>=70,<76  # the backend\n\n"
+    )
+    git(repo, "init", "-q")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "demo")
+    commit = git(repo, "rev-parse", "HEAD")
+    recipe = tmp_path / "r.toml"
+    text = (
+        'schema = 1\n[package]\nname = "rfdemo"\nversion = "1.0.0"\n'
+        f'[source]\ngit = "{repo}"\nrev = "{{rev}}"\n'
+        '[requirements]\nbuild = ["packaging"]\nbuild-file = "requirements-build.txt"\n'
+    )
+    recipe.write_text(text.format(rev=commit))
+    env = offline(lockwheels)
+    before = rf("lock", "--check", recipe, "--store", store, env=env)
+    assert before.returncode == 0 and "is not fetched here" in before.stdout, before.stdout
+    proc = rf("lock", recipe, "--store", store, env=env)
+    assert proc.returncode == 0, proc.stderr
+    with open(tmp_path / "r.lock", "rb") as f:
+        data = tomllib.load(f)
+    assert data["build-file"] == "requirements-build.txt"
+    assert data["source-requires"] == ["setuptools>=70,<76"] and data["requires"] == ["packaging"]
+    assert {p["name"]: p["version"] for p in data["package"]} == {
+        "setuptools": "75.6.0", "packaging": "26.4"
+    }  # fmt: skip
+    assert rf("lock", "--check", recipe, "--store", store, env=env).returncode == 0
+    plan = rf("plan", recipe, "--store", tmp_path / "other-store", "--json", env=env)
+    assert plan.returncode == 0, plan.stderr  # the lock applies without the source at hand
+    # a lock whose source-requires were guessed (the shipped PyTorch lock's case): where the
+    # source is at hand, lock --check says it is stale and lock puts the file's list in
+    lock = tmp_path / "r.lock"
+    good = lock.read_text()
+    lock.write_text(good.replace('"setuptools>=70,<76"', '"setuptools>=70,<75"'))
+    stale = rf("lock", "--check", recipe, "--store", store, env=env)
+    assert stale.returncode == 1 and "re-lock" in stale.stdout, stale.stdout + stale.stderr
+    assert rf("lock", recipe, "--store", store, env=env).returncode == 0
+    assert lock.read_text() == good
+    # upstream changes its file and the pin moves: lock fetches the commit and re-resolves
+    (repo / "requirements-build.txt").write_text("setuptools>=79\n")
+    git(repo, "commit", "-qam", "bump")
+    recipe.write_text(text.format(rev=git(repo, "rev-parse", "HEAD")))
+    assert rf("lock", recipe, "--store", store, env=env).returncode == 0
+    with open(tmp_path / "r.lock", "rb") as f:
+        relocked = tomllib.load(f)
+    assert relocked["source-requires"] == ["setuptools>=79"]
+    assert {p["name"]: p["version"] for p in relocked["package"]}["setuptools"] == "79.0.1"
+    # pip options are not followed: one line error naming the file and line
+    (repo / "requirements-build.txt").write_text("-r other.txt\n")
+    git(repo, "commit", "-qam", "include")
+    recipe.write_text(text.format(rev=git(repo, "rev-parse", "HEAD")))
+    bad = rf("lock", recipe, "--store", store, env=env)
+    assert bad.returncode != 0 and "requirements-build.txt:1" in bad.stderr, bad.stderr
+    assert "Traceback" not in bad.stderr
+
+
+def test_build_file_must_be_a_path_inside_the_source(tmp_path: Path) -> None:
+    from rocmforge.errors import RecipeError
+    from rocmforge.recipe.load import load_recipe
+
+    for bad in ("/etc/passwd", "../x.txt", ""):
+        recipe = tmp_path / "r.toml"
+        recipe.write_text(
+            'schema = 1\n[package]\nname = "x"\nversion = "1"\n[source]\npath = "."\n'
+            f'[requirements]\nbuild-file = "{bad}"\n'
+        )
+        with pytest.raises(RecipeError, match=r"requirements\.build-file"):
+            load_recipe(recipe)

@@ -61,7 +61,15 @@ def test_current_torch_recipes(tmp_path: Path, name: str, arch: str) -> None:
     assert all(i.url and i.sha256 and "/0.13b/" in i.url for i in r.inputs.values())
     assert not any("setup.py" in s for s in r.build.steps)
     assert "python -m build --wheel --no-isolation" in r.build.steps[-1]
-    assert "scikit-build-core>=1.0" in r.requirements.specifiers
+    # upstream's `pip install build -r requirements-build.txt`: the file is read by lock from
+    # the pinned tree; the shipped lock's source-requires carry the scikit-build-core switch
+    assert r.requirements.specifiers == ("build",)
+    assert r.requirements.build_file == "requirements-build.txt"
+    assert r.requirements.lock is not None
+    from rocmforge.recipe.lockfile import read_lock
+
+    assert "scikit-build-core>=1.0" in read_lock(r.requirements.lock).inputs.source_requires
+    assert any(p.startswith("scikit-build-core==") for p in r.requirements.build)
     store = tmp_path / "store"
     proc = rf("plan", CURRENT / f"{name}.toml", "--store", store, "--json")
     assert proc.returncode == 0, proc.stderr

@@ -57,14 +57,17 @@ class LockedPackage:
 class LockInputs:
     """What a lock was resolved from; a lock applies to a recipe only if these are equal.
 
-    ``source_requires`` are the source's own ``[build-system] requires`` at lock time (empty
-    unless ``build_system``); the recipe's specifiers and that flag are compared at load time,
-    ``lock --check`` compares the source's list as well.
+    ``source_requires`` are the source's own ``[build-system] requires`` (if ``build_system``)
+    and the requirements of its ``build_file``, as read at lock time; the recipe's specifiers,
+    that flag and that file name are compared at load time, ``lock --check`` compares the
+    source's lists as well.
     """
 
     python: str
     requires: tuple[str, ...]
     build_system: bool = False
+    #: ``[requirements] build-file``: the source's requirements file read at lock time
+    build_file: str | None = None
     source_requires: tuple[str, ...] = ()
 
 
@@ -95,12 +98,15 @@ def inputs_of(recipe: Recipe) -> LockInputs:
         python=recipe.toolchain.python,
         requires=recipe.requirements.specifiers,
         build_system=recipe.requirements.build_system,
+        build_file=recipe.requirements.build_file,
     )
 
 
 def _same(a: LockInputs, b: LockInputs) -> bool:
     """True if the recipe-side inputs agree (the source's own list is checked by ``lock``)."""
-    return (a.python, a.requires, a.build_system) == (b.python, b.requires, b.build_system)
+    return (a.python, a.requires, a.build_system, a.build_file) == (
+        b.python, b.requires, b.build_system, b.build_file
+    )  # fmt: skip
 
 
 def _bad(path: Path, key: str, message: str) -> RecipeError:
@@ -134,6 +140,9 @@ def read_lock(path: Path) -> LockFile:
         raise _bad(path, "python", "must be a string such as '3.11'")
     if not isinstance(build_system, bool):
         raise _bad(path, "build-system", "must be true or false")
+    build_file = data.get("build-file")
+    if build_file is not None and not isinstance(build_file, str):
+        raise _bad(path, "build-file", "must be a string (a path in the source)")
     packages: list[LockedPackage] = []
     items = data.get("package", [])
     if not isinstance(items, list):
@@ -156,6 +165,7 @@ def read_lock(path: Path) -> LockFile:
             python=python,
             requires=strings("requires"),
             build_system=build_system,
+            build_file=build_file,
             source_requires=strings("source-requires"),
         ),
         packages=tuple(packages),
@@ -187,7 +197,9 @@ def render_lock(recipe_name: str, lock: LockFile) -> str:
         f"build-system = {'true' if i.build_system else 'false'}",
         f"requires = {_array(i.requires)}",
     ]
-    if i.build_system:
+    if i.build_file is not None:
+        lines.insert(-1, f"build-file = {_q(i.build_file)}")
+    if i.build_system or i.build_file is not None:
         lines.append(f"source-requires = {_array(i.source_requires)}")
     for p in sorted(lock.packages, key=lambda p: p.name):
         lines += [
@@ -230,7 +242,7 @@ def apply_lock(recipe: Recipe) -> Recipe:
     raises :class:`RecipeError` with the command to run.
     """
     reqs = recipe.requirements
-    if not reqs.specifiers and not reqs.build_system:
+    if not reqs.specifiers and not reqs.build_system and reqs.build_file is None:
         return recipe
     lock = find_lock(recipe)
     if lock is None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
 from rocmforge.errors import Problem, RecipeError, RequirementError
@@ -103,12 +103,19 @@ class RequirementsSpec:
     digests: Mapping[str, str] = field(default_factory=dict)
     specifiers: tuple[str, ...] = ()
     build_system: bool = False
+    #: ``build-file``: a requirements file in the source tree (``requirements-build.txt``) whose
+    #: requirements ``lock`` reads at the pinned commit and resolves with ``build``.
+    build_file: str | None = None
     lock: Path | None = None
 
     @property
     def needs_lock(self) -> bool:
-        """True if the closure comes from a lock file (specifiers or the source's own list)."""
-        return self.build_system or not all(is_exact_pin(s) for s in self.specifiers)
+        """True if the closure comes from a lock file (specifiers or the source's own lists)."""
+        return (
+            self.build_system
+            or self.build_file is not None
+            or not all(is_exact_pin(s) for s in self.specifiers)
+        )
     #: ``recipes``: other recipes (absolute once loaded) whose wheels this build needs.
     recipes: tuple[Path, ...] = ()
 
@@ -245,7 +252,7 @@ _KEYS: dict[str, tuple[str, ...]] = {
     "toolchain": ("kind", "python", "cc", "cxx", "rocm", "root", "packages", "hip-clang",
                   "device-libs", "rust", "version", "families", "index", "wheels",
                   "module"),
-    "requirements": ("build", "digests", "build-system", "recipes"),
+    "requirements": ("build", "digests", "build-system", "build-file", "recipes"),
     "build": ("steps", "passthrough", "timeout", "repair", "repair-policy",
               "compiler-cache", "config-settings", "reproducible", "resources"),
     "build.resources": ("cpus", "memory", "time", "gpus"),
@@ -629,10 +636,18 @@ def _requirements(c: _Checker, data: Mapping[str, Any]) -> RequirementsSpec:
     specifiers = _specifiers(c, t)
     recipes = tuple(Path(p) for _, p in c.strings(t, "requirements", "recipes"))
     build_system = c.boolean(t, "requirements", "build-system")
-    if build_system or not all(is_exact_pin(s) for s in specifiers):
+    build_file = c.string(t, "requirements", "build-file")
+    if build_file is not None:
+        parts = PurePosixPath(build_file).parts
+        if not build_file or build_file.startswith("/") or ".." in parts or "\\" in build_file:
+            c.add("requirements.build-file", f"{build_file!r} is not a relative path inside the "
+                  "source (such as 'requirements-build.txt')")  # fmt: skip
+            build_file = None
+    if build_system or build_file is not None or not all(is_exact_pin(s) for s in specifiers):
         return RequirementsSpec(
             specifiers=tuple(specifiers),
             build_system=build_system,
+            build_file=build_file,
             digests=_digests(c, t, []),
             recipes=recipes,
         )
