@@ -353,3 +353,33 @@ def test_repair_with_auditwheel_gives_a_manylinux_wheel_recorded_in_provenance(
     recipe.write_text(recipe.read_text().replace('"auditwheel==6.1.0", ', ""))
     r = rf("plan", recipe, "--store", tmp_path / "s")
     assert r.returncode == 2 and "build.repair: auditwheel must be pinned" in r.stderr
+
+
+def test_each_progress_line_reaches_stderr_in_one_write() -> None:
+    """The children of ``realize -j`` share one stderr; with PYTHONUNBUFFERED, ``print`` writes
+    a line and its newline in two calls, so another child's line could start mid-line. Every
+    line the reporter prints is one write ending in a newline."""
+    import io
+
+    from rocmforge.commands._common import ConsoleReporter
+
+    class Recording(io.StringIO):
+        def __init__(self) -> None:
+            super().__init__()
+            self.calls: list[str] = []
+
+        def write(self, s: str) -> int:
+            self.calls.append(s)
+            return super().write(s)
+
+        def isatty(self) -> bool:
+            return False
+
+    stream = Recording()
+    reporter = ConsoleReporter(stream, label="tiny", verbose=True, heartbeat=0)
+    reporter.phase("build")
+    reporter.log_line("compiling x.c\n")
+    reporter.warning("something")
+    reporter.beat()
+    assert len(stream.calls) == 4, stream.calls
+    assert all(c.endswith("\n") and c.count("\n") == 1 for c in stream.calls), stream.calls

@@ -194,7 +194,7 @@ def store_root(args: argparse.Namespace) -> Path:
 
 
 def _warn(message: str) -> None:
-    print(f"warning: {message}", file=sys.stderr)
+    sys.stderr.write(f"warning: {message}\n")  # one write per line (see ConsoleReporter._say)
 
 
 def open_store(args: argparse.Namespace, *, create: bool = False) -> Store:
@@ -328,12 +328,11 @@ class ConsoleReporter:
                  else f"{size / 1024:.1f} kB" if size >= 1024 else f"{size} B")  # fmt: skip
         last = f"; last: {self.last[:200]}" if self.last else ""
         with self._lock:
-            print(
+            self._say(
                 f"rocmforge: {self.label}: {self.current} still running (+{self._elapsed()}); "
-                f"output {shown}{last}",
-                file=self.stream,
-                flush=True,
+                f"output {shown}{last}"
             )
+            self.stream.flush()
 
     def phase(self, name: str) -> None:
         """Show that a new phase started."""
@@ -341,7 +340,7 @@ class ConsoleReporter:
         if self.tty:
             self._draw()
         else:
-            print(f"rocmforge: {self.label}: {name} (+{self._elapsed()})", file=self.stream)
+            self._say(f"rocmforge: {self.label}: {name} (+{self._elapsed()})")
 
     def log_line(self, line: str) -> None:
         """Remember (TTY) or echo (``--verbose``) one line of build output."""
@@ -351,12 +350,18 @@ class ConsoleReporter:
             if time.monotonic() - self._drawn > 0.1:
                 self._draw()
         elif self.verbose:
-            print(f"  | {line.rstrip()}", file=self.stream)
+            self._say(f"  | {line.rstrip()}")
 
     def warning(self, message: str) -> None:
         """Print a warning on its own line."""
         self.clear()
-        print(f"warning: {message}", file=self.stream)
+        self._say(f"warning: {message}")
+
+    def _say(self, line: str) -> None:
+        # One write per line: with PYTHONUNBUFFERED print() writes the text and its newline in
+        # two calls, and the children of `realize -j` share one stderr, so another child's
+        # line could start in the middle of this one.
+        self.stream.write(line + "\n")
 
     def clear(self) -> None:
         """Erase the live status line."""

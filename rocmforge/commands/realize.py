@@ -153,7 +153,7 @@ def run(args: argparse.Namespace) -> int:
             if report.substituted:
                 how = f"substituted from {report.substituted} in {report.seconds:.1f} s"
             how += _cache_note(report)
-            print(f"rocmforge: {report.name} {report.version} {report.hash} {how}", file=sys.stderr)
+            sys.stderr.write(f"rocmforge: {report.name} {report.version} {report.hash} {how}\n")
 
     from rocmforge.store.roots import TempRoots
 
