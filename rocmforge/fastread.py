@@ -83,14 +83,9 @@ def _table(root: str, name: str | None, version: str | None) -> str | None:
         used = scan.used_times(root)
         roots = scan.scan_roots(root)[0]
         sql, params = scan.summary_query(name=name, version=version)
-        rows = [
-            (h, n, v, size, created, max(last, used.get(h, 0.0)) if used else last,
-             len(roots[h]) if h in roots else 0)
-            for h, n, v, size, created, last in db.execute(sql, params)
-        ]  # fmt: skip
+        return format_summary(scan.with_usage(db.execute(sql, params), used, roots))
     finally:
         db.close()
-    return format_summary(rows)
 
 
 def _list(root: str, opts: dict[str, str]) -> str | None:

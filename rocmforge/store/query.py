@@ -164,12 +164,9 @@ def list_summary(store: Store) -> Iterator[tuple[str, str, str, int, float, floa
     """Yield ``(hash, name, version, size, created, last_used, roots)`` of every indexed entry,
     oldest first: what :func:`list_entries` gives, as plain tuples with a count of roots,
     streamed from the index."""
-    used = store.used_times()
-    roots = _roots(store)
-    for h, name, version, size, created, last in store.index.summary_rows():
-        if used:
-            last = max(last, used.get(h, 0.0))
-        yield h, name, version, size, created, last, len(roots[h]) if h in roots else 0
+    from rocmforge.store.scan import with_usage
+
+    yield from with_usage(store.index.summary_rows(), store.used_times(), _roots(store))
 
 
 def find_entry_dir(store: Store, target: str) -> Path:

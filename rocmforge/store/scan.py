@@ -19,6 +19,7 @@ from rocmforge.store import layout
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (~2 ms)
 if TYPE_CHECKING:
     import sqlite3
+    from collections.abc import Iterable, Iterator, Mapping, Sized
 
 #: Columns of one summary row: ``(hash, name, version, size, created, last_used)``.
 SUMMARY_COLUMNS = "hash, name, version, size, created, last_used"
@@ -153,6 +154,20 @@ def scan_roots(root: str) -> tuple[dict[str, list[str]], list[str], list[str]]:
             by_hash.setdefault(h, []).append(f"build in progress (pid {pid})")
             busy.append(f"build of {h} in progress (pid {pid})")
     return by_hash, busy, stale
+
+
+def with_usage(
+    rows: Iterable[tuple[str, str, str, int, float, float]],
+    used: Mapping[str, float],
+    roots: Mapping[str, Sized],
+) -> Iterator[tuple[str, str, str, int, float, float, int]]:
+    """Yield summary rows ``(hash, name, version, size, created, last_used)`` with last use
+    raised to the ``used/`` mark (:func:`used_times`) and the number of roots appended (``roots``:
+    hash -> reasons, from :func:`scan_roots`)."""
+    for h, name, version, size, created, last in rows:
+        if used:
+            last = max(last, used.get(h, 0.0))
+        yield h, name, version, size, created, last, len(roots[h]) if h in roots else 0
 
 
 def name_version_clauses(
