@@ -48,49 +48,6 @@ def _canonical(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def source_build_requires(recipe: Recipe, *, store: Store) -> tuple[str, ...]:
-    """Return the source's own ``[build-system] requires`` (path sources, or git via the mirror).
-
-    A source without a pyproject.toml (or without the table) gets PEP 517's default,
-    ``setuptools>=40.8.0``.
-    """
-    spec = recipe.source
-    where: str
-    if spec.kind == "path" and spec.path is not None:
-        where = str(spec.path / "pyproject.toml")
-        try:
-            raw = (spec.path / "pyproject.toml").read_bytes()
-        except FileNotFoundError:
-            return ("setuptools>=40.8.0",)
-        except OSError as exc:
-            raise SourceError(f"{where}: cannot read: {exc.strerror or exc}") from exc
-    else:
-        from rocmforge.sources.git import ensure_mirror, run_git
-
-        if not spec.git or not spec.rev:
-            raise UsageError(f"{recipe.file}: source.rev: needed to read [build-system] requires")
-        mirror = ensure_mirror(spec.git, spec.rev, store.sources_dir)
-        where = f"{spec.git}@{spec.rev[:12]}:pyproject.toml"
-        try:
-            raw = run_git(
-                ["--git-dir", str(mirror), "show", f"{spec.rev}:pyproject.toml"],
-                what=f"reading {where}",
-            )
-        except SourceError:
-            return ("setuptools>=40.8.0",)
-    try:
-        data = tomllib.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise SourceError(f"{where}: invalid TOML: {exc}") from exc
-    table = data.get("build-system")
-    if not isinstance(table, dict) or "requires" not in table:
-        return ("setuptools>=40.8.0",)
-    requires = table["requires"]
-    if not isinstance(requires, list) or not all(isinstance(r, str) for r in requires):
-        raise SourceError(f"{where}: build-system.requires: must be a list of strings")
-    return tuple(r.strip() for r in requires)
-
-
 class SourceNotHere(Exception):
     """The source tree is not in the mirror cache, and a ``lock --check`` fetches nothing: what
     its files say cannot be compared here (a provisional note, not a change)."""
@@ -122,6 +79,29 @@ def _source_file(recipe: Recipe, name: str, *, store: Store, fetch: bool) -> tup
         raise FileNotFoundError(where)
     raw = run_git(["--git-dir", mirror, "show", f"{spec.rev}:{name}"], what=f"reading {where}")
     return raw, where
+
+
+def source_build_requires(recipe: Recipe, *, store: Store) -> tuple[str, ...]:
+    """Return the source's own ``[build-system] requires`` (path sources, or git via the mirror).
+
+    A source without a pyproject.toml (or without the table) gets PEP 517's default,
+    ``setuptools>=40.8.0``.
+    """
+    try:
+        raw, where = _source_file(recipe, "pyproject.toml", store=store, fetch=True)
+    except FileNotFoundError:
+        return ("setuptools>=40.8.0",)
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise SourceError(f"{where}: invalid TOML: {exc}") from exc
+    table = data.get("build-system")
+    if not isinstance(table, dict) or "requires" not in table:
+        return ("setuptools>=40.8.0",)
+    requires = table["requires"]
+    if not isinstance(requires, list) or not all(isinstance(r, str) for r in requires):
+        raise SourceError(f"{where}: build-system.requires: must be a list of strings")
+    return tuple(r.strip() for r in requires)
 
 
 def source_file_requires(recipe: Recipe, *, store: Store, fetch: bool = True) -> tuple[str, ...]:

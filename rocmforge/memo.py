@@ -483,8 +483,10 @@ def record_plan(store_root: str, recipe: str, *, hash: str, warnings: str, text:
     result = _valid(item)
     if result is None or result.get("hash") != hash:
         return
-    item["plan"] = {"hash": hash, "warnings": warnings, "text": text, "host": host_facts()}
-    _write_item(store_root, key, item)
+    plan = {"hash": hash, "warnings": warnings, "text": text, "host": host_facts()}
+    if item.get("plan") != plan:  # a plan --rehash of an unchanged recipe rewrites nothing
+        item["plan"] = plan
+        _write_item(store_root, key, item)
 
 
 def fast_plan(argv: Sequence[str]) -> int | None:
