@@ -596,39 +596,40 @@ def _sdk(
     index = c.string(t, "toolchain", "index")
     if index is not None and not re.match(r"^(https?|file)://", index):
         c.add("toolchain.index", f"{index!r} is not an http(s):// or file:// URL")
-    value = t.get("wheels", {})
-    wheels: dict[str, str] = {}
-    if not isinstance(value, Mapping):
-        c.add("toolchain.wheels", f"must be a table of pin -> digest, not {_describe(value)}")
-        value = {}
-    for pin, digest in value.items():
-        key = join_key("toolchain.wheels", pin)
-        norm = normal_pin(pin)
-        if norm is None or not norm.startswith("rocm-sdk-"):
-            c.add(key, f"{pin!r} is not a 'rocm-sdk-NAME==version' pin")
-        elif not isinstance(digest, str) or not _DIGEST.match(digest):
-            c.add(key, "must be 'sha256:<64 hex>' or 'blake3:<64 hex>'")
-        else:
-            wheels[norm] = digest
-    value = t.get("module", {})
-    module: dict[str, str] = {}
-    if not isinstance(value, Mapping):
-        c.add("toolchain.module", f"must be a table of pin -> digest, not {_describe(value)}")
-        value = {}
-    for pin, digest in value.items():
-        key = join_key("toolchain.module", pin)
-        norm = normal_pin(pin)
-        if norm is None or not norm.startswith("rocm=="):
-            c.add(key, f"{pin!r} is not a 'rocm==version' pin (the sdist of the rocm_sdk module)")
-        elif not isinstance(digest, str) or not digest.startswith("sha256:") or not _DIGEST.match(
-            digest
-        ):
-            c.add(key, "must be 'sha256:<64 hex>'")
-        else:
-            module[norm] = digest
+    wheels = _pin_table(c, t, "wheels", "rocm-sdk-", "a 'rocm-sdk-NAME==version' pin", blake3=True)
+    module = _pin_table(c, t, "module", "rocm==",
+                        "a 'rocm==version' pin (the sdist of the rocm_sdk module)", blake3=False)
     if len(module) > 1:
         c.add("toolchain.module", "must pin one rocm sdist, not several")
     return version, tuple(families), index, wheels, module
+
+
+def _pin_table(
+    c: _Checker, t: Mapping[str, Any], name: str, prefix: str, what: str, *, blake3: bool
+) -> dict[str, str]:
+    """Read ``[toolchain] NAME``: pins (normalized, starting with ``prefix``) -> digests
+    (``sha256:``, or also ``blake3:`` when ``blake3``)."""
+    where = f"toolchain.{name}"
+    value = t.get(name, {})
+    out: dict[str, str] = {}
+    if not isinstance(value, Mapping):
+        c.add(where, f"must be a table of pin -> digest, not {_describe(value)}")
+        return out
+    for pin, digest in value.items():
+        key = join_key(where, pin)
+        norm = normal_pin(pin)
+        if norm is None or not norm.startswith(prefix):
+            c.add(key, f"{pin!r} is not {what}")
+        elif (
+            not isinstance(digest, str)
+            or not _DIGEST.match(digest)
+            or not (blake3 or digest.startswith("sha256:"))
+        ):
+            c.add(key, "must be 'sha256:<64 hex>' or 'blake3:<64 hex>'" if blake3
+                  else "must be 'sha256:<64 hex>'")  # fmt: skip
+        else:
+            out[norm] = digest
+    return out
 
 
 def _requirements(c: _Checker, data: Mapping[str, Any]) -> RequirementsSpec:
