@@ -17,12 +17,11 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-import tempfile
 import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from rocmforge.errors import RequirementError, ToolchainError
+from rocmforge.errors import RequirementError, SourceError, ToolchainError
 from rocmforge.recipe.model import Recipe
 from rocmforge.sources.requirements import Fetcher, PipFetcher, resolve_requirements
 from rocmforge.store import layout
@@ -160,33 +159,23 @@ def _sdists(args: Sequence[str]) -> list[tuple[str, str]]:
 def _download(where: str, dest: Path) -> None:
     """Copy (a path) or download (a URL) ``where`` to ``dest`` atomically (temp, fsync,
     rename), checking the ``#sha256=`` an index page gives with the link."""
-    import shutil
-    import urllib.request
     from urllib.parse import urldefrag
 
+    from rocmforge.sources.inputs import DigestMismatchError, UrllibFetcher, fetch_verified
+
     url, fragment = urldefrag(where)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=".fetch-")
+    if "://" not in url:
+        url = Path(url).absolute().as_uri()
+    want = fragment.partition("sha256=")[2] if fragment.startswith("sha256=") else None
     try:
-        with os.fdopen(fd, "wb") as out:
-            path = url[len("file://"):] if url.startswith("file://") else url
-            if "://" not in path:
-                with open(path, "rb") as src:
-                    shutil.copyfileobj(src, out, 1 << 20)
-            else:
-                with urllib.request.urlopen(url, timeout=300) as resp:
-                    shutil.copyfileobj(resp, out, 1 << 20)
-            out.flush()
-            os.fsync(out.fileno())
-        want = fragment.partition("sha256=")[2] if fragment.startswith("sha256=") else None
-        if want and file_sha256(Path(tmp)) != want.lower():
-            raise ToolchainError(f"{url}: the download does not have the sha256 its index gives")
-        os.replace(tmp, dest)
-    except OSError as exc:
+        fetch_verified(url, dest.parent, UrllibFetcher(), name=lambda _: dest.name,
+                       sha256=want or None)  # fmt: skip
+    except DigestMismatchError:
+        raise ToolchainError(
+            f"{url}: the download does not have the sha256 its index gives"
+        ) from None
+    except (OSError, SourceError) as exc:
         raise ToolchainError(f"cannot fetch {where}: {exc}") from exc
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 def _module(recipe: Recipe, pin: str, *, store: Store, fetch: bool) -> SdkWheel:

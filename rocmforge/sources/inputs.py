@@ -18,13 +18,12 @@ crates.io (see :func:`rocmforge.build.cargo_config`).
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import shutil
 import tarfile
 import tempfile
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
@@ -33,7 +32,7 @@ from rocmforge.errors import FetchError, SourceError
 from rocmforge.recipe.model import InputSpec
 from rocmforge.sources.tree import tree_digest
 from rocmforge.store import layout
-from rocmforge.util.hashing import CHUNK, file_digests
+from rocmforge.util.hashing import CHUNK, file_digests, file_sha256
 from rocmforge.util.statcache import StatCache
 
 INSIDE = "/inputs"
@@ -180,33 +179,59 @@ def download_path(spec: InputSpec, cache: Path) -> Path:
     return cache / layout.SOURCES_INPUTS / layout.INPUTS_ARCHIVES / f"{spec.sha256}{suffix}"
 
 
-def _fetch_archive(spec: InputSpec, cache: Path, fetcher: UrlFetcher) -> tuple[Path, str]:
-    """Download ``spec.url`` into the archive cache; return (its path, its sha256). A declared
-    sha256 must match (else nothing is kept); an undeclared one is what ``lock`` records."""
-    assert spec.url is not None
-    parent = cache / layout.SOURCES_INPUTS / layout.INPUTS_ARCHIVES
-    parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".dl-", dir=parent)
+class DigestMismatchError(SourceError):
+    """A download's sha256 is not the one it was expected to have (nothing was kept)."""
+
+    def __init__(self, url: str, got: str, want: str) -> None:
+        super().__init__(f"{url} has sha256 {got}, expected {want}")
+        self.url, self.got, self.want = url, got, want
+
+
+def fetch_verified(
+    url: str,
+    directory: Path,
+    fetcher: UrlFetcher,
+    *,
+    name: Callable[[str], str],
+    sha256: str | None = None,
+) -> tuple[Path, str]:
+    """Download ``url`` into ``directory`` atomically (a temp file there, fsynced, renamed to
+    ``name(its sha256)``) and return (the file, its sha256). With ``sha256`` given, other bytes
+    raise :class:`DigestMismatchError` and nothing is kept."""
+    directory.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".dl-", dir=directory)
     try:
         with os.fdopen(fd, "wb") as out:
-            fetcher.fetch(spec.url, out)
+            fetcher.fetch(url, out)
             out.flush()
             os.fsync(out.fileno())
-        sha = hashlib.sha256()
-        with open(tmp, "rb") as f:
-            while chunk := f.read(CHUNK):
-                sha.update(chunk)
-        got = sha.hexdigest()
-        if spec.sha256 is not None and got != spec.sha256:
-            raise SourceError(
-                f"inputs.{spec.name}: {spec.url} has sha256 {got}, the recipe expects {spec.sha256}"
-            )
-        target = download_path(replace(spec, sha256=got), cache)
+        got = file_sha256(tmp)
+        if sha256 is not None and got != sha256.lower():
+            raise DigestMismatchError(url, got, sha256)
+        target = directory / name(got)
         os.replace(tmp, target)
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
     return target, got
+
+
+def _fetch_archive(spec: InputSpec, cache: Path, fetcher: UrlFetcher) -> tuple[Path, str]:
+    """Download ``spec.url`` into the archive cache; return (its path, its sha256). A declared
+    sha256 must match (else nothing is kept); an undeclared one is what ``lock`` records."""
+    assert spec.url is not None
+    try:
+        return fetch_verified(
+            spec.url,
+            cache / layout.SOURCES_INPUTS / layout.INPUTS_ARCHIVES,
+            fetcher,
+            name=lambda sha: download_path(replace(spec, sha256=sha), cache).name,
+            sha256=spec.sha256,
+        )
+    except DigestMismatchError as exc:
+        raise SourceError(
+            f"inputs.{spec.name}: {spec.url} has sha256 {exc.got}, the recipe expects {exc.want}"
+        ) from None
 
 
 def prefetch_input(spec: InputSpec, *, cache: Path, fetcher: UrlFetcher) -> str:
