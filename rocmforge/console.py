@@ -9,14 +9,15 @@ def main_entry() -> None:
     """Run ``rocmforge``; a memoised cache hit, the plan of a remembered recipe and the plain
     read commands (:mod:`rocmforge.fastread`) never import the rest of the package."""
     argv = sys.argv[1:]
-    from rocmforge.fastread import fast_read
     from rocmforge.memo import fast_plan, fast_realize
 
     try:
         code = fast_realize(argv)
         if code is None:
             code = fast_plan(argv)
-        if code is None:
+        if code is None:  # not on the memo's hit path
+            from rocmforge.fastread import fast_read
+
             code = fast_read(argv)
     except BrokenPipeError:
         from rocmforge.cli import quiet_broken_pipe
