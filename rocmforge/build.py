@@ -397,10 +397,15 @@ def _stage(
     digests: dict[str, dict[str, str]] = {}
     for w in wheels:
         # The stamp goes in while normalizing (one streamed pass), so RECORD includes it; the
-        # wheel's digests are computed while it is written (no second read of a 4 GB wheel).
+        # wheel's digests are computed while it is written (no second read of a 4 GB wheel);
+        # a big member's RECORD digest is verified once, by the check's install below.
         stamp = stamp_bytes(resolved.derivation.hash, resolved.derivation.data)
         digests[w.name] = normalize_wheel(
-            w, epoch=resolved.source.epoch, add={STAMP_NAME: stamp}, durable=False
+            w,
+            epoch=resolved.source.epoch,
+            add={STAMP_NAME: stamp},
+            durable=False,
+            rehash_big=False,
         )
     reporter.phase("check")
     sdk_runtime: list[Path] = []

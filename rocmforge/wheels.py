@@ -362,6 +362,20 @@ def _copy_member(
     return (_urlsafe_b64(h.digest()) if h is not None else None), size
 
 
+class _BothHashes:
+    """The wheel's sha256 and blake3 fed together, so one worker thread computes both (the
+    thread that copies the bytes is busier than the worker)."""
+
+    def __init__(self, sha: Any, b3: Any) -> None:
+        self.sha = sha
+        self._b3 = b3
+
+    def update(self, data: Any) -> None:
+        """Feed ``data`` to both."""
+        self.sha.update(data)
+        self._b3.update(data)
+
+
 class _DigestingWriter:
     """The file ``zipfile`` writes a normalized wheel to; computes its sha256 and blake3 on the way.
 
@@ -378,8 +392,8 @@ class _DigestingWriter:
         self._out = out
         self._fd = out.fileno()
         self._pos = self._end = self._hashed = 0
-        self._sha = BackgroundHash(hashlib.sha256())
         self._b3 = blake3.blake3()
+        self._sha = BackgroundHash(_BothHashes(hashlib.sha256(), self._b3))
         self._header: bytes | None = None  # the final header of the next member, hashed ahead
         self._fixed: tuple[int, bytes] = (0, b"")  # hashed ahead of its final write
         self._direct = False
@@ -490,15 +504,14 @@ class _DigestingWriter:
 
     def _feed(self, data: Any) -> None:
         self._sha.update(data)
-        self._b3.update(data)
 
     def digests(self) -> dict[str, str] | None:
         """Return the sha256 and blake3 of the whole file, or None if they could not be kept."""
         self.settle()
-        sha = self._sha.result()
+        both = self._sha.result()
         if not self._valid:
             return None
-        return {"sha256": sha.hexdigest(), "blake3": self._b3.hexdigest()}
+        return {"sha256": both.sha.hexdigest(), "blake3": self._b3.hexdigest()}
 
     def close(self) -> None:
         """Stop the hashing thread (idempotent; the file itself is the caller's)."""
@@ -506,7 +519,12 @@ class _DigestingWriter:
 
 
 def normalize_wheel(
-    path: Path, *, epoch: int, add: Mapping[str, bytes] | None = None, durable: bool = True
+    path: Path,
+    *,
+    epoch: int,
+    add: Mapping[str, bytes] | None = None,
+    durable: bool = True,
+    rehash_big: bool = True,
 ) -> dict[str, str]:
     """Rewrite the wheel at ``path`` in place so that its bytes are reproducible.
 
@@ -521,6 +539,10 @@ def normalize_wheel(
     ``add`` (names inside ``.dist-info`` to bytes, e.g. the rocmforge stamp) is written in the
     same pass and listed in RECORD, giving the same bytes as adding it first and normalizing after.
     ``durable=False`` skips the fsyncs (a wheel in a build directory that is sealed later).
+    ``rehash_big=False`` is for a caller that installs the wheel with RECORD validation next (the
+    build's check): a big stored member copied byte for byte then keeps RECORD's digest without
+    hashing it here (its size and CRC are still checked), so that member's sha256 is computed
+    once, by the install, not twice: on a 4 GiB member that is 2 s of CPU.
 
     Returns the new wheel's ``{"sha256": ..., "blake3": ...}`` (as :func:`wheel_digests`),
     computed while it was written.
@@ -531,7 +553,7 @@ def normalize_wheel(
     tmp = Path(tmp_name)
     try:
         with os.fdopen(fd, "wb") as out:
-            mode, digests = _rewrite(path, out, date_time, add)
+            mode, digests = _rewrite(path, out, date_time, add, rehash_big=rehash_big)
             out.flush()
             if durable:
                 os.fsync(out.fileno())
@@ -552,6 +574,8 @@ def _rewrite(
     out: IO[bytes],
     date_time: tuple[int, int, int, int, int, int],
     add: Mapping[str, bytes] | None = None,
+    *,
+    rehash_big: bool = True,
 ) -> tuple[int, dict[str, str] | None]:
     """Write the normalized form of the wheel at ``path`` to ``out``, verifying RECORD.
 
@@ -562,7 +586,9 @@ def _rewrite(
     sink = _DigestingWriter(out)
     try:
         with open_regular(path) as raw, zipfile.ZipFile(raw) as src:
-            _rewrite_zip(path, src, sink, date_time, add, source_fd=raw.fileno())
+            _rewrite_zip(
+                path, src, sink, date_time, add, source_fd=raw.fileno(), rehash_big=rehash_big
+            )
             return stat.S_IMODE(os.fstat(raw.fileno()).st_mode), sink.digests()
     except zipfile.BadZipFile as exc:
         raise CheckError(f"{path}: not a valid zip archive: {exc}") from exc
@@ -598,6 +624,20 @@ def _drop_cache(fd: int, start: int, end: int) -> None:
         os.posix_fadvise(fd, start, end - start, os.POSIX_FADV_DONTNEED)
 
 
+class _MemberCheck:
+    """RECORD's hash and the CRC-32 of one member, fed together (one worker thread)."""
+
+    def __init__(self, algorithm: str | None) -> None:
+        self.hash = hashlib.new(algorithm) if algorithm else None
+        self.crc = 0
+
+    def update(self, data: Any) -> None:
+        """Feed ``data`` to both."""
+        if self.hash is not None:
+            self.hash.update(data)
+        self.crc = zlib.crc32(data, self.crc)
+
+
 def _copy_stored(
     fd: int,
     offset: int,
@@ -606,48 +646,67 @@ def _copy_stored(
     new: zipfile.ZipInfo,
     sink: _DigestingWriter,
     algorithm: str | None,
-) -> tuple[str | None, int, int]:
+    *,
+    verify: bool,
+) -> tuple[str | None, int]:
     """Copy a big stored member's bytes (at ``offset`` in ``fd``) into a stored member of ``dst``.
 
+    The member's final header (the source's CRC and sizes) is known before its data, so it is
+    written once and the member registered with ``dst`` as ``zipfile`` does after a write (its
+    private ``start_dir``/``_writecheck``: the byte identity with the ``zipfile`` path is
+    tested); ``zipfile``'s writer, which would compute the CRC again, is not used.
     The bytes are copied in the kernel (``copy_file_range``: cheaper than writing from a user
-    buffer here) and read back from the new file, into one of two reused buffers, for the RECORD
-    hash (worker thread), the CRC (what zipfile writes in the header; compared with the source's)
-    and ``sink``'s digests of the wheel (another worker): every hash is of the bytes written.
+    buffer here) and read back from the new file, into one of two reused buffers, for
+    ``sink``'s digests of the wheel (a worker thread) and, with ``verify``, RECORD's hash and
+    the CRC (another worker), compared with RECORD by the caller and with the source's CRC
+    here (the check a ``zipfile`` read makes): every hash is of the bytes written. Without
+    ``verify`` the caller's install checks both (see :func:`normalize_wheel`).
     The input's cached pages are dropped behind the copy, so that the output's pages do not
     come from fresh memory (the page cache would otherwise hold the wheel twice).
-    Returns (urlsafe digest or None, size, CRC-32 written): the caller compares the CRC with the
-    source's, the check a ``zipfile`` read makes.
+    Returns (urlsafe digest or None, size).
     """
     size = info.file_size
-    new.compress_type = zipfile.ZIP_STORED
-    final = copy.copy(new)  # the header zipfile writes after the data, known now
+    final = copy.copy(new)
+    final.compress_type = zipfile.ZIP_STORED
     final.flag_bits = 0
     final.CRC = info.CRC
     final.compress_size = final.file_size = size
-    sink.expect_header(final.FileHeader(size * 1.05 > zipfile.ZIP64_LIMIT))
-    h = hashlib.new(algorithm) if algorithm else None
-    feed = BackgroundHash(h) if h is not None else None
+    header = final.FileHeader(size * 1.05 > zipfile.ZIP64_LIMIT)  # zipfile's zip64 choice
+    check = _MemberCheck(algorithm) if verify else None
+    feed = BackgroundHash(check) if check is not None else None
     ring = (bytearray(_DIRECT_CHUNK), bytearray(_DIRECT_CHUNK))
     done = turn = 0
     try:
-        with dst.open(new, "w") as out:
-            while done < size:
-                view = memoryview(ring[turn])[: min(_DIRECT_CHUNK, size - done)]
-                turn ^= 1  # the other buffer next: this one may still be being hashed
-                got = sink.place(fd, offset + done, view)
-                if got <= 0:
-                    raise zipfile.BadZipFile(f"{info.filename}: truncated member data")
-                if feed is not None:  # the buffer is refilled only after the next update
-                    feed.update(view[:got])
-                out.write(view[:got])
-                done += got
-                if done % _DROP_EVERY == 0 or done == size:
-                    _drop_cache(fd, offset + done - (done - 1) % _DROP_EVERY - 1, offset + done)
+        sink.seek(dst.start_dir)
+        final.header_offset = sink.tell()
+        registry: Any = dst  # what ZipFile._open_to_write does before a member's header
+        registry._writecheck(final)
+        registry._didModify = True
+        sink.expect_header(header)
+        sink.write(header)
+        while done < size:
+            view = memoryview(ring[turn])[: min(_DIRECT_CHUNK, size - done)]
+            turn ^= 1  # the other buffer next: this one may still be being hashed
+            got = sink.place(fd, offset + done, view)
+            if got <= 0:
+                raise zipfile.BadZipFile(f"{info.filename}: truncated member data")
+            if feed is not None:  # the buffer is refilled only after the next update
+                feed.update(view[:got])
+            sink.write(view[:got])
+            done += got
+            if done % _DROP_EVERY == 0 or done == size:
+                _drop_cache(fd, offset + done - (done - 1) % _DROP_EVERY - 1, offset + done)
     finally:
         sink.end_direct()
         if feed is not None:
             feed.result()
-    return (_urlsafe_b64(h.digest()) if h is not None else None), done, new.CRC
+    dst.start_dir = sink.tell()
+    dst.filelist.append(final)
+    dst.NameToInfo[final.filename] = final
+    if check is not None and check.crc != info.CRC:
+        raise zipfile.BadZipFile(f"Bad CRC-32 for file {info.filename!r}")
+    digest = check.hash if check is not None else None
+    return (_urlsafe_b64(digest.digest()) if digest is not None else None), done
 
 
 def _rewrite_zip(
@@ -658,12 +717,14 @@ def _rewrite_zip(
     add: Mapping[str, bytes] | None = None,
     *,
     source_fd: int,
+    rehash_big: bool = True,
 ) -> None:
     """Copy every member of ``src`` into a new zip on ``out`` in normalized form.
 
     ``add`` maps file names inside the ``.dist-info`` directory to bytes written in the same pass
     (replacing a member of that name) and listed in the rewritten RECORD. ``source_fd`` is the
-    file ``src`` reads: big stored members are read from it directly.
+    file ``src`` reads: big stored members are read from it directly (and, unless
+    ``rehash_big``, keep RECORD's digest: see :func:`normalize_wheel`).
     """
     infos = src.infolist()
     names = [i.filename for i in infos]
@@ -712,9 +773,11 @@ def _rewrite_zip(
             if info.filename not in contents and info.file_size >= STORE_PROBE_MIN:
                 at = _stored_data_offset(src, source_fd, info)
             if at is not None and _incompressible(os.pread(source_fd, STORE_PROBE_SIZE, at)):
-                digest, size, crc = _copy_stored(source_fd, at, info, dst, new, out, algorithm)
-                if crc != info.CRC:
-                    raise zipfile.BadZipFile(f"Bad CRC-32 for file {info.filename!r}")
+                digest, size = _copy_stored(
+                    source_fd, at, info, dst, new, out, algorithm, verify=rehash_big
+                )
+                if not rehash_big and row is not None:
+                    digest = row.digest  # verified by the caller's install (validate_record)
             else:
                 digest, size = _copy_through_zipfile(src, info, contents, dst, new, algorithm)
             if info.filename in unsigned:

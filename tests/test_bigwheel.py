@@ -34,7 +34,7 @@ from rocmforge.stamp import STAMP_NAME, stamp_bytes
 from rocmforge.wheels import normalize_wheel
 w = Path(sys.argv[1])
 stamp = stamp_bytes("0" * 64, {"name": "bigwheel"})
-digests = normalize_wheel(w, epoch=0, add={STAMP_NAME: stamp})  # as build.py does
+digests = normalize_wheel(w, epoch=0, add={STAMP_NAME: stamp}, rehash_big=False)  # as build.py
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 print(json.dumps({"digests": digests, "peak_kib": peak}))
 """
@@ -203,9 +203,15 @@ def test_stamping_while_normalizing_equals_stamping_first(tmp_path: Path) -> Non
     stamp = read_wheel_stamp(two)
     assert stamp is not None and stamp.input_hash == "b" * 64
     venv = tmp_path / "venv"
-    (venv / "lib" / "python3.11" / "site-packages").mkdir(parents=True)
-    (venv / "pyvenv.cfg").write_text("version = 3.11.0\n")
+    _fake_venv(venv)
     install_wheels([two], venv, interpreter=sys.executable)  # RECORD verifies
+
+
+def _fake_venv(venv: Path) -> None:
+    """A venv-shaped tree of this interpreter for install_wheels (no interpreter in it)."""
+    xy = f"{sys.version_info.major}.{sys.version_info.minor}"
+    (venv / "lib" / f"python{xy}" / "site-packages").mkdir(parents=True)
+    (venv / "pyvenv.cfg").write_text(f"version = {xy}.0\n")
 
 
 def test_a_record_that_is_not_utf8_is_a_check_error(tmp_path: Path) -> None:
@@ -294,6 +300,14 @@ def test_a_big_stored_member_with_a_bad_crc_is_a_check_error(tmp_path: Path) -> 
         normalize_wheel(wheel, epoch=0)
     assert wheel.read_bytes() == raw
     assert not list(tmp_path.glob(".*.tmp"))
+    # realize's way (rehash_big=False) leaves the CRC to the check's install, which refuses it
+    from rocmforge.wheels import install_wheels
+
+    normalize_wheel(wheel, epoch=0, rehash_big=False)
+    venv = tmp_path / "venv"
+    _fake_venv(venv)
+    with pytest.raises(CheckError, match="CRC"):
+        install_wheels([wheel], venv, interpreter=sys.executable)
 
 
 def test_a_big_stored_member_that_differs_from_record_is_a_check_error(tmp_path: Path) -> None:
@@ -337,3 +351,58 @@ def test_where_the_kernel_cannot_copy_the_member_is_read_and_written(
     assert one.read_bytes() == two.read_bytes()
     b3, sha = file_digests(two)
     assert first == second == {"sha256": sha, "blake3": b3}
+
+
+LIE = """\
+import base64, hashlib, sys, zipfile
+from pathlib import Path
+wheel = next(Path(sys.argv[1]).glob("*.whl"))
+lie = base64.urlsafe_b64encode(hashlib.sha256(b"lie").digest()).rstrip(b"=").decode()
+with zipfile.ZipFile(wheel) as zf:
+    members = {i.filename: zf.read(i) for i in zf.infolist()}
+name = next(n for n in members if n.endswith(".dist-info/RECORD"))
+rows = members[name].decode().splitlines()
+members[name] = "".join(
+    (f"tiny/big.bin,sha256={lie},{r.rsplit(',', 1)[1]}" if r.startswith("tiny/big.bin,") else r)
+    + "\\n" for r in rows
+).encode()
+with zipfile.ZipFile(wheel, "w") as zf:
+    for n, data in members.items():
+        zf.writestr(n, data)
+"""
+
+
+@pytest.mark.slow
+def test_a_big_member_is_verified_against_record_once_by_the_check(
+    tmp_path: Path, tiny_src: Path
+) -> None:
+    """realize does not hash a big stored member for RECORD while normalizing (rehash_big=False):
+    the check's install verifies it. An honest wheel is published with the member stored; a
+    wheel whose RECORD lies about that member fails the build and publishes nothing."""
+    from conftest import TINY_RECIPE, rf
+
+    from rocmforge.wheels import STORE_PROBE_MIN
+
+    (tiny_src / "tiny" / "big.bin").write_bytes(os.urandom(STORE_PROBE_MIN))
+    (tiny_src / "lie.py").write_text(LIE)
+    store = tmp_path / "store"
+    honest = tmp_path / "honest.toml"
+    honest.write_text(TINY_RECIPE.format(src=tiny_src))
+    done = rf("realize", honest, "--store", store)
+    assert done.returncode == 0, done.stderr
+    (wheel,) = (store / "entries").glob("*/tiny-0.1-py3-none-any.whl")
+    with zipfile.ZipFile(wheel) as zf:
+        assert zf.getinfo("tiny/big.bin").compress_type == zipfile.ZIP_STORED
+
+    lying = tmp_path / "lying.toml"
+    lying.write_text(
+        TINY_RECIPE.format(src=tiny_src).replace(
+            '"python mkwheel.py $OUT tiny 0.1"',
+            '"python mkwheel.py $OUT tiny 0.1", "python lie.py $OUT"',
+        )
+    )
+    failed = rf("realize", lying, "--store", store)
+    assert failed.returncode != 0
+    # the check's install (pypa/installer's validate_record) refused it, not the normalizing
+    assert "hash / size of tiny/big.bin didn't match RECORD" in failed.stderr, failed.stderr
+    assert len(list((store / "entries").iterdir())) == 1  # only the honest build
