@@ -1,12 +1,13 @@
-"""Lean reads of a store directory: last-use marks, roots, pins, the index's summary rows.
+"""Lean reads of a store directory: last-use marks, roots, pins, the index's summary rows, the
+entry a target names.
 
 The one implementation of each read, shared by the full commands (through
 :class:`rocmforge.store.store.Store` and :mod:`rocmforge.store.roots`) and by the console's
-read path (:mod:`rocmforge.fastread`), which must answer ``list``, ``pins`` and ``query`` before
-anything heavy loads. So this module takes the store root as a string, imports only ``os`` and
-``fcntl`` (``sqlite3`` inside the one function that opens the index) and the import-free
-:mod:`rocmforge.store.layout`, and raises plain :class:`OSError` / ``sqlite3.Error``: callers
-turn those into their own errors.
+read path (:mod:`rocmforge.fastread`), which must answer ``list``, ``pins``, ``query`` and
+``show`` before anything heavy loads. So this module takes the store root as a string, imports
+only ``os`` and ``fcntl`` (``sqlite3`` inside the one function that opens the index) and the
+import-free :mod:`rocmforge.store.layout`, and raises plain :class:`OSError` /
+``sqlite3.Error``: callers turn those into their own errors.
 """
 
 from __future__ import annotations
