@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +97,46 @@ def test_an_ambiguous_prefix_falls_through(built: dict[str, Any], tmp_path: Path
         assert _both(["show", built["hash"][:9], "--store", str(built["store"])], tmp_path)[0]
     finally:
         twin.rmdir()
+
+
+@pytest.mark.slow
+def test_links_portability_and_an_unindexed_entry_print_alike(
+    built: dict[str, Any], tmp_path: Path
+) -> None:
+    store = tmp_path / "store"
+    shutil.copytree(built["store"], store, symlinks=True)
+    meta = store / "entries" / built["entry"] / "meta.json"
+    data = json.loads(meta.read_bytes())
+    data["links"] = {
+        built["wheel"]: [
+            {
+                "member": "tiny/_x.so",
+                "soname": "libz.so.1",
+                "provider": "package",
+                "package": "zlib1g",
+                "version": "1:1.2.13",
+            },
+            {"member": "tiny/_x.so", "soname": "libfoo.so", "provider": "missing"},
+        ]
+    }
+    data["portability"] = [{"file": "tiny/_x.so", "flag": "-march=native"}]
+    data["steps"][0]["seconds"] = 3725.5
+    data["compiler_cache"] = {"compiles": 9, "hits": 7, "misses": 1, "uncacheable": 1,
+                              "namespace": "n"}  # fmt: skip
+    meta.chmod(0o644)
+    meta.write_text(json.dumps(data))
+    argv = ["show", built["hash"], "--store", str(store)]
+    fast, (code, out, _) = _both(argv, tmp_path)
+    assert fast and code == 0
+    assert "links        tiny-0.1-py3-none-any.whl: tiny/_x.so: links libz.so.1 from zlib1g" in out
+    assert "not portable tiny/_x.so: -march=native" in out and "1h02m" in out
+    assert "ccache 7/8 hits (88%), 1 miss, 1 uncacheable of 9 calls" in out
+    db = sqlite3.connect(store / "index.sqlite")
+    with db:
+        db.execute("DELETE FROM entries WHERE hash = ?", (built["hash"],))
+    db.close()
+    fast, (code, out, _) = _both(argv, tmp_path)
+    assert fast and code == 0 and "indexed      no (run rocmforge verify)" in out
 
 
 @pytest.mark.slow
