@@ -25,17 +25,19 @@ import os
 import stat
 import zipfile
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rocmforge.errors import StoreError, UsageError
-from rocmforge.provenance import read_statement, run_facts
+from rocmforge.provenance import read_statement
 from rocmforge.signing import PublicKey, SignatureCheck, check_entry
 from rocmforge.stamp import Stamp, StampError, read_stamp
 from rocmforge.store import layout
 from rocmforge.store.entry import DerivationDoc, read_derivation, read_meta
+from rocmforge.store.showtext import input_facts as input_facts
+from rocmforge.store.showtext import run_facts
 from rocmforge.store.store import Store
 from rocmforge.util.hashing import file_blake3, file_sha256
 
@@ -148,33 +150,6 @@ class AuditReport:
         }
 
 
-def input_facts(derivation: Mapping[str, Any], deps: Sequence[Any]) -> list[dict[str, Any]]:
-    """Return each ``[inputs.NAME]`` of a build: name, kind, env, subdir and digests (blake3
-    from the derivation; sha256 and uri from the provenance when it has them)."""
-    traced = {
-        d["name"].removeprefix("inputs/"): d
-        for d in deps
-        if isinstance(d, dict) and str(d.get("name", "")).startswith("inputs/")
-    }
-    inputs = derivation.get("inputs")
-    out = []
-    for name, ident in sorted(inputs.items() if isinstance(inputs, Mapping) else []):
-        if not isinstance(ident, Mapping):
-            continue
-        dep = traced.get(name, {})
-        digest = dep.get("digest", {}) if isinstance(dep.get("digest"), Mapping) else {}
-        out.append(
-            {
-                "name": name,
-                "kind": ident.get("kind"),
-                "env": ident.get("env"),
-                "subdir": ident.get("subdir"),
-                "blake3": str(ident.get("digest", "")).removeprefix("blake3:"),
-                "sha256": digest.get("sha256"),
-                "uri": dep.get("uri"),
-            }
-        )
-    return out
 def dependency_facts(
     derivation: Mapping[str, Any] | None, statement: Mapping[str, Any] | None, store: Store
 ) -> tuple[dict[str, Any], ...]:

@@ -137,12 +137,9 @@ class CacheStats:
 
     def summary(self) -> str:
         """Return the one-line form: ``ccache 120/121 hits (99%), 1 miss, 3 uncacheable``."""
-        done = self.hits + self.misses
-        rate = f" ({self.hit_rate:.0%})" if done else ""
-        return (
-            f"ccache {self.hits}/{done} hits{rate}, {self.misses} "
-            f"miss{'es' if self.misses != 1 else ''}, {self.uncacheable} uncacheable"
-        )
+        from rocmforge.store.showtext import cache_summary
+
+        return cache_summary(self.hits, self.misses, self.uncacheable)
 
 
 def settings(store_root: Path, env: Mapping[str, str] | None = None) -> CacheSettings:

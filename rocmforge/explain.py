@@ -10,9 +10,7 @@ so a bumped requirement shows as one line, not three.
 
 from __future__ import annotations
 
-import json
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,23 +18,15 @@ from typing import TYPE_CHECKING, Any
 
 from rocmforge.errors import StoreError, UsageError
 from rocmforge.store.entry import DerivationDoc, read_derivation
+from rocmforge.store.showtext import ABSENT as ABSENT
+from rocmforge.store.showtext import flatten as flatten
+from rocmforge.store.showtext import show_value as show_value
 
 if TYPE_CHECKING:
     from rocmforge.sources.requirements import Fetcher
     from rocmforge.store.store import Store
 
 MAX_SHOWN = 8
-_DIGEST = re.compile(r"((?:blake3|sha256):)?([0-9a-f]{32,})")
-
-
-class _Absent:
-    """The value of a key one side does not have."""
-
-    def __repr__(self) -> str:
-        return "(absent)"
-
-
-ABSENT: Any = _Absent()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -58,53 +48,6 @@ class Difference:
 
     def __str__(self) -> str:
         return f"{self.key}: {show_value(self.key, self.old)} -> {show_value(self.key, self.new)}"
-
-
-def show_value(key: str, value: Any) -> str:
-    """Render one value for text output: quoted env values, shortened digests."""
-    if value is ABSENT:
-        return "(absent)"
-    if isinstance(value, str):
-        if key.startswith("env.") or not value or " " in value:
-            return json.dumps(value)
-        m = _DIGEST.fullmatch(value)
-        return f"{m.group(1) or ''}{m.group(2)[:12]}.." if m else value
-    return json.dumps(value, sort_keys=True)
-
-
-def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
-    """Flatten a derivation (or any part of one) into ``{dotted key path: scalar}``."""
-    out: dict[str, Any] = {}
-    if isinstance(value, Mapping):
-        if not value and prefix:
-            out[prefix] = {}
-        for k, v in value.items():
-            out.update(flatten(v, f"{prefix}.{k}" if prefix else str(k)))
-    elif isinstance(value, list) and prefix in ("source.submodules", "source.patches"):
-        for item in value:
-            if isinstance(item, list) and len(item) == 2:
-                out[f"{prefix}.{item[0]}"] = item[1]
-    elif isinstance(value, list) and prefix == "recipes":
-        for item in value:
-            if isinstance(item, Mapping) and "name" in item:
-                out[f"recipes.{item['name']}"] = item.get("hash")
-                out[f"recipes.{item['name']}.version"] = item.get("version")
-    elif isinstance(value, list) and prefix in ("requirements", "toolchain.rocm-sdk"):
-        for item in value:
-            if isinstance(item, Mapping) and "name" in item:
-                key = f"{prefix}.{item['name']}"
-                out[key] = item.get("version")
-                for k, v in item.items():
-                    if k not in ("name", "version"):
-                        out[f"{key}.{k}"] = v
-    elif isinstance(value, list):
-        if not value and prefix:
-            out[prefix] = []
-        for i, item in enumerate(value):
-            out.update(flatten(item, f"{prefix}[{i}]"))
-    else:
-        out[prefix] = value
-    return out
 
 
 def _parents(key: str) -> list[str]:

@@ -1,14 +1,17 @@
-"""The console's read path: ``list``, ``pins`` and ``query`` answered before any heavy import.
+"""The console's read path: ``list``, ``pins``, ``query`` and ``show`` answered before any heavy
+import.
 
 A read command's work is a directory listing and one SELECT; what made it 5x slower than the
 interpreter's own start was importing the CLI (argparse, dataclasses, pathlib, the store and
-error classes: ~30 ms). The commonest forms — the text output of ``list``, ``pins`` and
-``query --name/--version`` on a healthy store — are answered here from the same lean functions
-the full commands call (:mod:`rocmforge.store.scan`, :mod:`rocmforge.util.table`), so the
-output is byte for byte the same. Anything else — another option, ``--json``, no store there,
-an index that needs repair, entries waiting to be indexed, any error — returns None and the full
-CLI runs from the start, exactly as if this module did not exist: it can make a command faster,
-never different. Imports ``os``, ``sys``, ``fcntl`` and ``time``; ``sqlite3`` for the index.
+error classes: ~30 ms). The commonest forms — the text output of ``list``, ``pins``,
+``query --name/--version`` and ``show TARGET`` (a hash, prefix, entry name or path) on a healthy
+store — are answered here from the same lean functions the full commands call
+(:mod:`rocmforge.store.scan`, :mod:`rocmforge.util.table`, :mod:`rocmforge.store.showtext`,
+:mod:`rocmforge.store.metafields`), so the output is byte for byte the same. Anything else —
+another option, ``--json``, no store there, an index that needs repair, entries waiting to be
+indexed, a target the full resolver must judge, any error — returns None and the full CLI runs
+from the start, exactly as if this module did not exist: it can make a command faster, never
+different. Imports ``os``, ``sys``, ``fcntl``, ``time`` and ``_json``; ``sqlite3`` for the index.
 """
 
 from __future__ import annotations
@@ -27,16 +30,21 @@ INDEX_SCHEMA = 1
 
 
 def _parse(argv: Sequence[str]) -> tuple[str, str | None, dict[str, str]]:
-    """Split ``argv`` into (command, --store value, the command's other options); raise
-    ValueError on anything the read path does not handle (the full CLI will)."""
+    """Split ``argv`` into (command, --store value, the command's other options and its
+    positional arguments, under ``"1"``, ``"2"`` ...); raise ValueError on anything the read
+    path does not handle (the full CLI will)."""
     args = list(argv)
     command = ""
     store: str | None = None
     found: dict[str, str] = {}
+    positional = 0
     while args:
         a = args.pop(0)
         key, eq, value = a.partition("=")
-        if key == "--store" or (command and key in _COMMANDS[command][0]):
+        if command and positional < _COMMANDS[command][2] and not a.startswith("-"):
+            positional += 1
+            found[str(positional)] = a
+        elif key == "--store" or (command and key in _COMMANDS[command][0]):
             if not eq:
                 if not args:
                     raise ValueError(a)
@@ -49,6 +57,8 @@ def _parse(argv: Sequence[str]) -> tuple[str, str | None, dict[str, str]]:
             raise ValueError(a)
         else:
             command = a
+    if command and positional != _COMMANDS[command][2]:
+        raise ValueError(command)
     return command, store, found
 
 
@@ -102,11 +112,68 @@ def _pins(root: str, opts: dict[str, str]) -> str | None:
     return "".join(f"{n} -> {e or '(dangling)'}\n" for n, e, _ in pin_entries(root))
 
 
-#: command -> (the options it may carry besides --store, its answer)
-_COMMANDS: dict[str, tuple[tuple[str, ...], Callable[[str, dict[str, str]], str | None]]] = {
-    "list": ((), _list),
-    "pins": ((), _pins),
-    "query": (("--name", "--version"), _query),
+def _json_file(path: str) -> object:
+    """The JSON value stored at ``path`` (None if there is no such file), parsed without
+    :mod:`json`; ValueError for anything but plain UTF-8 JSON."""
+    from rocmforge.util.leanjson import loads_bytes
+
+    try:
+        f = open(path, "rb")  # noqa: SIM115 (contextlib-free: the file is closed below)
+    except FileNotFoundError:
+        return None
+    with f:
+        return loads_bytes(f.read())
+
+
+def _show(root: str, opts: dict[str, str]) -> str | None:
+    """What ``show TARGET`` prints, for a target naming one entry by hash, hash prefix, entry
+    name or path; None for anything else (a wheel, a package name, an unknown or ambiguous
+    target), an entry whose files the full command would reject, or an unhealthy index."""
+    from rocmforge.store import scan
+    from rocmforge.store.metafields import meta_fields
+    from rocmforge.store.showtext import show_text
+
+    target = opts["1"]
+    if target.endswith(".whl"):  # perhaps a wheel file: the full command looks it up
+        return None
+    how, found = scan.resolve_target(root, target)
+    if how != scan.FOUND:
+        return None
+    path = os.path.join(root, layout.ENTRIES, found[0])
+    meta = _json_file(os.path.join(path, layout.META))
+    fields = meta_fields(meta, file=path)
+    if layout.entry_name(fields["hash"], fields["name"], fields["version"]) != found[0]:
+        return None
+    derivation = _json_file(os.path.join(path, layout.DERIVATION))
+    provenance = _json_file(os.path.join(path, layout.PROVENANCE))
+    if not isinstance(meta, dict) or not isinstance(derivation, dict):
+        return None
+    if provenance is not None and not isinstance(provenance, dict):
+        return None
+    db = scan.open_index_read_only(root, INDEX_SCHEMA)
+    if db is None:
+        return None
+    try:
+        h = fields["hash"]
+        row = db.execute("SELECT last_used FROM entries WHERE hash = ?", (h,)).fetchone()
+    finally:
+        db.close()
+    roots = scan.scan_roots(root)[0].get(h, [])
+    last_used = fields["created"]
+    if row is not None:
+        last_used = max(row[0], scan.used_times(root).get(h, 0.0))
+    return show_text(
+        path, meta, derivation, provenance, indexed=row is not None, last_used=last_used,
+        roots=roots,
+    )  # fmt: skip
+
+
+#: command -> (the options it may carry besides --store, its answer, its positional arguments)
+_COMMANDS: dict[str, tuple[tuple[str, ...], Callable[[str, dict[str, str]], str | None], int]] = {
+    "list": ((), _list, 0),
+    "pins": ((), _pins, 0),
+    "query": (("--name", "--version"), _query, 0),
+    "show": ((), _show, 1),
 }
 
 

@@ -303,19 +303,3 @@ def write_statement(path: Path, statement: Mapping[str, Any], *, durable: bool =
 def read_statement(path: Path) -> dict[str, Any] | None:
     """Return the statement stored at ``path``, or None if the entry has none (older builds)."""
     return read_json_object(path, what="provenance")
-
-
-def run_facts(statement: Mapping[str, Any] | None) -> dict[str, Any]:
-    """Return ``{"host", "sandbox", "started", "finished", "seconds"}`` read from a statement."""
-    if not statement:
-        return {}
-    pred = statement.get("predicate", {})
-    meta = pred.get("runDetails", {}).get("metadata", {})
-    run = pred.get("buildDefinition", {}).get("internalParameters", {})
-    return {
-        "host": run.get("host"),
-        "sandbox": run.get("sandbox"),
-        "started": meta.get("startedOn"),
-        "finished": meta.get("finishedOn"),
-        "seconds": run.get("buildSeconds"),
-    }

@@ -23,6 +23,7 @@ from rocmforge.commands._common import (
     store_choice,
     trusted_of,
 )
+from rocmforge.store.showtext import describe_link
 
 EPILOG = """\
 statuses:
@@ -100,13 +101,6 @@ def _summary(value: Any, key: str = "") -> str:
             return str(value["version"])
         return " ".join(f"{k}={v}" for k, v in sorted(value.items()) if not isinstance(v, dict))
     return str(value)
-
-
-def describe_link(link: Mapping[str, str]) -> str:
-    """``member: links libyaml-0.so.2 from libyaml-0-2 0.2.5-1`` for a recorded link."""
-    from rocmforge.toolchain.elf import Link
-
-    return f"{link['member']}: " + Link(**link).describe()
 
 
 def _print(report: Any) -> None:

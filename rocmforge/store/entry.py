@@ -14,45 +14,24 @@ The derivation document of an entry is read through :func:`read_derivation`, its
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from rocmforge.errors import StoreError
 from rocmforge.store import layout
+from rocmforge.store.metafields import MetaProblem, meta_fields, step_fields, wheel_fields
 from rocmforge.util.fsutil import read_json_object
 from rocmforge.util.hashing import blake3_hex, canonical_json
 
 
-def _fail(file: Path | str, key: str, expected: str, value: Any) -> StoreError:
-    return StoreError(f"{file}: field {key!r} must be {expected}, not {value!r}")
-
-
-def _str(data: Mapping[str, Any], key: str, file: Path | str) -> str:
-    value = data.get(key)
-    if not isinstance(value, str):
-        raise _fail(file, key, "a string", value)
-    return value
-
-
-def _number(data: Mapping[str, Any], key: str, file: Path | str) -> float:
-    value = data.get(key)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise _fail(file, key, "a number", value)
-    return float(value)
-
-
-def _int(data: Mapping[str, Any], key: str, file: Path | str) -> int:
-    value = data.get(key)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise _fail(file, key, "a whole number >= 0", value)
-    return value
-
-
-def _same_number(value: float, raw: Any) -> float | int:
-    """Give back an int where the file had an int, so a round trip keeps the bytes."""
-    return raw if isinstance(raw, int) and not isinstance(raw, bool) else value
+def _checked(check: Callable[..., dict[str, Any]], data: Any, **where: Any) -> dict[str, Any]:
+    """Run one of :mod:`rocmforge.store.metafields`' checks; its problem as a StoreError."""
+    try:
+        return check(data, **where)
+    except MetaProblem as exc:
+        raise StoreError(str(exc)) from None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -77,14 +56,7 @@ class StepTiming:
     @classmethod
     def from_json(cls, data: Any, *, file: Path | str, key: str) -> StepTiming:
         """Parse one item of ``steps``; StoreError naming ``file`` and ``key`` when malformed."""
-        if not isinstance(data, dict):
-            raise _fail(file, key, "a table", data)
-        return cls(
-            label=_str(data, "label", file),
-            command=_str(data, "command", file),
-            started=_same_number(_number(data, "started", file), data["started"]),
-            seconds=_same_number(_number(data, "seconds", file), data["seconds"]),
-        )
+        return cls(**_checked(step_fields, data, file=file, key=key))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -101,24 +73,7 @@ class WheelRecord:
     @classmethod
     def from_json(cls, value: Any, *, file: Path | str, key: str) -> WheelRecord:
         """Parse one item of ``wheels``; ``key`` (e.g. ``wheels[0]``) names it in errors."""
-        if not isinstance(value, dict):
-            raise _fail(file, key, "a table", value)
-        name = value.get("file")
-        if not isinstance(name, str) or "/" in name or name in ("", ".", ".."):
-            raise _fail(file, f"{key}.file", "a file name", name)
-        size = value.get("size")
-        if size is not None:
-            size = _int(value, "size", f"{file}: {key}")
-        mtime_ns = value.get("mtime_ns")
-        if mtime_ns is not None:
-            mtime_ns = _int(value, "mtime_ns", f"{file}: {key}")
-        return cls(
-            file=name,
-            sha256=_str(value, "sha256", f"{file}: {key}"),
-            blake3=_str(value, "blake3", f"{file}: {key}"),
-            size=size,
-            mtime_ns=mtime_ns,
-        )
+        return cls(**_checked(wheel_fields, value, file=file, key=key))
 
     def to_json(self) -> dict[str, Any]:
         """Return the record as it is stored in ``meta.json``."""
@@ -128,13 +83,6 @@ class WheelRecord:
         if self.mtime_ns is not None:
             out["mtime_ns"] = self.mtime_ns
         return out
-
-
-_KNOWN = frozenset(
-    {"hash", "name", "version", "created", "size", "wheels", "sandbox", "build_seconds",
-     "sources", "files", "archs", "links", "seal", "steps", "compiler_cache",
-     "portability", "built_against", "origin"}
-)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -187,105 +135,11 @@ class EntryMeta:
     @classmethod
     def from_json(cls, data: Any, *, file: Path | str) -> EntryMeta:
         """Parse ``data`` (the decoded ``meta.json`` at ``file``); StoreError on a bad field."""
-        if not isinstance(data, dict):
-            raise StoreError(f"{file}: not a JSON object")
-        hash_, name, version = (_str(data, k, file) for k in ("hash", "name", "version"))
-        problem = layout.entry_problem(hash_, name, version)
-        if problem is not None:
-            raise StoreError(f"{file}: {problem}")
-        wheels = data.get("wheels")
-        if not isinstance(wheels, list):
-            raise _fail(file, "wheels", "a list", wheels)
-        sandbox = data.get("sandbox")
-        if sandbox is not None and not isinstance(sandbox, (str, dict)):
-            raise _fail(file, "sandbox", "a string", sandbox)
-        build_seconds = None
-        if data.get("build_seconds") is not None:
-            build_seconds = _same_number(
-                _number(data, "build_seconds", file), data["build_seconds"]
-            )
-        sources = data.get("sources")
-        if sources is not None:
-            if not isinstance(sources, list) or not all(isinstance(s, str) for s in sources):
-                raise _fail(file, "sources", "a list of strings", sources)
-            sources = tuple(sources)
-        files = data.get("files")
-        if files is not None and not (
-            isinstance(files, dict) and all(isinstance(v, str) for v in files.values())
-        ):
-            raise _fail(file, "files", "a table of file name = blake3", files)
-        archs = data.get("archs")
-        if archs is not None and not isinstance(archs, dict):
-            raise _fail(file, "archs", "a table", archs)
-        links = data.get("links")
-        if links is not None and not (
-            isinstance(links, dict)
-            and all(
-                isinstance(v, list) and all(isinstance(x, dict) for x in v)
-                for v in links.values()
-            )
-        ):
-            raise _fail(file, "links", "a table of wheel = [link tables]", links)
-        seal = data.get("seal")
-        if seal is not None and not isinstance(seal, str):
-            raise _fail(file, "seal", "a string", seal)
-        steps = data.get("steps")
-        if steps is not None:
-            if not isinstance(steps, list):
-                raise _fail(file, "steps", "a list", steps)
-            steps = tuple(
-                StepTiming.from_json(t, file=file, key=f"steps[{i}]") for i, t in enumerate(steps)
-            )
-        compiler_cache = data.get("compiler_cache")
-        if compiler_cache is not None and not (
-            isinstance(compiler_cache, dict)
-            and all(
-                isinstance(compiler_cache.get(k), int) and not isinstance(compiler_cache[k], bool)
-                for k in ("compiles", "hits", "misses", "uncacheable")
-            )
-        ):
-            what = "a table of compiles/hits/misses/uncacheable counts"
-            raise _fail(file, "compiler_cache", what, compiler_cache)
-        portability = data.get("portability")
-        if portability is not None:
-            if not isinstance(portability, list) or not all(
-                isinstance(p, dict) and all(isinstance(v, str) for v in p.values())
-                for p in portability
-            ):
-                raise _fail(file, "portability", "a list of {file, flag} tables", portability)
-            portability = tuple(portability)
-        against = data.get("built_against", [])
-        if not isinstance(against, list) or not all(isinstance(h, str) for h in against):
-            raise _fail(file, "built_against", "a list of input hashes", against)
-        origin = data.get("origin")
-        if origin is not None and not (
-            isinstance(origin, dict) and isinstance(origin.get("cache"), str)
-        ):
-            raise _fail(file, "origin", "a table with a 'cache' URL", origin)
-        return cls(
-            hash=hash_,
-            name=name,
-            version=version,
-            created=_same_number(_number(data, "created", file), data["created"]),
-            size=_int(data, "size", file),
-            wheels=tuple(
-                WheelRecord.from_json(w, file=file, key=f"wheels[{i}]")
-                for i, w in enumerate(wheels)
-            ),
-            sandbox=sandbox,
-            build_seconds=build_seconds,
-            sources=sources,
-            files=files,
-            archs=archs,
-            links=links,
-            seal=seal,
-            steps=steps,
-            compiler_cache=compiler_cache,
-            portability=portability,
-            built_against=tuple(against),
-            origin=origin,
-            extra={k: v for k, v in data.items() if k not in _KNOWN},
-        )
+        fields = _checked(meta_fields, data, file=file)
+        fields["wheels"] = tuple(WheelRecord(**w) for w in fields["wheels"])
+        if fields["steps"] is not None:
+            fields["steps"] = tuple(StepTiming(**t) for t in fields["steps"])
+        return cls(**fields)
 
     @classmethod
     def from_bytes(cls, raw: bytes, *, file: Path | str) -> EntryMeta:

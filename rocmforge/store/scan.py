@@ -1,12 +1,13 @@
-"""Lean reads of a store directory: last-use marks, roots, pins, the index's summary rows.
+"""Lean reads of a store directory: last-use marks, roots, pins, the index's summary rows, the
+entry a target names.
 
 The one implementation of each read, shared by the full commands (through
 :class:`rocmforge.store.store.Store` and :mod:`rocmforge.store.roots`) and by the console's
-read path (:mod:`rocmforge.fastread`), which must answer ``list``, ``pins`` and ``query`` before
-anything heavy loads. So this module takes the store root as a string, imports only ``os`` and
-``fcntl`` (``sqlite3`` inside the one function that opens the index) and the import-free
-:mod:`rocmforge.store.layout`, and raises plain :class:`OSError` / ``sqlite3.Error``: callers
-turn those into their own errors.
+read path (:mod:`rocmforge.fastread`), which must answer ``list``, ``pins``, ``query`` and
+``show`` before anything heavy loads. So this module takes the store root as a string, imports
+only ``os`` and ``fcntl`` (``sqlite3`` inside the one function that opens the index) and the
+import-free :mod:`rocmforge.store.layout`, and raises plain :class:`OSError` /
+``sqlite3.Error``: callers turn those into their own errors.
 """
 
 from __future__ import annotations
@@ -221,3 +222,46 @@ def open_index_read_only(root: str, schema: int) -> sqlite3.Connection | None:
         return None
     register_functions(db)
     return db
+
+
+def entry_names(root: str) -> list[str]:
+    """Return the directory names of the entries in ``entries/`` of the store at ``root``,
+    sorted (no parsing); OSError if it cannot be listed."""
+    d = os.path.join(root, layout.ENTRIES)
+    return sorted(
+        n for n in os.listdir(d) if layout.is_entry_name(n) and os.path.isdir(os.path.join(d, n))
+    )
+
+
+#: What :func:`resolve_target` found: one entry, a hash prefix too short, an ambiguous prefix,
+#: an existing path outside every entry, or nothing (the caller tries package names).
+FOUND, TOO_SHORT, AMBIGUOUS, OUTSIDE, UNKNOWN = "found", "short", "ambiguous", "outside", "unknown"
+
+
+def resolve_target(root: str, target: str) -> tuple[str, list[str]]:
+    """Resolve a hash, unique hash prefix, entry directory name or path (the directory or any
+    file inside it, links followed) in the store at ``root``: ``(FOUND, [dirname])``,
+    ``(AMBIGUOUS, candidates)``, ``(TOO_SHORT, [])``, ``(OUTSIDE, [])`` or ``(UNKNOWN, entry
+    names)``. The one resolver of :meth:`rocmforge.store.store.Store.resolve` and the read
+    path; OSError if ``entries/`` cannot be listed."""
+    entries = os.path.join(root, layout.ENTRIES)
+    name_like = target and "/" not in target and target not in (".", "..")
+    if name_like and os.path.isdir(os.path.join(entries, target)):
+        return FOUND, [target]
+    names = entry_names(root)
+    if layout.is_hex(target) and len(target) <= layout.HASH_LEN:
+        if len(target) < layout.MIN_PREFIX and not os.path.exists(target):
+            return TOO_SHORT, []
+        matches = [n for n in names if n.startswith(target)]
+        if len(matches) == 1:
+            return FOUND, matches
+        if len(matches) > 1:
+            return AMBIGUOUS, matches
+    if os.path.exists(target):
+        rel = os.path.relpath(os.path.realpath(target), os.path.realpath(entries))
+        if rel != "." and not rel.startswith(".."):
+            top = rel.split(os.sep, 1)[0]
+            if top in names:
+                return FOUND, [top]
+        return OUTSIDE, []
+    return UNKNOWN, names

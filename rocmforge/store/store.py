@@ -432,15 +432,12 @@ class Store:
         return self._entry_names()
 
     def _entry_names(self) -> list[str]:
+        from rocmforge.store.scan import entry_names
+
         try:
-            names = os.listdir(self.entries_dir)
+            return entry_names(os.fspath(self.root))
         except OSError as e:
             raise StoreError(f"cannot list {self.entries_dir}: {e}") from e
-        return sorted(
-            n
-            for n in names
-            if layout.is_entry_name(n) and os.path.isdir(self.entries_dir / n)
-        )
 
     def entries(self) -> Iterator[Entry]:
         """Yield every published entry, sorted by directory name (``entries/`` is the truth)."""
@@ -467,33 +464,26 @@ class Store:
         A path may name the entry directory or any file inside it (symlinks such as result
         links are followed). Unknown or ambiguous targets raise :class:`UsageError`.
         """
-        if target and "/" not in target and target not in (".", ".."):
-            candidate = self.entries_dir / target
-            if os.path.isdir(candidate):
-                return self.load(candidate)
-        names = self._entry_names()
-        if layout.is_hex(target) and len(target) <= layout.HASH_LEN:
-            if len(target) < layout.MIN_PREFIX and not os.path.exists(target):
-                raise UsageError(
-                    f"hash prefix {target!r} is too short (at least {layout.MIN_PREFIX} characters)"
-                )
-            matches = [n for n in names if n.startswith(target)]
-            if len(matches) == 1:
-                return self.load(self.entries_dir / matches[0])
-            if len(matches) > 1:
-                raise UsageError(
-                    f"hash prefix {target!r} is ambiguous; candidates:\n"
-                    + "\n".join(f"  {n}" for n in matches)
-                )
-        if os.path.exists(target):
-            entries_real = os.path.realpath(self.entries_dir)
-            real = os.path.realpath(target)
-            rel = os.path.relpath(real, entries_real)
-            if rel != "." and not rel.startswith(".."):
-                top = rel.split(os.sep, 1)[0]
-                if top in names:
-                    return self.load(self.entries_dir / top)
+        from rocmforge.store import scan
+
+        try:
+            how, found = scan.resolve_target(os.fspath(self.root), target)
+        except OSError as e:
+            raise StoreError(f"cannot list {self.entries_dir}: {e}") from e
+        if how == scan.FOUND:
+            return self.load(self.entries_dir / found[0])
+        if how == scan.TOO_SHORT:
+            raise UsageError(
+                f"hash prefix {target!r} is too short (at least {layout.MIN_PREFIX} characters)"
+            )
+        if how == scan.AMBIGUOUS:
+            raise UsageError(
+                f"hash prefix {target!r} is ambiguous; candidates:\n"
+                + "\n".join(f"  {n}" for n in found)
+            )
+        if how == scan.OUTSIDE:
             raise UsageError(f"{target} is not inside a store entry of {self.entries_dir}")
+        names = found
         by_name = self._by_package_name(target, names)
         if len(by_name) == 1:
             return by_name[0]

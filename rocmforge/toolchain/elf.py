@@ -73,17 +73,9 @@ class Link:
 
     def describe(self) -> str:
         """Return ``links libyaml-0.so.2 from libyaml-0-2 0.2.5-1`` (or ``from the wheel`` ...)."""
-        if self.provider == "package":
-            return f"links {self.soname} from {self.package} {self.version}"
-        if self.provider == "wheel":
-            return f"links {self.soname} from the wheel ({self.path})"
-        if self.provider == "rocm-sdk":
-            return f"links {self.soname} from the ROCm SDK wheels ({self.path})"
-        if self.provider in ("rocm", "python"):
-            return f"links {self.soname} from the toolchain's {self.provider} root ({self.path})"
-        if self.provider == "missing":
-            return f"links {self.soname} (not found on the build machine)"
-        return f"links {self.soname} from {self.path} (no package owns it: not hashed)"
+        from rocmforge.store.showtext import link_text
+
+        return link_text(self.soname, self.provider, self.package, self.version, self.path)
 
     def to_json(self) -> dict[str, str]:
         """Return the link as JSON-ready data (empty fields left out)."""
