@@ -26,13 +26,14 @@ if TYPE_CHECKING:
 INDEX_SCHEMA = 1
 
 
-def _parse(argv: Sequence[str]) -> tuple[str, str | None, dict[str, str]]:
-    """Split ``argv`` into (command, --store value, the command's other options); raise
-    ValueError on anything the read path does not handle (the full CLI will)."""
+def _parse(argv: Sequence[str]) -> tuple[str, str | None, dict[str, str], list[str]]:
+    """Split ``argv`` into (command, --store value, the command's other options, its operands);
+    raise ValueError on anything the read path does not handle (the full CLI will)."""
     args = list(argv)
     command = ""
     store: str | None = None
     found: dict[str, str] = {}
+    operands: list[str] = []
     while args:
         a = args.pop(0)
         key, eq, value = a.partition("=")
@@ -45,11 +46,15 @@ def _parse(argv: Sequence[str]) -> tuple[str, str | None, dict[str, str]]:
                 store = value
             else:
                 found[key] = value
+        elif command and not a.startswith("-") and len(operands) < _COMMANDS[command][1]:
+            operands.append(a)
         elif command or a not in _COMMANDS:
             raise ValueError(a)
         else:
             command = a
-    return command, store, found
+    if command and len(operands) != _COMMANDS[command][1]:
+        raise ValueError(command)
+    return command, store, found, operands
 
 
 def _healthy_store(store: str | None) -> str | None:
@@ -88,25 +93,62 @@ def _table(root: str, name: str | None, version: str | None) -> str | None:
         db.close()
 
 
-def _list(root: str, opts: dict[str, str]) -> str | None:
+def _list(root: str, opts: dict[str, str], operands: list[str]) -> str | None:
     return _table(root, None, None)
 
 
-def _query(root: str, opts: dict[str, str]) -> str | None:
+def _query(root: str, opts: dict[str, str], operands: list[str]) -> str | None:
     return _table(root, opts.get("--name"), opts.get("--version"))
 
 
-def _pins(root: str, opts: dict[str, str]) -> str | None:
+def _pins(root: str, opts: dict[str, str], operands: list[str]) -> str | None:
     from rocmforge.store.scan import pin_entries
 
     return "".join(f"{n} -> {e or '(dangling)'}\n" for n, e, _ in pin_entries(root))
 
 
-#: command -> (the options it may carry besides --store, its answer)
-_COMMANDS: dict[str, tuple[tuple[str, ...], Callable[[str, dict[str, str]], str | None]]] = {
-    "list": ((), _list),
-    "pins": ((), _pins),
-    "query": (("--name", "--version"), _query),
+#: The biggest compressed log the read path prints (it decompresses into memory first, so that
+#: a damaged log still falls through with nothing printed); a bigger one takes the full CLI.
+LOG_LIMIT = 32 << 20
+
+
+def _log(root: str, opts: dict[str, str], operands: list[str]) -> bytes | None:
+    """The build log of the one entry whose input hash starts with the operand (the full
+    command's first answer for a hash prefix: ``Store.resolve``); anything else falls through."""
+    import io
+
+    from rocmforge.store.scan import entry_meta_fields, entry_names
+    from rocmforge.util.zstdread import copy_log
+
+    target = operands[0]
+    if not (layout.is_hex(target) and layout.MIN_PREFIX <= len(target) <= layout.HASH_LEN):
+        return None
+    entries = os.path.join(root, layout.ENTRIES)
+    if os.path.lexists(target) or os.path.lexists(os.path.join(entries, target)):
+        return None  # a file of that name here, or an odd entry directory: the full command
+    matches = [n for n in entry_names(root) if n.startswith(target)]
+    if len(matches) != 1:
+        return None
+    entry = os.path.join(entries, matches[0])
+    with open(os.path.join(entry, layout.META), "rb") as f:
+        entry_meta_fields(f.read(), matches[0])  # a damaged entry: the full command says so
+    path = os.path.join(entry, layout.BUILD_LOG)
+    if not os.path.isfile(path) or os.path.getsize(path) > LOG_LIMIT:
+        return None
+    out = io.BytesIO()
+    copy_log(path, out)
+    return out.getvalue()
+
+
+#: command -> (the options it may carry besides --store, its number of operands, its answer)
+_COMMANDS: dict[
+    str,
+    tuple[tuple[str, ...], int, Callable[[str, dict[str, str], list[str]], str | bytes | None]],
+] = {
+    "list": ((), 0, _list),
+    "log": ((), 1, _log),
+    "pins": ((), 0, _pins),
+    "query": (("--name", "--version"), 0, _query),
 }
 
 
@@ -115,13 +157,17 @@ def fast_read(argv: Sequence[str]) -> int | None:
     if not any(a in _COMMANDS for a in argv):
         return None
     try:
-        command, store, opts = _parse(argv)
+        command, store, opts, operands = _parse(argv)
         root = _healthy_store(store) if command else None
-        text = None if root is None else _COMMANDS[command][1](root, opts)
+        text = None if root is None else _COMMANDS[command][2](root, opts, operands)
     except Exception:  # any surprise: the full CLI does it again and reports it
         return None
     if text is None:
         return None
-    sys.stdout.write(text)
-    sys.stdout.flush()
+    if isinstance(text, bytes):
+        sys.stdout.buffer.write(text)
+        sys.stdout.buffer.flush()
+    else:
+        sys.stdout.write(text)
+        sys.stdout.flush()
     return 0

@@ -221,3 +221,45 @@ def open_index_read_only(root: str, schema: int) -> sqlite3.Connection | None:
         return None
     register_functions(db)
     return db
+
+
+def entry_names(root: str) -> list[str]:
+    """Return the directory names of the entries in ``entries/`` of the store at ``root``,
+    sorted (names of the entry form that are directories; no parsing)."""
+    d = os.path.join(root, layout.ENTRIES)
+    return sorted(
+        n for n in os.listdir(d) if layout.is_entry_name(n) and os.path.isdir(os.path.join(d, n))
+    )
+
+
+def entry_meta_fields(raw: bytes, dirname: str) -> tuple[str, str, str, float, int, list[str]]:
+    """Return ``(hash, name, version, created, size, built_against)`` of the ``meta.json``
+    bytes ``raw`` of entry directory ``dirname``; ValueError if those fields are malformed or
+    name another directory. A lean check for the read path: the full
+    :meth:`rocmforge.store.entry.EntryMeta.from_json` checks every other field as well."""
+    from rocmforge.util.leanjson import loads
+
+    data = loads(raw)
+    if not isinstance(data, dict):
+        raise ValueError("not a JSON object")
+    hash_, name, version = (data.get(k) for k in ("hash", "name", "version"))
+    if not (isinstance(hash_, str) and isinstance(name, str) and isinstance(version, str)):
+        raise ValueError("hash, name and version must be strings")
+    if layout.entry_problem(hash_, name, version) or layout.entry_name(hash_, name, version) != (
+        dirname
+    ):
+        raise ValueError(f"records another entry than {dirname}")
+    created, size = data.get("created"), data.get("size")
+    against = data.get("built_against", [])
+    if (
+        isinstance(created, bool)
+        or not isinstance(created, (int, float))
+        or isinstance(size, bool)
+        or not isinstance(size, int)
+        or size < 0
+        or not isinstance(data.get("wheels"), list)
+        or not isinstance(against, list)
+        or not all(isinstance(h, str) for h in against)
+    ):
+        raise ValueError("malformed created, size, wheels or built_against")
+    return hash_, name, version, float(created), size, against

@@ -432,15 +432,12 @@ class Store:
         return self._entry_names()
 
     def _entry_names(self) -> list[str]:
+        from rocmforge.store.scan import entry_names
+
         try:
-            names = os.listdir(self.entries_dir)
+            return entry_names(os.fspath(self.root))
         except OSError as e:
             raise StoreError(f"cannot list {self.entries_dir}: {e}") from e
-        return sorted(
-            n
-            for n in names
-            if layout.is_entry_name(n) and os.path.isdir(self.entries_dir / n)
-        )
 
     def entries(self) -> Iterator[Entry]:
         """Yield every published entry, sorted by directory name (``entries/`` is the truth)."""
