@@ -140,11 +140,49 @@ def _log(root: str, opts: dict[str, str], operands: list[str]) -> bytes | None:
     return out.getvalue()
 
 
+def _du(root: str, opts: dict[str, str], operands: list[str]) -> str | None:
+    """The text of ``du`` (``--top N``) from the same functions as the full command."""
+    import time
+
+    from rocmforge.store import measure, scan
+
+    top = int(opts.get("--top", "10"))  # what argparse's type does; a bad one raises
+    if top < 0 or os.environ.get(measure.CCACHE_ENV_SIZE, "").strip():
+        return None  # the size's check (a regular expression) is the full command's
+    cache = measure.compiler_cache_root(root, os.environ)
+    if cache is None or cache.startswith("//") or os.path.normpath(cache) != cache:
+        return None  # an error, or a path pathlib would print otherwise
+    db = scan.open_index_read_only(root, INDEX_SCHEMA)
+    if db is None:
+        return None
+    try:
+        indexed = dict(db.execute("SELECT hash, last_used FROM entries").fetchall())
+    finally:
+        db.close()
+    entries = measure.read_entries(root, indexed, scan.used_times(root))
+    areas, packages, biggest = measure.summarize(
+        root,
+        entries,
+        ((rel, size) for rel, size, _ in measure.scan_sources(root)),
+        scan.scan_roots(root)[0],
+    )
+    return measure.format_du(
+        areas,
+        packages,
+        biggest,
+        measure.scan_failed(root),
+        (cache, measure.compiler_cache_usage(cache)),
+        top=top,
+        now=time.time(),
+    )
+
+
 #: command -> (the options it may carry besides --store, its number of operands, its answer)
 _COMMANDS: dict[
     str,
     tuple[tuple[str, ...], int, Callable[[str, dict[str, str], list[str]], str | bytes | None]],
 ] = {
+    "du": (("--top",), 0, _du),
     "list": ((), 0, _list),
     "log": ((), 1, _log),
     "pins": ((), 0, _pins),

@@ -37,9 +37,13 @@ def loads(text: str | bytes) -> Any:
     """Parse one JSON document (``bytes`` are UTF-8) as ``json.loads`` does; ValueError if it is
     not one (the message is terser than ``json``'s)."""
     if isinstance(text, bytes):
-        if text.startswith(b"\xef\xbb\xbf"):
-            raise ValueError("a UTF-8 byte order mark (json.loads would not read it either)")
-        text = text.decode("utf-8")  # UnicodeDecodeError is a ValueError
+        if b"\x00" in text[:4]:  # UTF-16 or UTF-32, which json.loads detects: let it
+            import json
+
+            return json.loads(text)
+        # as json.loads decodes UTF-8 (a byte order mark is dropped); errors are ValueErrors
+        text = text.decode("utf-8-sig" if text.startswith(b"\xef\xbb\xbf") else "utf-8",
+                           "surrogatepass")  # fmt: skip
     start = len(text) - len(text.lstrip(_WHITESPACE))
     try:
         value, end = _scan(text, start)
