@@ -3,7 +3,8 @@
 The console's read path (:mod:`rocmforge.fastread`) reads small JSON files (an entry's
 ``meta.json``) before anything heavy loads. :func:`loads` drives the C scanner of the standard
 library's own ``_json`` with the settings ``json.loads`` uses by default, so it returns what
-``json.loads`` returns for every document, and raises :class:`ValueError` where it raises.
+``json.loads`` returns for every document; a malformed one is handed to ``json.loads`` itself,
+which raises its own error (a :class:`ValueError`).
 """
 
 from __future__ import annotations
@@ -34,8 +35,8 @@ _scan = _json.make_scanner(_Context())  # type: ignore[arg-type]  # duck-typed c
 
 
 def loads(text: str | bytes) -> Any:
-    """Parse one JSON document (``bytes`` are UTF-8) as ``json.loads`` does; ValueError if it is
-    not one (the message is terser than ``json``'s)."""
+    """Parse one JSON document (``bytes`` are UTF-8) as ``json.loads`` does; its error if it
+    is not one."""
     if isinstance(text, bytes):
         if b"\x00" in text[:4]:  # UTF-16 or UTF-32, which json.loads detects: let it
             import json
@@ -47,8 +48,10 @@ def loads(text: str | bytes) -> Any:
     start = len(text) - len(text.lstrip(_WHITESPACE))
     try:
         value, end = _scan(text, start)
-    except StopIteration as stop:
-        raise ValueError(f"expecting a JSON value at character {stop.value}") from None
-    if text[end:].strip(_WHITESPACE):
-        raise ValueError(f"extra data at character {end}")
+    except (StopIteration, ValueError, SystemError):  # SystemError: the C scanner's error
+        end = -1  # needs json.decoder loaded to raise its own; let json.loads say what is wrong
+    if end < 0 or text[end:].strip(_WHITESPACE):
+        import json
+
+        return json.loads(text)  # raises json's own error (JSONDecodeError, a ValueError)
     return value

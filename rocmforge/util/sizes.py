@@ -33,10 +33,17 @@ def format_age(seconds: float) -> str:
 
 
 def tree_size(path: str | os.PathLike[str]) -> int:
-    """Return the bytes of every non-directory below ``path`` (lstat sizes; links not followed).
+    """Return the bytes of every non-directory below ``path`` (lstat sizes; links below not
+    followed), or of ``path`` itself when it is not a directory (a failed build's log, a tree
+    stat cache's ``.head``).
 
     A missing ``path`` is 0 bytes; files that vanish meanwhile are skipped.
     """
+    if not os.path.isdir(path):
+        try:
+            return os.lstat(path).st_size
+        except FileNotFoundError:
+            return 0
     total = 0
     for dirpath, _, filenames in os.walk(path):
         for f in filenames:
