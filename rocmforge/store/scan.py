@@ -202,7 +202,15 @@ def register_functions(db: sqlite3.Connection) -> None:
 def open_index_read_only(root: str, schema: int) -> sqlite3.Connection | None:
     """Open the store's index read-only if it is a healthy file of schema ``schema``; else
     None (the caller falls back to the full path, which repairs or reports)."""
-    import sqlite3
+    if TYPE_CHECKING:
+        import sqlite3
+    else:
+        try:  # the sqlite3 package is this extension plus datetime adapters (~1 ms) unused here
+            import _sqlite3 as sqlite3
+
+            sqlite3.connect  # noqa: B018 (a module attribute since 3.11; else the package)
+        except (ImportError, AttributeError):
+            import sqlite3
 
     path = os.path.join(root, layout.INDEX)
     # A URI needs "?", "#" and "%" quoted: such a path takes the full path (urllib is 2 ms).
