@@ -198,6 +198,8 @@ def fast_read(argv: Sequence[str]) -> int | None:
         command, store, opts, operands = _parse(argv)
         root = _healthy_store(store) if command else None
         text = None if root is None else _COMMANDS[command][2](root, opts, operands)
+        if isinstance(text, str):  # a name or path stdout cannot encode: the full CLI's error
+            text.encode(sys.stdout.encoding or "utf-8", sys.stdout.errors or "strict")
     except Exception:  # any surprise: the full CLI does it again and reports it
         return None
     if text is None:
