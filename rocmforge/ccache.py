@@ -36,6 +36,7 @@ from typing import Any
 from rocmforge.errors import RocmforgeError
 from rocmforge.sandbox import Mount, Runner
 from rocmforge.store import layout
+from rocmforge.store.measure import CCACHE_ENV_DIR, CCACHE_ENV_SIZE, compiler_cache_usage
 from rocmforge.util.fsutil import write_atomic
 from rocmforge.util.hashing import blake3_hex, canonical_json
 
@@ -53,9 +54,9 @@ STATS_INSIDE = "/build/ccstats"
 #: The default maximum size of each cache namespace (ccache's suffixes: k, M, G, T, Ki, Mi ...).
 DEFAULT_MAX_SIZE = "20G"
 #: A shared cache directory for a cluster's builders (NFS, say); default ``<store>/ccache``.
-ENV_DIR = "ROCMFORGE_COMPILER_CACHE_DIR"
+ENV_DIR = CCACHE_ENV_DIR
 #: The maximum size of each namespace (``CCACHE_MAXSIZE``).
-ENV_SIZE = "ROCMFORGE_COMPILER_CACHE_SIZE"
+ENV_SIZE = CCACHE_ENV_SIZE
 #: The modes ``[build] compiler-cache`` takes (besides true/false).
 MODES = ("wrap", "cmake-launcher")
 
@@ -359,22 +360,9 @@ class CacheUsage:
 
 
 def usage(cache: CacheSettings) -> CacheUsage:
-    """Return the disk usage of every namespace below ``cache.root`` (allocated blocks)."""
-    files = size = spaces = entries = 0
-    if cache.root.is_dir():
-        for ns in cache.root.iterdir():
-            if not ns.is_dir():
-                continue
-            spaces += 1
-            for dirpath, _dirs, names in os.walk(ns):
-                for name in names:
-                    try:
-                        st = os.lstat(os.path.join(dirpath, name))
-                    except OSError:
-                        continue
-                    files += 1
-                    entries += name.endswith(("R", "M")) and dirpath != str(ns)
-                    size += st.st_blocks * 512
+    """Return the disk usage of every namespace below ``cache.root`` (allocated blocks;
+    :func:`rocmforge.store.measure.compiler_cache_usage`)."""
+    spaces, files, entries, size = compiler_cache_usage(os.fspath(cache.root))
     return CacheUsage(root=cache.root, namespaces=spaces, files=files, entries=entries, bytes=size)
 
 

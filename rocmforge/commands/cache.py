@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
     from rocmforge.cache.prune import list_cache, prune_cache
     from rocmforge.cache.urls import open_backend
     from rocmforge.errors import UsageError
-    from rocmforge.store.gc import format_size
+    from rocmforge.util.sizes import format_size
 
     if args.action == "ls":
         if args.cache:

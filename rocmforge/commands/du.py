@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from typing import Any
 
@@ -29,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
     from rocmforge.ccache import settings
     from rocmforge.ccache import usage as cache_usage
     from rocmforge.store.failed import gather_failed
-    from rocmforge.store.gc import format_age, format_size
+    from rocmforge.store.measure import format_du
     from rocmforge.store.usage import disk_usage
 
     store = open_store(args)
@@ -45,31 +46,14 @@ def run(args: argparse.Namespace) -> int:
             }
         )
         return 0
-    print(f"total {format_size(usage.total)}")
-    for area, size in usage.areas:
-        print(f"  {format_size(size):>10}  {area}")
-    print(
-        f"compiler cache {format_size(cache.bytes)} ({cache.files} files, {cache.namespaces} "
-        f"toolchains) at {cache.root}"
+    text = format_du(  # the read path (rocmforge.fastread) prints it from the same function
+        usage.areas,
+        usage.packages,
+        usage.entries,
+        [(i.kind, i.name, tuple(map(str, i.paths)), i.size, i.mtime) for i in failed],
+        (str(cache.root), (cache.namespaces, cache.files, cache.entries, cache.bytes)),
+        top=args.top,
+        now=time.time(),
     )
-    if usage.packages:
-        print("packages:")
-        for name, count, size in usage.packages:
-            print(f"  {format_size(size):>10}  {name} ({count} entries)")
-    if usage.entries and args.top > 0:
-        print(f"biggest entries (of {len(usage.entries)}):")
-        now = time.time()
-        for e, roots in usage.entries[: args.top]:
-            rooted = f"  rooted: {'; '.join(roots)}" if roots else ""
-            print(
-                f"  {format_size(e.size):>10}  {e.dirname}  used {format_age(now - e.last_used)}"
-                f" ago{rooted}"
-            )
-    if failed:
-        total = sum(i.size for i in failed)
-        print(f"failed builds ({format_size(total)}; rocmforge gc --failed deletes them):")
-        now = time.time()
-        for i in failed[: max(args.top, 1)]:
-            age = format_age(now - i.mtime)
-            print(f"  {format_size(i.size):>10}  {i.kind}: {i.name}  {age} old")
+    sys.stdout.write(text)
     return 0

@@ -74,7 +74,8 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """``rocmforge gc``: plan, delete (unless ``--dry-run``) and report entries and bytes."""
     from rocmforge.sources.refs import entry_refs
-    from rocmforge.store.gc import Policies, collect_garbage, format_size, parse_size
+    from rocmforge.store.gc import Policies, collect_garbage, parse_size
+    from rocmforge.util.sizes import format_size
 
     if args.compiler_cache is not None:
         return _compiler_cache(args)
@@ -140,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
 def _run_failed(args: argparse.Namespace, store: Any, older: float | None) -> int:
     """``gc --failed``: delete kept build directories and failed logs (by age if asked)."""
     from rocmforge.store.failed import collect_failed
-    from rocmforge.store.gc import format_size
+    from rocmforge.util.sizes import format_size
 
     if args.keep_last is not None or args.max_size is not None:
         raise UsageError("--failed takes only --older-than (entries are not touched)")
@@ -159,7 +160,7 @@ def _run_failed(args: argparse.Namespace, store: Any, older: float | None) -> in
 def _compiler_cache(args: argparse.Namespace) -> int:
     """``gc --compiler-cache [trim|clear]``: ccache --cleanup (or --clear) on every namespace."""
     from rocmforge.ccache import maintain, settings, usage
-    from rocmforge.store.gc import format_size
+    from rocmforge.util.sizes import format_size
 
     cache = settings(open_store(args).root)
     before = usage(cache)

@@ -41,7 +41,7 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """``rocmforge log TARGET``: print the build log of an entry or of the last failed build."""
-    import zstandard
+    from rocmforge.util.zstdread import copy_log
 
     target = args.target
     if os.path.exists(target) and not (os.path.isfile(target) or os.path.isdir(target)):
@@ -55,12 +55,7 @@ def run(args: argparse.Namespace) -> int:
         path, fetched = _from_cache(args, store, target, missing)
     out = sys.stdout.buffer
     try:
-        with open(path, "rb") as f:
-            if path.name.endswith(".zst"):
-                zstandard.ZstdDecompressor().copy_stream(f, out)
-            else:  # a job's live log in the job directory: plain text
-                while chunk := f.read(1 << 16):
-                    out.write(chunk)
+        copy_log(os.fspath(path), out)  # the read path (rocmforge.fastread) prints it the same way
         out.flush()
     finally:
         if fetched is not None:

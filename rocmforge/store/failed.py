@@ -14,12 +14,12 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from rocmforge.errors import StoreError
-from rocmforge.store import layout
+from rocmforge.store.measure import scan_failed
 from rocmforge.store.store import Store
-from rocmforge.util.fsutil import remove_tree, tree_size
+from rocmforge.util.fsutil import remove_tree
 
 Kind = Literal["kept build", "failed log"]
 
@@ -46,42 +46,19 @@ class FailedItem:
         }
 
 
-def _mtime(path: Path) -> float:
-    try:
-        return os.lstat(path).st_mtime
-    except OSError:
-        return 0.0
-
-
 def gather_failed(store: Store) -> list[FailedItem]:
-    """Return the kept build directories and the failed logs of ``store``, biggest first."""
-    items: list[FailedItem] = []
+    """Return the kept build directories and the failed logs of ``store``, biggest first
+    (:func:`rocmforge.store.measure.scan_failed`)."""
     try:
-        tmp_names = set(os.listdir(store.tmp_dir)) if store.tmp_dir.is_dir() else set()
-        failed_names = sorted(os.listdir(store.failed_dir)) if store.failed_dir.is_dir() else []
+        found = scan_failed(os.fspath(store.root))
     except OSError as e:
         raise StoreError(f"cannot list failed builds in {store.root}: {e}") from e
-    for n in sorted(tmp_names):
-        if layout.parse_build_dir_name(n) and f"{n}{layout.LOCK_SUFFIX}" not in tmp_names:
-            d = store.tmp_dir / n
-            size, mtime = tree_size(d), _mtime(d)
-            items.append(FailedItem(kind="kept build", name=n, paths=(d,), size=size, mtime=mtime))
-    logs: dict[str, list[Path]] = {}
-    for n in failed_names:
-        stem = n.removesuffix(layout.FAILED_LOG_SUFFIX).removesuffix(".json")
-        if stem != n:
-            logs.setdefault(stem, []).append(store.failed_dir / n)
-    for stem, paths in sorted(logs.items()):
-        items.append(
-            FailedItem(
-                kind="failed log",
-                name=stem,
-                paths=tuple(paths),
-                size=sum(tree_size(p) for p in paths),
-                mtime=max(_mtime(p) for p in paths),
-            )
+    return [
+        FailedItem(
+            kind=cast(Kind, kind), name=name, paths=tuple(map(Path, paths)), size=size, mtime=mtime
         )
-    return sorted(items, key=lambda i: (-i.size, i.name))
+        for kind, name, paths, size, mtime in found
+    ]
 
 
 def collect_failed(

@@ -16,7 +16,6 @@ A root (result link, pin, running realize, build in progress) always stays.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import stat
@@ -30,12 +29,14 @@ from typing import Any
 from rocmforge.errors import StoreError
 from rocmforge.store import layout
 from rocmforge.store.entry import DerivationDoc, EntryMeta, read_derivation, read_meta
+from rocmforge.store.measure import scan_sources, source_kind
 from rocmforge.store.roots import RootSet, collect_roots
 from rocmforge.store.store import Store
-from rocmforge.util.fsutil import remove_tree, tree_size
+from rocmforge.util.fsutil import remove_tree
+from rocmforge.util.sizes import format_age, format_size
 
 _SIZE_RE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([kmgtp]?)(?:i?b)?\s*", re.IGNORECASE)
-_UNITS = "KMGTP"
+_UNITS = "KMGTP"  # parse_size; format_size is rocmforge.util.sizes
 
 
 # -- sizes and ages --------------------------------------------------------------------------------
@@ -51,27 +52,6 @@ def parse_size(text: str) -> int:
         raise ValueError(f"invalid size {text!r}; write e.g. '500M', '20G', '1.5T' or bytes")
     unit = m.group(2).upper()
     return int(float(m.group(1)) * (1024 ** (_UNITS.index(unit) + 1) if unit else 1))
-
-
-def format_size(n: int) -> str:
-    """Return ``n`` bytes in binary units: ``"512 B"``, ``"1.5 KiB"``, ``"20.0 GiB"``."""
-    if n < 1024:
-        return f"{n} B"
-    value = float(n)
-    for unit in _UNITS:
-        value /= 1024
-        if value < 1024 or unit == _UNITS[-1]:
-            return f"{value:.1f} {unit}iB"
-    raise AssertionError("unreachable")
-
-
-def format_age(seconds: float) -> str:
-    """Return a duration as its largest whole unit: ``"41d"``, ``"3h"``, ``"12m"``, ``"5s"``."""
-    s = max(0, int(seconds))
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if s >= size:
-            return f"{s // size}{unit}"
-    return f"{s}s"
 
 
 # -- the pure plan ---------------------------------------------------------------------------------
@@ -289,15 +269,7 @@ class SourceItem:
     @property
     def kind(self) -> str:
         """``git mirror``, ``requirement wheel``, ``tree stat cache`` or ``git resolve cache``."""
-        top = self.rel.split("/", 1)[0]
-        return {
-            layout.SOURCES_GIT: "git mirror",
-            layout.SOURCES_WHEELS: "requirement wheel",
-            layout.SOURCES_TREES: "tree stat cache",
-            layout.SOURCES_GIT_RESOLVED: "git resolve cache",
-            layout.SOURCES_WHEELS_UNPACKED: "unpacked wheel",
-            layout.SOURCES_ROCM_SDK: "unpacked ROCm SDK",
-        }.get(top, top)
+        return source_kind(self.rel)
 
     def to_json(self) -> dict[str, Any]:
         """Return JSON-ready data."""
@@ -390,54 +362,13 @@ def gather_entries(store: Store) -> tuple[list[EntryInfo], list[str]]:
 
 
 def gather_sources(store: Store) -> list[SourceItem]:
-    """Return the collectable source caches under ``sources/`` with their sizes."""
-    src = store.sources_dir
-    items: list[SourceItem] = []
-
-    def names(sub: str) -> list[str]:
-        try:
-            return sorted(n for n in os.listdir(src / sub) if not n.startswith("."))
-        except FileNotFoundError:
-            return []
-        except OSError as e:
-            raise StoreError(f"cannot list {src / sub}: {e}") from e
-
-    git, wheels = layout.SOURCES_GIT, layout.SOURCES_WHEELS
-    trees_dir, resolved = layout.SOURCES_TREES, layout.SOURCES_GIT_RESOLVED
-    for n in names(git):
-        if n.endswith(".git"):
-            items.append(SourceItem(rel=f"{git}/{n}", size=tree_size(src / git / n)))
-    for n in names(wheels):
-        if n.endswith((layout.WHEEL_SUFFIX, layout.SDIST_SUFFIX)):
-            items.append(SourceItem(rel=f"{wheels}/{n}", size=os.lstat(src / wheels / n).st_size))
-    unpacked = layout.SOURCES_WHEELS_UNPACKED
-    for n in names(unpacked):
-        stem = n.rpartition(".")[0]
-        if stem.endswith(layout.WHEEL_SUFFIX):
-            items.append(SourceItem(rel=f"{unpacked}/{n}", size=tree_size(src / unpacked / n)))
-    sdk = layout.SOURCES_ROCM_SDK
-    for n in names(sdk):
-        if layout.is_hex(n):
-            items.append(SourceItem(rel=f"{sdk}/{n}", size=tree_size(src / sdk / n)))
-    trees: dict[str, int] = defaultdict(int)
-    for n in names(trees_dir):
-        stem, dot, ext = n.rpartition(".")
-        if dot and "." + ext in (layout.TREE_HEAD_SUFFIX, layout.TREE_FILES_SUFFIX):
-            trees[stem] += tree_size(src / trees_dir / n)
-    items.extend(
-        SourceItem(rel=f"{trees_dir}/{s}", size=size) for s, size in sorted(trees.items())
-    )
-    for n in names(resolved):
-        if n.endswith(".json"):
-            p = src / resolved / n
-            try:
-                raw = p.read_bytes()
-                commit = json.loads(raw).get("commit")
-            except (OSError, ValueError, AttributeError):
-                continue
-            if isinstance(commit, str):
-                items.append(SourceItem(rel=f"{resolved}/{n}", size=len(raw), commit=commit))
-    return items
+    """Return the collectable source caches under ``sources/`` with their sizes
+    (:func:`rocmforge.store.measure.scan_sources`)."""
+    try:
+        found = scan_sources(os.fspath(store.root))
+    except OSError as e:
+        raise StoreError(f"cannot list {e.filename or store.sources_dir}: {e}") from e
+    return [SourceItem(rel=rel, size=size, commit=commit) for rel, size, commit in found]
 
 
 #: What one entry references, from its ``meta.json`` and ``derivation.json`` data. The caller

@@ -203,7 +203,15 @@ def register_functions(db: sqlite3.Connection) -> None:
 def open_index_read_only(root: str, schema: int) -> sqlite3.Connection | None:
     """Open the store's index read-only if it is a healthy file of schema ``schema``; else
     None (the caller falls back to the full path, which repairs or reports)."""
-    import sqlite3
+    if TYPE_CHECKING:
+        import sqlite3
+    else:
+        try:  # the sqlite3 package is this extension plus datetime adapters (~1 ms) unused here
+            import _sqlite3 as sqlite3
+
+            sqlite3.connect  # noqa: B018 (a module attribute since 3.11; else the package)
+        except (ImportError, AttributeError):
+            import sqlite3
 
     path = os.path.join(root, layout.INDEX)
     # A URI needs "?", "#" and "%" quoted: such a path takes the full path (urllib is 2 ms).
@@ -226,7 +234,8 @@ def open_index_read_only(root: str, schema: int) -> sqlite3.Connection | None:
 
 def entry_names(root: str) -> list[str]:
     """Return the directory names of the entries in ``entries/`` of the store at ``root``,
-    sorted (no parsing); OSError if it cannot be listed."""
+    sorted (names of the entry form that are directories; no parsing); OSError if it cannot
+    be listed."""
     d = os.path.join(root, layout.ENTRIES)
     return sorted(
         n for n in os.listdir(d) if layout.is_entry_name(n) and os.path.isdir(os.path.join(d, n))
@@ -265,3 +274,17 @@ def resolve_target(root: str, target: str) -> tuple[str, list[str]]:
                 return FOUND, [top]
         return OUTSIDE, []
     return UNKNOWN, names
+
+
+def entry_meta_fields(raw: bytes, dirname: str) -> tuple[str, str, str, float, int, list[str]]:
+    """Return ``(hash, name, version, created, size, built_against)`` of the ``meta.json``
+    bytes ``raw`` of entry directory ``dirname``; ValueError if any field is malformed (the
+    checks of :meth:`rocmforge.store.entry.EntryMeta.from_json`:
+    :func:`rocmforge.store.metafields.meta_fields`) or it names another directory."""
+    from rocmforge.store.metafields import meta_fields
+    from rocmforge.util.leanjson import loads
+
+    f = meta_fields(loads(raw), file=dirname)
+    if layout.entry_name(f["hash"], f["name"], f["version"]) != dirname:
+        raise ValueError(f"records another entry than {dirname}")
+    return f["hash"], f["name"], f["version"], float(f["created"]), f["size"], [*f["built_against"]]

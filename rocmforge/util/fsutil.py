@@ -135,21 +135,6 @@ def make_tree_once(
             remove_tree(staging)
 
 
-def tree_size(path: Path | str) -> int:
-    """Return the bytes of every non-directory below ``path`` (lstat sizes; links not followed).
-
-    A missing ``path`` is 0 bytes; files that vanish meanwhile are skipped.
-    """
-    total = 0
-    for dirpath, _, filenames in os.walk(path):
-        for f in filenames:
-            try:
-                total += os.lstat(os.path.join(dirpath, f)).st_size
-            except FileNotFoundError:
-                continue
-    return total
-
-
 def _purge_dir(name: str, parent_fd: int) -> None:
     """Remove directory ``name`` (relative to ``parent_fd``) and everything below it.
 
