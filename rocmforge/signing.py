@@ -34,11 +34,11 @@ from typing import Any
 from rocmforge.config import KeyText
 from rocmforge.errors import RocmforgeError, UsageError
 from rocmforge.store import layout
+from rocmforge.util.configpaths import TRUSTED_KEYS_ENV as TRUSTED_KEYS_ENV
 from rocmforge.util.fsutil import json_bytes, write_atomic
 
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
 SIGNING_KEY_ENV = "ROCMFORGE_SIGNING_KEY"
-TRUSTED_KEYS_ENV = "ROCMFORGE_TRUSTED_KEYS"
 _SEED_BYTES = 32
 
 

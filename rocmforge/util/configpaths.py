@@ -20,6 +20,8 @@ PROJECT_FILE = "rocmforge.toml"
 USER_FILE = "config.toml"
 #: The trusted public keys file inside ``$XDG_CONFIG_HOME/rocmforge``.
 TRUSTED_KEYS_FILE = "trusted-keys"
+#: The environment variable whose keys, when set, replace the trusted-keys file and config keys.
+TRUSTED_KEYS_ENV = "ROCMFORGE_TRUSTED_KEYS"
 
 
 def config_home(environ: Mapping[str, str] | None = None) -> str:
