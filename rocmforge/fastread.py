@@ -1,17 +1,20 @@
-"""The console's read path: ``list``, ``pins``, ``query`` and ``show`` answered before any heavy
-import.
+"""The console's read path: ``list``, ``pins``, ``query``, ``show`` and ``audit`` answered before
+any heavy import.
 
 A read command's work is a directory listing and one SELECT; what made it 5x slower than the
 interpreter's own start was importing the CLI (argparse, dataclasses, pathlib, the store and
 error classes: ~30 ms). The commonest forms — the text output of ``list``, ``pins``,
-``query --name/--version`` and ``show TARGET`` (a hash, prefix, entry name or path) on a healthy
-store — are answered here from the same lean functions the full commands call
-(:mod:`rocmforge.store.scan`, :mod:`rocmforge.util.table`, :mod:`rocmforge.store.showtext`,
+``query --name/--version``, ``show TARGET`` (a hash, prefix, entry name or path) and
+``audit WHEEL...`` of wheels the index verifies, on a healthy store — are answered here from the
+same lean functions the full commands call (:mod:`rocmforge.store.scan`,
+:mod:`rocmforge.util.table`, :mod:`rocmforge.store.showtext`, :mod:`rocmforge.store.audittext`,
 :mod:`rocmforge.store.metafields`), so the output is byte for byte the same. Anything else —
 another option, ``--json``, no store there, an index that needs repair, entries waiting to be
-indexed, a target the full resolver must judge, any error — returns None and the full CLI runs
+indexed, a target the full resolver must judge, a wheel the index does not verify, a signed
+entry, trusted keys or a configuration file, any error — returns None and the full CLI runs
 from the start, exactly as if this module did not exist: it can make a command faster, never
-different. Imports ``os``, ``sys``, ``fcntl``, ``time`` and ``_json``; ``sqlite3`` for the index.
+different. Imports ``os``, ``sys``, ``fcntl``, ``time`` and ``_json``; ``_sqlite3`` for the
+index, ``blake3`` for ``audit``.
 """
 
 from __future__ import annotations
