@@ -298,16 +298,20 @@ def _audit(store: str | None, opts: dict[str, str]) -> tuple[str, str] | None:
     db = scan.open_index_read_only(root, INDEX_SCHEMA)
     if db is None:
         return None
+    reports = []
     try:
-        reports = [_verified(root, db, w) for w in wheels]
+        for wheel in wheels:
+            report = _verified(root, db, wheel)
+            if report is None:  # one wheel the full command must judge: it does them all
+                return None
+            reports.append(report)
     finally:
         db.close()
-    if not all(reports):
-        return None
-    return banner(root, how, found=True) + "\n", audit_text(reports)  # type: ignore[arg-type]
+    return banner(root, how, found=True) + "\n", audit_text(reports)
 
 
-#: command -> (the options it may carry besides --store, its answer, its positional arguments)
+#: command -> (the options it may carry besides --store, its answer, its positional arguments:
+#: -1 for one or more)
 _COMMANDS: dict[
     str, tuple[tuple[str, ...], Callable[[str, dict[str, str]], str | None] | None, int]
 ] = {
