@@ -35,21 +35,21 @@ from rocmforge.provenance import read_statement
 from rocmforge.signing import PublicKey, SignatureCheck, check_entry
 from rocmforge.stamp import Stamp, StampError, read_stamp
 from rocmforge.store import layout
+from rocmforge.store.audittext import (
+    CLAIMED,
+    DIVERGED,
+    EXIT_CODES,
+    TAMPERED,
+    UNKNOWN,
+    VERIFIED,
+    audit_facts,
+    worst_status_code,
+)
 from rocmforge.store.entry import DerivationDoc, read_derivation, read_meta
 from rocmforge.store.showtext import input_facts as input_facts
-from rocmforge.store.showtext import run_facts
 from rocmforge.store.store import Store
 from rocmforge.util.hashing import file_blake3, file_sha256
 
-VERIFIED = "verified"
-CLAIMED = "claimed"
-TAMPERED = "tampered"
-DIVERGED = "diverged"
-UNKNOWN = "unknown"
-
-#: Exit status of ``rocmforge audit`` per status; the worst wheel decides. Never 0 unless verified.
-EXIT_CODES = {VERIFIED: 0, TAMPERED: 1, CLAIMED: 5, UNKNOWN: 6, DIVERGED: 7}
-_SEVERITY = {VERIFIED: 0, CLAIMED: 1, DIVERGED: 2, UNKNOWN: 3, TAMPERED: 4}
 _UNSIGNED = ("RECORD", "RECORD.jws", "RECORD.p7s")
 
 
@@ -85,46 +85,9 @@ class AuditReport:
         return EXIT_CODES[self.status]
 
     def facts(self) -> dict[str, Any]:
-        """Return the traceability facts: package, recipe, source, toolchain, env, run."""
-        drv = DerivationDoc(self.derivation or {})
-        params: Mapping[str, Any] = {}
-        deps: list[Any] = []
-        if self.statement:
-            bd = self.statement.get("predicate", {}).get("buildDefinition", {})
-            params = bd.get("externalParameters", {})
-            deps = bd.get("resolvedDependencies", [])
-        source = dict(drv.source or {})
-        for dep in deps:
-            if isinstance(dep, dict) and dep.get("name") == "source" and dep.get("uri"):
-                source["uri"] = dep["uri"]
-        internal = (
-            self.statement.get("predicate", {})
-            .get("buildDefinition", {})
-            .get("internalParameters", {})
-            if self.statement
-            else {}
-        )
-        # Provenance keeps local paths relative to the recipe's repository; show them absolute.
-        local = (internal.get("localPaths") or {}).get("paths") or {}
-        extends = params.get("extends")
-        if isinstance(extends, list):
-            extends = [local.get(f"extends[{i}]", e) for i, e in enumerate(extends)]
-        return {
-            "package": drv.package,
-            "recipe": {
-                "name": (params.get("recipe") or {}).get("package", {}).get("name"),
-                "file": local.get("recipeFile", params.get("recipeFile")),
-                "extends": extends,
-            },
-            "source": source,
-            "toolchain": drv.toolchain,
-            "env": drv.env,
-            "passthrough": internal.get("passthrough"),
-            "requirements": drv.requirements,
-            "inputs": input_facts(self.derivation or {}, deps),
-            "build": drv.build,
-            "run": run_facts(self.statement),
-        }
+        """Return the traceability facts: package, recipe, source, toolchain, env, run
+        (:func:`rocmforge.store.audittext.audit_facts`)."""
+        return audit_facts(self.derivation, self.statement)
 
     def to_json(self) -> dict[str, Any]:
         """Return the report as JSON-ready data."""
@@ -183,9 +146,7 @@ def dependency_facts(
 
 def worst_exit_code(reports: list[AuditReport]) -> int:
     """Return the exit status for several wheels: that of the least trustworthy one."""
-    if not reports:
-        return 0
-    return EXIT_CODES[max((r.status for r in reports), key=_SEVERITY.__getitem__)]
+    return worst_status_code([r.status for r in reports])
 
 
 def _b64(digest: bytes) -> str:

@@ -25,7 +25,8 @@ sets it. Trusted keys are the union of the user's keys (``trusted-keys`` file an
 only when the user file says ``trust-project-keys = true``, the project's; a set
 ``$ROCMFORGE_TRUSTED_KEYS`` replaces them all (see :mod:`rocmforge.signing`).
 
-Imports nothing of rocmforge but :mod:`rocmforge.errors`, so every layer may read it.
+Imports nothing of rocmforge but :mod:`rocmforge.errors` and :mod:`rocmforge.util.configpaths`
+(where the files are), so every layer may read it.
 """
 
 from __future__ import annotations
@@ -39,11 +40,10 @@ from types import MappingProxyType
 from typing import Any
 
 from rocmforge.errors import EXIT_BAD_INPUT, RocmforgeError
+from rocmforge.util import configpaths
+from rocmforge.util.configpaths import PROJECT_FILE as PROJECT_FILE
+from rocmforge.util.configpaths import USER_FILE as USER_FILE
 
-#: The project file's name, looked for in each directory from the recipe's upward.
-PROJECT_FILE = "rocmforge.toml"
-#: The user file's name inside ``$XDG_CONFIG_HOME/rocmforge``.
-USER_FILE = "config.toml"
 #: The URL schemes of binary caches (rocmforge/cache/urls.py opens them); a plain path is a
 #: ``file://`` cache.
 CACHE_SCHEMES = ("file", "oci")
@@ -86,11 +86,7 @@ class Config:
 
 def config_home(environ: Mapping[str, str] | None = None) -> Path:
     """Return rocmforge's per-user configuration directory (``$XDG_CONFIG_HOME/rocmforge``)."""
-    env = os.environ if environ is None else environ
-    base = env.get("XDG_CONFIG_HOME") or os.path.join(
-        env.get("HOME") or os.path.expanduser("~"), ".config"
-    )
-    return Path(base) / "rocmforge"
+    return Path(configpaths.config_home(environ))
 
 
 def user_config_path(environ: Mapping[str, str] | None = None) -> Path:
@@ -179,17 +175,8 @@ def load_config(path: Path, *, user: bool) -> Config:
 
 def find_project_config(starts: Iterable[str | Path]) -> Path | None:
     """Return the first ``rocmforge.toml`` at or above any of ``starts`` (directories), or None."""
-    for start in dict.fromkeys(os.path.abspath(s) for s in starts):
-        here = start
-        while True:
-            candidate = os.path.join(here, PROJECT_FILE)
-            if os.path.isfile(candidate):
-                return Path(candidate)
-            parent = os.path.dirname(here)
-            if parent == here:
-                break
-            here = parent
-    return None
+    found = configpaths.find_project_config(os.fspath(s) for s in starts)
+    return Path(found) if found is not None else None
 
 
 def _owned_by_other(path: Path) -> int | None:

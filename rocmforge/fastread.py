@@ -1,19 +1,20 @@
-"""The console's read path: ``list``, ``pins``, ``query``, ``show``, ``du`` and ``log``
-answered before any heavy import.
+"""The console's read path: ``list``, ``pins``, ``query``, ``show``, ``du``, ``log`` and
+``audit`` answered before any heavy import.
 
 A read command's work is a directory listing and one SELECT; what made it 5x slower than the
 interpreter's own start was importing the CLI (argparse, dataclasses, pathlib, the store and
 error classes: ~30 ms). The commonest forms — the text output of ``list``, ``pins``,
-``query --name/--version``, ``show TARGET`` (a hash, prefix, entry name or path), ``du [--top N]``
-and ``log HASH`` on a healthy store — are answered here from the same lean functions the full
-commands call (:mod:`rocmforge.store.scan`, :mod:`rocmforge.util.table`,
-:mod:`rocmforge.store.showtext`, :mod:`rocmforge.store.metafields`,
-:mod:`rocmforge.store.measure`, :mod:`rocmforge.util.zstdread`), so the output is byte for byte
-the same. Anything else — another option, ``--json``, no store there, an index that needs
-repair, entries waiting to be indexed, a target the full resolver must judge, any error —
-returns None and the full CLI runs from the start, exactly as if this module did not exist: it
-can make a command faster, never different. Imports ``os``, ``sys``, ``fcntl``, ``time`` and
-``_json``; ``_sqlite3`` for the index."""
+``query --name/--version``, ``show TARGET`` (a hash, prefix, entry name or path), ``du [--top N]``,
+``log HASH`` and ``audit WHEEL...`` of wheels the index verifies, on a healthy store — are
+answered here from the same lean functions the full commands call (:mod:`rocmforge.store.scan`,
+:mod:`rocmforge.util.table`, :mod:`rocmforge.store.showtext`, :mod:`rocmforge.store.audittext`,
+:mod:`rocmforge.store.metafields`, :mod:`rocmforge.store.measure`, :mod:`rocmforge.util.zstdread`),
+so the output is byte for byte the same. Anything else — another option, ``--json``, no store
+there, an index that needs repair, entries waiting to be indexed, a target the full resolver must
+judge, a wheel the index does not verify, a signed entry, trusted keys or a configuration file,
+any error — returns None and the full CLI runs from the start, exactly as if this module did not
+exist: it can make a command faster, never different. Imports ``os``, ``sys``, ``fcntl``,
+``time`` and ``_json``; ``_sqlite3`` for the index, ``blake3`` for ``audit``."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from rocmforge.store import layout
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
 if TYPE_CHECKING:
+    import sqlite3
     from collections.abc import Callable, Sequence
 
 #: The index schema this read path understands (the full path's :data:`SCHEMA_VERSION`).
@@ -38,10 +40,17 @@ def _parse(argv: Sequence[str]) -> tuple[str, str | None, dict[str, str], list[s
     store: str | None = None
     found: dict[str, str] = {}
     operands: list[str] = []
+    closed = False  # an option after one or more operands: argparse takes no more of them
     while args:
         a = args.pop(0)
         key, eq, value = a.partition("=")
-        if key == "--store" or (command and key in _COMMANDS[command][0]):
+        limit = _COMMANDS[command][1] if command else 0
+        if command and not a.startswith("-") and (
+            len(operands) < limit or (limit < 0 and not closed)
+        ):
+            operands.append(a)
+        elif key == "--store" or (command and key in _COMMANDS[command][0]):
+            closed = bool(operands)
             if not eq:
                 if not args:
                     raise ValueError(a)
@@ -50,13 +59,12 @@ def _parse(argv: Sequence[str]) -> tuple[str, str | None, dict[str, str], list[s
                 store = value
             else:
                 found[key] = value
-        elif command and not a.startswith("-") and len(operands) < _COMMANDS[command][1]:
-            operands.append(a)
         elif command or a not in _COMMANDS:
             raise ValueError(a)
         else:
             command = a
-    if command and len(operands) != _COMMANDS[command][1]:
+    limit = _COMMANDS[command][1] if command else 0
+    if command and (not operands if limit < 0 else len(operands) != limit):
         raise ValueError(command)
     return command, store, found, operands
 
@@ -67,17 +75,20 @@ def _healthy_store(store: str | None) -> str | None:
     from rocmforge.store.locate import find_store
 
     root = find_store(store)[0]
+    return root if _healthy(root) else None
+
+
+def _healthy(root: str) -> bool:
+    """Whether the store at ``root`` exists and opens without creation, repair or indexing."""
     if not os.path.isfile(os.path.join(root, layout.MARKER)):
-        return None
+        return False
     if not all(os.path.isdir(os.path.join(root, d)) for d in layout.CREATED_DIRS):
-        return None
+        return False
     try:
         pending = os.listdir(os.path.join(root, layout.PENDING))
     except FileNotFoundError:
         pending = []
-    if any(layout.is_entry_name(n) for n in pending):
-        return None
-    return root
+    return not any(layout.is_entry_name(n) for n in pending)
 
 
 def _table(root: str, name: str | None, version: str | None) -> str | None:
@@ -237,10 +248,144 @@ def _show(root: str, opts: dict[str, str], operands: list[str]) -> str | None:
     )  # fmt: skip
 
 
-#: command -> (the options it may carry besides --store, its number of operands, its answer)
+def _plain_path(path: str) -> bool:
+    """Whether ``str(pathlib.Path(path)) == path`` (no empty or ``.`` component to drop)."""
+    parts = path.split("/")
+    return bool(path) and all(p not in ("", ".") for p in parts[1 if path[0] == "/" else 0 :])
+
+
+def _no_config(starts: list[str]) -> bool:
+    """Whether no configuration file or trusted key could change what ``audit`` does: no user
+    or project file (:func:`rocmforge.config.effective_settings` would read them), no trusted
+    keys (checking a signature needs PyNaCl)."""
+    from rocmforge.util import configpaths
+
+    home = configpaths.config_home()
+    keys = os.environ.get(configpaths.TRUSTED_KEYS_ENV)
+    if (
+        keys.split()
+        if keys is not None
+        else os.path.lexists(os.path.join(home, configpaths.TRUSTED_KEYS_FILE))
+    ):
+        return False
+    if os.path.lexists(os.path.join(home, configpaths.USER_FILE)):
+        return False
+    return configpaths.find_project_config([*starts, os.getcwd()]) is None
+
+
+def _verified(root: str, db: sqlite3.Connection, wheel: str) -> dict[str, object] | None:
+    """The JSON report (``AuditReport.to_json``) of ``wheel`` if its blake3 is in the index and
+    its entry needs nothing the read path leaves to the full command (a signature, the entries
+    it was built against, a file it would reject); else None."""
+    import stat
+
+    from rocmforge.store.audittext import VERIFIED, audit_facts
+    from rocmforge.store.metafields import meta_fields
+    from rocmforge.util.leanhash import file_blake3
+
+    st = os.stat(wheel)
+    if not stat.S_ISREG(st.st_mode):  # the full command says what it is
+        return None
+    b3 = file_blake3(wheel)
+    # the rows Index.by_wheel_digest returns, oldest first: audit_wheel takes the first
+    row = db.execute(
+        "SELECT hash, path FROM entries WHERE hash IN "
+        "(SELECT hash FROM wheels WHERE sha256 = ? OR blake3 = ?) ORDER BY created, hash LIMIT 1",
+        (b3, b3),
+    ).fetchone()
+    if row is None:
+        return None
+    h, recorded = row
+    found = db.execute(
+        "SELECT filename, sha256 FROM wheels WHERE hash = ? AND blake3 = ? ORDER BY filename",
+        (h, b3),
+    ).fetchone()
+    base = os.path.basename(recorded)
+    if found is None or not found[1] or not base:
+        return None
+    name, sha = found
+    entry = os.path.join(root, layout.ENTRIES, base)  # where Index rows point, whatever recorded
+    if not os.path.isdir(entry) or os.path.lexists(os.path.join(entry, layout.PROVENANCE_DSSE)):
+        return None
+    derivation = _json_file(os.path.join(entry, layout.DERIVATION))
+    statement = _json_file(os.path.join(entry, layout.PROVENANCE))
+    raw_meta = _json_file(os.path.join(entry, layout.META))
+    if not isinstance(derivation, dict) or not isinstance(statement, (dict, type(None))):
+        return None
+    recipes = derivation.get("recipes")
+    if isinstance(recipes, list) and any(isinstance(r, dict) for r in recipes):
+        return None  # the entries it was built against: Store.resolve and load judge them
+    archs: object = {}
+    links: object = ()
+    origin = None
+    if raw_meta is not None:
+        meta = meta_fields(raw_meta, file=os.path.join(entry, layout.META))
+        archs = (meta["archs"] or {}).get(name, {})
+        links = (meta["links"] or {}).get(name, ())
+        origin = meta["origin"]
+    if not isinstance(archs, dict) or not isinstance(links, (list, tuple)):
+        return None
+    notes = [] if statement is not None else [
+        "the store entry has no provenance statement (built before it)"
+    ]  # fmt: skip
+    return {
+        "wheel": wheel,
+        "status": VERIFIED,
+        "verified": True,
+        "blake3": b3,
+        "sha256": sha,
+        "size": st.st_size,
+        "problems": [],
+        "notes": notes,
+        "input_hash": h,
+        "store_path": entry,
+        "stamped_by": None,
+        "facts": audit_facts(derivation, statement),
+        "archs": dict(archs),
+        "links": [dict(link) for link in links],
+        "signature": {"status": "unsigned", "keyid": None, "detail": ""},
+        "origin": dict(origin) if origin is not None else None,
+        "derivation": dict(derivation) if derivation else None,
+        "built_against": [],
+    }
+
+
+def _audit(store: str | None, operands: list[str]) -> tuple[str, str] | None:
+    """What ``audit WHEEL...`` prints (stderr, stdout) when every wheel is verified by the
+    index of a healthy store and no configuration file or trusted key is set; None else."""
+    from rocmforge.store import scan
+    from rocmforge.store.audittext import audit_text, banner
+    from rocmforge.store.locate import find_store
+
+    wheels = operands
+    if not all(_plain_path(w) for w in wheels):
+        return None  # the full command prints pathlib's spelling of it
+    files = [w for w in wheels if os.path.isfile(w) or os.path.isdir(w)]
+    root, how = find_store(store, recipes=files)
+    if not _healthy(root) or not _no_config([os.path.dirname(os.path.abspath(f)) for f in files]):
+        return None
+    db = scan.open_index_read_only(root, INDEX_SCHEMA)
+    if db is None:
+        return None
+    reports = []
+    try:
+        for wheel in wheels:
+            report = _verified(root, db, wheel)
+            if report is None:  # one wheel the full command must judge: it does them all
+                return None
+            reports.append(report)
+    finally:
+        db.close()
+    return banner(root, how, found=True) + "\n", audit_text(reports)
+
+
+#: command -> (the options it may carry besides --store, its number of operands (-1: one or
+#: more), its answer)
 _COMMANDS: dict[
     str,
-    tuple[tuple[str, ...], int, Callable[[str, dict[str, str], list[str]], str | bytes | None]],
+    tuple[
+        tuple[str, ...], int, Callable[[str, dict[str, str], list[str]], str | bytes | None] | None
+    ],
 ] = {
     "du": (("--top",), 0, _du),
     "list": ((), 0, _list),
@@ -248,6 +393,7 @@ _COMMANDS: dict[
     "pins": ((), 0, _pins),
     "query": (("--name", "--version"), 0, _query),
     "show": ((), 1, _show),
+    "audit": ((), -1, None),  # answered by _audit (its store is found from its wheels too)
 }
 
 
@@ -255,16 +401,29 @@ def fast_read(argv: Sequence[str]) -> int | None:
     """Answer a plain read command, or return None to fall through to the full CLI."""
     if not any(a in _COMMANDS for a in argv):
         return None
+    err = ""
     try:
         command, store, opts, operands = _parse(argv)
-        root = _healthy_store(store) if command else None
-        text = None if root is None else _COMMANDS[command][2](root, opts, operands)
-        if isinstance(text, str):  # a name or path stdout cannot encode: the full CLI's error
-            text.encode(sys.stdout.encoding or "utf-8", sys.stdout.errors or "strict")
+        answer = _COMMANDS[command][2] if command else None
+        text: str | bytes | None = None
+        if command == "audit":
+            both = _audit(store, operands)
+            if both is not None:
+                err, text = both
+        elif answer is not None:
+            root = _healthy_store(store)
+            text = None if root is None else answer(root, opts, operands)
+        for out in (text, err):  # a name or path a stream cannot encode: the full CLI's error
+            if isinstance(out, str):
+                stream = sys.stdout if out is text else sys.stderr
+                out.encode(stream.encoding or "utf-8", stream.errors or "strict")
     except Exception:  # any surprise: the full CLI does it again and reports it
         return None
     if text is None:
         return None
+    if err:
+        sys.stderr.write(err)
+        sys.stderr.flush()
     if isinstance(text, bytes):
         sys.stdout.buffer.write(text)
         sys.stdout.buffer.flush()

@@ -34,11 +34,11 @@ from typing import Any
 from rocmforge.config import KeyText
 from rocmforge.errors import RocmforgeError, UsageError
 from rocmforge.store import layout
+from rocmforge.util.configpaths import TRUSTED_KEYS_ENV as TRUSTED_KEYS_ENV
 from rocmforge.util.fsutil import json_bytes, write_atomic
 
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
 SIGNING_KEY_ENV = "ROCMFORGE_SIGNING_KEY"
-TRUSTED_KEYS_ENV = "ROCMFORGE_TRUSTED_KEYS"
 _SEED_BYTES = 32
 
 
@@ -106,7 +106,9 @@ def signing_key_path() -> Path | None:
 
 def trusted_keys_path() -> Path:
     """Return the trusted-keys file (used unless ``$ROCMFORGE_TRUSTED_KEYS`` is set)."""
-    return config_dir() / "trusted-keys"
+    from rocmforge.util.configpaths import TRUSTED_KEYS_FILE
+
+    return config_dir() / TRUSTED_KEYS_FILE
 
 
 def _split(text: str, *, where: str, size: int) -> tuple[str, bytes]:
@@ -246,7 +248,8 @@ def verify_envelope(
     known = [(k, s) for k, s in sigs if k in trusted]
     if not known:
         return SignatureCheck(
-            "untrusted", keyid=", ".join(k for k, _ in sigs) or None,
+            "untrusted",
+            keyid=", ".join(k for k, _ in sigs) or None,
             detail="signed by no trusted key",
         )
     from nacl.exceptions import BadSignatureError
@@ -283,9 +286,7 @@ def sign_entry(entry_dir: Path, *, store_root: Path) -> str | None:
     return key.name
 
 
-def check_entry(
-    entry_dir: Path, trusted: Mapping[str, PublicKey] | None = None
-) -> SignatureCheck:
+def check_entry(entry_dir: Path, trusted: Mapping[str, PublicKey] | None = None) -> SignatureCheck:
     """Check the envelope of the published entry at ``entry_dir`` against ``trusted`` keys
     (default: :func:`trusted_keys`)."""
     try:

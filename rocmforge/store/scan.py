@@ -5,7 +5,7 @@ The one implementation of each read, shared by the full commands (through
 :class:`rocmforge.store.store.Store` and :mod:`rocmforge.store.roots`) and by the console's
 read path (:mod:`rocmforge.fastread`), which must answer ``list``, ``pins``, ``query`` and
 ``show`` before anything heavy loads. So this module takes the store root as a string, imports
-only ``os`` and ``fcntl`` (``sqlite3`` inside the one function that opens the index) and the
+only ``os`` and ``fcntl`` (``_sqlite3`` inside the one function that opens the index) and the
 import-free :mod:`rocmforge.store.layout`, and raises plain :class:`OSError` /
 ``sqlite3.Error``: callers turn those into their own errors.
 """
@@ -202,16 +202,15 @@ def register_functions(db: sqlite3.Connection) -> None:
 
 def open_index_read_only(root: str, schema: int) -> sqlite3.Connection | None:
     """Open the store's index read-only if it is a healthy file of schema ``schema``; else
-    None (the caller falls back to the full path, which repairs or reports)."""
-    if TYPE_CHECKING:
-        import sqlite3
-    else:
-        try:  # the sqlite3 package is this extension plus datetime adapters (~1 ms) unused here
-            import _sqlite3 as sqlite3
+    None (the caller falls back to the full path, which repairs or reports).
 
-            sqlite3.connect  # noqa: B018 (a module attribute since 3.11; else the package)
-        except (ImportError, AttributeError):
-            import sqlite3
+    Opened through the C module ``_sqlite3`` itself (the ``sqlite3`` package is it plus the
+    default date adapters: ``datetime`` and ``collections.abc``, 2-3 ms of start-up that no
+    query of the index needs); the connection and its errors are the same classes."""
+    try:
+        import _sqlite3 as sqlite3
+    except ImportError:  # pragma: no cover - an interpreter that hides it
+        import sqlite3  # type: ignore[no-redef]
 
     path = os.path.join(root, layout.INDEX)
     # A URI needs "?", "#" and "%" quoted: such a path takes the full path (urllib is 2 ms).

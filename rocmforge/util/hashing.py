@@ -9,6 +9,8 @@ from typing import Any
 
 import blake3
 
+from rocmforge.util.leanhash import file_blake3 as file_blake3
+
 CHUNK = 1 << 20
 #: From this size on, sha256 runs in a worker thread beside the caller's other work (both
 #: release the GIL): a thread costs more than it saves below it.
@@ -88,12 +90,3 @@ def file_sha256(path: Path | str) -> str:
         while chunk := f.read(CHUNK):
             sha.update(chunk)
     return sha.hexdigest()
-
-
-def file_blake3(path: Path | str) -> str:
-    """Return the hex blake3 digest of a file (memory-mapped by blake3 for speed on big files)."""
-    size = os.stat(path).st_size
-    if size >= 1 << 22:
-        return str(blake3.blake3(max_threads=blake3.blake3.AUTO).update_mmap(path).hexdigest())
-    with open(path, "rb") as f:
-        return blake3.blake3(f.read()).hexdigest()
