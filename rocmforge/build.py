@@ -395,10 +395,15 @@ def _stage(
         raise BuildError("the build finished but wrote no wheel into $OUT")
     warn_foreign_runpaths(resolved, wheels, reporter, log)
     digests: dict[str, dict[str, str]] = {}
-    for w in wheels:
+    staged = root / "entry"
+    staged.mkdir()
+    built, wheels = wheels, [staged / w.name for w in wheels]
+    for w, final in zip(built, wheels, strict=True):
         # The stamp goes in while normalizing (one streamed pass), so RECORD includes it; the
         # wheel's digests are computed while it is written (no second read of a 4 GB wheel);
-        # a big member's RECORD digest is verified once, by the check's install below.
+        # a big member's RECORD digest is verified once, by the check's install below. The
+        # normalized wheel is written straight into the staged entry (the check only reads
+        # it); the build's own goes with the scratch directory.
         stamp = stamp_bytes(resolved.derivation.hash, resolved.derivation.data)
         digests[w.name] = normalize_wheel(
             w,
@@ -406,6 +411,7 @@ def _stage(
             add={STAMP_NAME: stamp},
             durable=False,
             rehash_big=False,
+            dest=final,
         )
     reporter.phase("check")
     sdk_runtime: list[Path] = []
@@ -435,11 +441,8 @@ def _stage(
         extra_mounts=hidden,
         extra_env=sdk_check_env,
     )
-    staged = root / "entry"
-    staged.mkdir()
     records = []
     for w in wheels:
-        os.replace(w, staged / w.name)  # the check only read it
         d = digests[w.name]
         size = (staged / w.name).stat().st_size
         records.append(WheelRecord(file=w.name, sha256=d["sha256"], blake3=d["blake3"], size=size))

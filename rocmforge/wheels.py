@@ -15,6 +15,7 @@ import copy
 import csv
 import hashlib
 import io
+import mmap
 import os
 import stat
 import struct
@@ -63,6 +64,9 @@ INSTALLER_NAME = b"rocmforge\n"
 _CHUNK = 1 << 20
 #: Chunk of the direct copy of a big stored member (fewer hand-offs to the hashing threads).
 _DIRECT_CHUNK = 1 << 20
+#: How many such chunks the hashing threads may lag behind the copy (read-only mappings of the
+#: new file's pages, or fresh bytes: nothing rewrites them).
+_QUEUED = 32
 #: The input's cached pages are dropped after each this many bytes of a big member are copied.
 _DROP_EVERY = 64 << 20
 #: Members at least this big are probed before deflating (see :func:`_incompressible`).
@@ -362,20 +366,6 @@ def _copy_member(
     return (_urlsafe_b64(h.digest()) if h is not None else None), size
 
 
-class _BothHashes:
-    """The wheel's sha256 and blake3 fed together, so one worker thread computes both (the
-    thread that copies the bytes is busier than the worker)."""
-
-    def __init__(self, sha: Any, b3: Any) -> None:
-        self.sha = sha
-        self._b3 = b3
-
-    def update(self, data: Any) -> None:
-        """Feed ``data`` to both."""
-        self.sha.update(data)
-        self._b3.update(data)
-
-
 class _DigestingWriter:
     """The file ``zipfile`` writes a normalized wheel to; computes its sha256 and blake3 on the way.
 
@@ -392,8 +382,9 @@ class _DigestingWriter:
         self._out = out
         self._fd = out.fileno()
         self._pos = self._end = self._hashed = 0
-        self._b3 = blake3.blake3()
-        self._sha = BackgroundHash(_BothHashes(hashlib.sha256(), self._b3))
+        # fed only bytes nobody rewrites (see place()), so they may queue up
+        self._sha = BackgroundHash(hashlib.sha256(), depth=_QUEUED)
+        self._b3 = BackgroundHash(blake3.blake3(), depth=_QUEUED)
         self._header: bytes | None = None  # the final header of the next member, hashed ahead
         self._fixed: tuple[int, bytes] = (0, b"")  # hashed ahead of its final write
         self._direct = False
@@ -463,26 +454,31 @@ class _DigestingWriter:
         self.settle()
         self._header = header
 
-    def place(self, fd: int, offset: int, view: memoryview) -> int:
-        """Copy up to ``len(view)`` bytes of ``fd`` at ``offset`` to the current position with
-        ``copy_file_range`` (in the kernel, as ``cp`` does) and read them back from this file
-        into ``view``; return their count (0: ``fd`` ended). The caller passes them to
-        :meth:`write` next, which hashes them. Where the kernel cannot copy between the two
-        files the bytes are only read into ``view``, and :meth:`write` writes them.
+    def place(self, fd: int, offset: int, size: int) -> memoryview:
+        """Copy up to ``size`` bytes of ``fd`` at ``offset`` to the current position with
+        ``copy_file_range`` (in the kernel, as ``cp`` does) and return them as this file holds
+        them now: a read-only mapping of the new file's pages (no copy into this process); empty
+        when ``fd`` ended. The caller passes them to :meth:`write` next, which hashes them. Where
+        the kernel cannot copy between the two files the bytes are read (new bytes each time),
+        returned, and written by :meth:`write`. Either way nobody rewrites what is returned, so
+        the hashing threads may lag behind by several chunks.
         """
         if self._kernel_copy:
             self._out.flush()
             try:
-                got = os.copy_file_range(fd, self._fd, len(view), offset, self._pos)
+                got = os.copy_file_range(fd, self._fd, size, offset, self._pos)
             except OSError:
                 self._kernel_copy = False
             else:
-                back = os.preadv(self._fd, [view[:got]], self._pos) if got else 0
-                if back != got:
-                    raise OSError(f"short read-back of copied bytes at {self._pos}")
+                if not got:
+                    return memoryview(b"")
+                start = self._pos - self._pos % mmap.ALLOCATIONGRANULARITY
+                mapped = mmap.mmap(
+                    self._fd, self._pos + got - start, access=mmap.ACCESS_READ, offset=start
+                )
                 self._placed = got
-                return got
-        return os.preadv(fd, [view], offset)
+                return memoryview(mapped)[self._pos - start :]
+        return memoryview(os.pread(fd, size, offset))
 
     def end_direct(self) -> None:
         """Stop hashing writes as they come (the member given to :meth:`expect_header` ended)."""
@@ -504,18 +500,20 @@ class _DigestingWriter:
 
     def _feed(self, data: Any) -> None:
         self._sha.update(data)
+        self._b3.update(data)
 
     def digests(self) -> dict[str, str] | None:
         """Return the sha256 and blake3 of the whole file, or None if they could not be kept."""
         self.settle()
-        both = self._sha.result()
+        sha, b3 = self._sha.result(), self._b3.result()
         if not self._valid:
             return None
-        return {"sha256": both.sha.hexdigest(), "blake3": self._b3.hexdigest()}
+        return {"sha256": sha.hexdigest(), "blake3": b3.hexdigest()}
 
     def close(self) -> None:
-        """Stop the hashing thread (idempotent; the file itself is the caller's)."""
+        """Stop the hashing threads (idempotent; the file itself is the caller's)."""
         self._sha.result()
+        self._b3.result()
 
 
 def normalize_wheel(
@@ -525,8 +523,9 @@ def normalize_wheel(
     add: Mapping[str, bytes] | None = None,
     durable: bool = True,
     rehash_big: bool = True,
+    dest: Path | None = None,
 ) -> dict[str, str]:
-    """Rewrite the wheel at ``path`` in place so that its bytes are reproducible.
+    """Rewrite the wheel at ``path`` in place (or to ``dest``) so that its bytes are reproducible.
 
     Entries are sorted (``.dist-info`` files after the payload, RECORD last), every timestamp is
     ``max(epoch, 1980-01-01)`` in UTC, permissions are 0644 or 0755 (executable bit kept), entries
@@ -543,13 +542,16 @@ def normalize_wheel(
     build's check): a big stored member copied byte for byte then keeps RECORD's digest without
     hashing it here (its size and CRC are still checked), so that member's sha256 is computed
     once, by the install, not twice: on a 4 GiB member that is 2 s of CPU.
+    ``dest``: write the normalized wheel there and leave ``path`` as it is (replacing a 4 GiB
+    input in place frees it on the way, ~0.5 s; a build's scratch copy goes with its directory).
 
     Returns the new wheel's ``{"sha256": ..., "blake3": ...}`` (as :func:`wheel_digests`),
     computed while it was written.
     """
     date_time = _zip_date_time(epoch)
-    directory = path.parent
-    fd, tmp_name = tempfile.mkstemp(dir=directory, prefix=f".{path.name}.", suffix=".tmp")
+    target = path if dest is None else dest
+    directory = target.parent
+    fd, tmp_name = tempfile.mkstemp(dir=directory, prefix=f".{target.name}.", suffix=".tmp")
     tmp = Path(tmp_name)
     try:
         with os.fdopen(fd, "wb") as out:
@@ -560,7 +562,7 @@ def normalize_wheel(
         os.chmod(tmp, mode)
         if digests is None:  # not expected: zipfile rewrote bytes other than a member header
             digests = wheel_digests(tmp)
-        os.replace(tmp, path)
+        os.replace(tmp, target)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
@@ -673,9 +675,8 @@ def _copy_stored(
     final.compress_size = final.file_size = size
     header = final.FileHeader(size * 1.05 > zipfile.ZIP64_LIMIT)  # zipfile's zip64 choice
     check = _MemberCheck(algorithm) if verify else None
-    feed = BackgroundHash(check) if check is not None else None
-    ring = (bytearray(_DIRECT_CHUNK), bytearray(_DIRECT_CHUNK))
-    done = turn = 0
+    feed = BackgroundHash(check, depth=_QUEUED) if check is not None else None
+    done = 0
     try:
         sink.seek(dst.start_dir)
         final.header_offset = sink.tell()
@@ -685,14 +686,13 @@ def _copy_stored(
         sink.expect_header(header)
         sink.write(header)
         while done < size:
-            view = memoryview(ring[turn])[: min(_DIRECT_CHUNK, size - done)]
-            turn ^= 1  # the other buffer next: this one may still be being hashed
-            got = sink.place(fd, offset + done, view)
+            data = sink.place(fd, offset + done, min(_DIRECT_CHUNK, size - done))
+            got = len(data)
             if got <= 0:
                 raise zipfile.BadZipFile(f"{info.filename}: truncated member data")
-            if feed is not None:  # the buffer is refilled only after the next update
-                feed.update(view[:got])
-            sink.write(view[:got])
+            if feed is not None:
+                feed.update(data)
+            sink.write(data)
             done += got
             if done % _DROP_EVERY == 0 or done == size:
                 _drop_cache(fd, offset + done - (done - 1) % _DROP_EVERY - 1, offset + done)

@@ -32,9 +32,11 @@ import json, resource, sys
 from pathlib import Path
 from rocmforge.stamp import STAMP_NAME, stamp_bytes
 from rocmforge.wheels import normalize_wheel
-w = Path(sys.argv[1])
+w, dest = Path(sys.argv[1]), Path(sys.argv[2])
 stamp = stamp_bytes("0" * 64, {"name": "bigwheel"})
-digests = normalize_wheel(w, epoch=0, add={STAMP_NAME: stamp}, rehash_big=False)  # as build.py
+digests = normalize_wheel(  # as build.py does
+    w, epoch=0, add={STAMP_NAME: stamp}, rehash_big=False, dest=dest
+)
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 print(json.dumps({"digests": digests, "peak_kib": peak}))
 """
@@ -105,10 +107,12 @@ def test_post_processing_a_wheel_over_4_gib_streams_and_installs(tmp_path: Path)
 
     if shutil.disk_usage(tmp_path).free < 4 * BIG + (2 << 30):
         pytest.skip("needs ~18 GiB free for the wheel, its temp copy and two installs")
-    wheel = make_big_wheel(tmp_path)
-    assert wheel.stat().st_size > 4 << 30
+    built = make_big_wheel(tmp_path)
+    assert built.stat().st_size > 4 << 30
+    (tmp_path / "entry").mkdir()
+    wheel = tmp_path / "entry" / built.name
     done = subprocess.run(
-        [sys.executable, "-c", POSTPROCESS, os.fspath(wheel)],
+        [sys.executable, "-c", POSTPROCESS, os.fspath(built), os.fspath(wheel)],
         capture_output=True,
         text=True,
         check=False,
@@ -117,7 +121,8 @@ def test_post_processing_a_wheel_over_4_gib_streams_and_installs(tmp_path: Path)
     report = json.loads(done.stdout)
     assert report["peak_kib"] < 300 * 1024, f"peak RSS {report['peak_kib']} KiB"
     assert report["digests"] == wheel_digests(wheel)  # computed while writing, equal to a re-read
-    assert not list(tmp_path.glob(".*.tmp")) and not list(tmp_path.glob(".*.stamp"))
+    assert not list(tmp_path.glob("*/.*.tmp")) and not list(tmp_path.glob("*/.*.stamp"))
+    built.unlink()  # the build's own copy goes with its scratch directory
     assert _eocd64(wheel)
 
     with zipfile.ZipFile(wheel) as zf:

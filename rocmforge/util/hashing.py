@@ -20,29 +20,34 @@ THREADED = 8 << 20
 class BackgroundHash:
     """Feed a hash object from one worker thread, in order: :meth:`update` returns at once.
 
-    The data passed must not change until the following :meth:`update` (or :meth:`result`) has
-    returned: that waits for it to be hashed, so two buffers used in turn can be refilled safely.
+    At most ``depth`` updates wait to be hashed; the data passed must not change until
+    ``depth`` more :meth:`update` calls (or :meth:`result`) have returned. With the default
+    depth of 1 that is the next call, so two buffers used in turn can be refilled safely; data
+    nobody rewrites (bytes, a read-only mapping) can run further ahead, which lets a producer
+    that stalls now and then (a writer throttled by the kernel) and the hashing overlap.
     :meth:`result` waits for the last update and returns the hash object.
     """
 
-    def __init__(self, h: Any) -> None:
+    def __init__(self, h: Any, *, depth: int = 1) -> None:
+        from collections import deque
         from concurrent.futures import ThreadPoolExecutor
 
         self._h = h
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="hash")
-        self._pending: Any = None
+        self._pending: deque[Any] = deque()
+        self._depth = depth
 
     def update(self, data: bytes | memoryview) -> None:
         """Hash ``data`` after everything given before, in the worker thread."""
-        if self._pending is not None:
-            self._pending.result()
-        self._pending = self._pool.submit(self._h.update, data)
+        while len(self._pending) >= self._depth:
+            self._pending.popleft().result()
+        self._pending.append(self._pool.submit(self._h.update, data))
 
     def result(self) -> Any:
         """Wait for the updates and return the hash object."""
         try:
-            if self._pending is not None:
-                self._pending.result()
+            while self._pending:
+                self._pending.popleft().result()
         finally:
             self._pool.shutdown(wait=True)
         return self._h
