@@ -106,15 +106,21 @@ def test_other_audits_fall_through_and_print_the_same(built: dict[str, Any], tmp
     assert not fast and code == 5 and "there is no store there" in err
 
 
-@pytest.mark.slow
-def test_signatures_and_configuration_files_fall_through(built: dict[str, Any], tmp_path: Path):
-    from rocmforge.signing import generate_key, sign_payload
-
+def _writable_copy(built: dict[str, Any], tmp_path: Path) -> tuple[Path, str]:
+    """A copy of the built store (``tmp_path/store``) whose entry can be edited: (entry, its
+    wheel)."""
     store = tmp_path / "store"
     shutil.copytree(built["store"], store, symlinks=True)
     entry = store / "entries" / built["entry"]
     entry.chmod(0o755)
-    wheel = str(entry / built["wheel"])
+    return entry, str(entry / built["wheel"])
+
+
+@pytest.mark.slow
+def test_signatures_and_configuration_files_fall_through(built: dict[str, Any], tmp_path: Path):
+    from rocmforge.signing import generate_key, sign_payload
+
+    entry, wheel = _writable_copy(built, tmp_path)
     key = generate_key(tmp_path / "signing.key", "ci-1")
     argv = ["audit", wheel]
     config = tmp_path / "config"
@@ -149,11 +155,7 @@ def test_signatures_and_configuration_files_fall_through(built: dict[str, Any], 
 
 @pytest.mark.slow
 def test_stack_entries_and_odd_meta_fall_through(built: dict[str, Any], tmp_path: Path):
-    store = tmp_path / "store"
-    shutil.copytree(built["store"], store, symlinks=True)
-    entry = store / "entries" / built["entry"]
-    entry.chmod(0o755)
-    wheel = str(entry / built["wheel"])
+    entry, wheel = _writable_copy(built, tmp_path)
     meta = entry / "meta.json"
     data = json.loads(meta.read_bytes())
     data["archs"] = {built["wheel"]: {"lib/x.so": {"union": ["gfx942"], "common": ["gfx942"],
