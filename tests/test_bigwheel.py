@@ -14,10 +14,12 @@ import hashlib
 import io
 import json
 import os
+import random
 import shutil
 import subprocess
 import sys
 import zipfile
+import zlib
 from pathlib import Path
 
 import pytest
@@ -411,3 +413,94 @@ def test_a_big_member_is_verified_against_record_once_by_the_check(
     # the check's install (pypa/installer's validate_record) refused it, not the normalizing
     assert "hash / size of tiny/big.bin didn't match RECORD" in failed.stderr, failed.stderr
     assert len(list((store / "entries").iterdir())) == 1  # only the honest build
+
+
+def _text_block() -> bytes:
+    """One MiB of word salad: deflates to about a third, as a library's code and tables do."""
+    rnd = random.Random(7)
+    words = [
+        bytes(rnd.choices(b"abcdefghijklmnopqrstuvwxyz_", k=rnd.randint(2, 12))) for _ in range(800)
+    ]
+    out = bytearray()
+    while len(out) < 1 << 20:
+        out += rnd.choice(words) + b" "
+    return bytes(out[: 1 << 20])
+
+
+def test_a_big_member_to_deflate_is_deflated_in_blocks_alike_on_any_number_of_threads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A big compressible member (a torch library) is deflated in 1 MiB blocks on several
+    threads: the bytes do not depend on how many, the member reads back whole (its CRC checked)
+    and installs with RECORD verified; it is not zlib's one-stream output (the old path)."""
+    from rocmforge import wheels
+    from rocmforge.wheels import STORE_PROBE_MIN, install_wheels, normalize_wheel
+
+    block = _text_block()
+    size = STORE_PROBE_MIN + 12345
+    made = make_big_wheel(tmp_path, big=size, small=3, block=block)
+    (tmp_path / "one").mkdir()
+    (tmp_path / "four").mkdir()
+    one = _rezip(made, tmp_path / "one" / made.name, big=1)  # deflated at level 1 in the source
+    four = shutil.copyfile(one, tmp_path / "four" / made.name)
+    monkeypatch.setattr(wheels, "_DEFLATERS", 1)
+    first = normalize_wheel(one, epoch=0)
+    monkeypatch.setattr(wheels, "_DEFLATERS", 4)
+    second = normalize_wheel(four, epoch=0)
+    assert one.read_bytes() == four.read_bytes() and first == second
+    content = (block * (size // len(block) + 1))[:size]
+    with zipfile.ZipFile(one) as zf:
+        info = zf.getinfo(f"{NAME}/big.bin")
+        assert info.compress_type == zipfile.ZIP_DEFLATED and info.compress_size < size // 2
+        assert zf.read(info) == content
+        raw = one.read_bytes()
+        start = info.header_offset + 30 + len(info.filename.encode())
+        deflater = zlib.compressobj(wheels.COMPRESS_LEVEL, zlib.DEFLATED, -15)
+        single = deflater.compress(content) + deflater.flush()
+        assert raw[start : start + info.compress_size] != single  # blocks: sync flushes
+    _fake_venv(tmp_path / "venv")
+    install_wheels([one], tmp_path / "venv", interpreter=sys.executable)  # RECORD verifies
+
+
+def test_a_big_deflated_member_with_a_bad_crc_or_a_lying_record_is_refused(
+    tmp_path: Path,
+) -> None:
+    from rocmforge.errors import CheckError
+    from rocmforge.wheels import STORE_PROBE_MIN, install_wheels, normalize_wheel
+
+    made = make_big_wheel(tmp_path, big=STORE_PROBE_MIN, small=2, block=_text_block())
+    with zipfile.ZipFile(made) as zf:
+        record_name = f"{NAME}-{VERSION}.dist-info/RECORD"
+        rows = list(csv.reader(zf.read(record_name).decode().splitlines()))
+    for row in rows:
+        if row[0] == f"{NAME}/big.bin":
+            row[1] = f"sha256={_b64(hashlib.sha256(b'something else').digest())}"
+    text = io.StringIO()
+    csv.writer(text, lineterminator="\n").writerows(rows)
+    (tmp_path / "lie").mkdir()
+    lie = _rezip(made, tmp_path / "lie" / made.name, big=1, record=text.getvalue().encode())
+    before = lie.read_bytes()
+    with pytest.raises(CheckError, match=f"{NAME}/big.bin: sha256 does not match RECORD"):
+        normalize_wheel(lie, epoch=0)
+    assert lie.read_bytes() == before
+    normalize_wheel(lie, epoch=0, rehash_big=False)  # left to the install, which refuses it
+    _fake_venv(tmp_path / "venv")
+    with pytest.raises(CheckError, match="RECORD"):
+        install_wheels([lie], tmp_path / "venv", interpreter=sys.executable)
+
+    (tmp_path / "crc").mkdir()
+    bad = _rezip(made, tmp_path / "crc" / made.name, big=1)
+    raw = bytearray(bad.read_bytes())
+    with zipfile.ZipFile(bad) as zf:
+        info = zf.getinfo(f"{NAME}/big.bin")
+    flipped = ((info.CRC ^ 1) & 0xFFFFFFFF).to_bytes(4, "little")
+    raw[info.header_offset + 14 : info.header_offset + 18] = flipped
+    at = raw.index(b"PK\x01\x02", info.header_offset)
+    while raw[at + 46 : at + 46 + len(info.filename)] != info.filename.encode():
+        at = raw.index(b"PK\x01\x02", at + 4)
+    raw[at + 16 : at + 20] = flipped
+    bad.write_bytes(raw)
+    for rehash in (True, False):  # zipfile checks the CRC as it inflates, either way
+        with pytest.raises(CheckError, match="CRC"):
+            normalize_wheel(bad, epoch=0, rehash_big=rehash)
+        assert bad.read_bytes() == raw
