@@ -427,6 +427,7 @@ def _text_block() -> bytes:
     return bytes(out[: 1 << 20])
 
 
+@pytest.mark.slow
 def test_a_big_member_to_deflate_is_deflated_in_blocks_alike_on_any_number_of_threads(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -462,6 +463,7 @@ def test_a_big_member_to_deflate_is_deflated_in_blocks_alike_on_any_number_of_th
     install_wheels([one], tmp_path / "venv", interpreter=sys.executable)  # RECORD verifies
 
 
+@pytest.mark.slow
 def test_a_big_deflated_member_with_a_bad_crc_or_a_lying_record_is_refused(
     tmp_path: Path,
 ) -> None:
