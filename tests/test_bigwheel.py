@@ -166,6 +166,7 @@ def test_post_processing_a_wheel_over_4_gib_streams_and_installs(tmp_path: Path)
     assert (target / NAME / "small" / f"m{SMALL - 1:05d}.py").is_file()
 
 
+@pytest.mark.slow
 def test_big_incompressible_member_is_stored_reproducibly(tmp_path: Path) -> None:
     from rocmforge.wheels import STORE_PROBE_MIN, differing_members, normalize_wheel
 
@@ -283,6 +284,7 @@ def test_a_big_stored_member_copied_directly_gives_the_bytes_of_the_zipfile_path
     assert one == two
 
 
+@pytest.mark.slow
 def test_a_big_stored_member_with_a_bad_crc_is_a_check_error(tmp_path: Path) -> None:
     from rocmforge.errors import CheckError
     from rocmforge.wheels import STORE_PROBE_MIN, normalize_wheel
@@ -338,6 +340,7 @@ def test_a_big_stored_member_that_differs_from_record_is_a_check_error(tmp_path:
     assert bad.read_bytes() == before
 
 
+@pytest.mark.slow
 def test_where_the_kernel_cannot_copy_the_member_is_read_and_written(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

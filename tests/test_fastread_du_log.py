@@ -101,6 +101,7 @@ def test_du_on_the_read_path_prints_what_the_full_cli_prints(
     assert _both(["--store", str(du_store), *argv], Path("/"))[0]
 
 
+@pytest.mark.slow
 def test_du_with_a_shared_compiler_cache(du_store: Path, tmp_path: Path) -> None:
     shared = tmp_path / "shared-ccache"
     shutil.copytree(du_store / "ccache", shared)
@@ -182,6 +183,7 @@ def test_other_log_targets_fall_through(du_store: Path, target: str) -> None:
     assert not fast
 
 
+@pytest.mark.slow
 def test_other_log_forms_fall_through(du_store: Path, tmp_path: Path) -> None:
     entry = next(p for p in (du_store / "entries").iterdir() if "-small-" in p.name)
     h = entry.name[:32]

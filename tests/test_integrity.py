@@ -149,6 +149,7 @@ def test_an_entry_published_but_not_indexed_is_indexed_by_the_next_command(
     assert verify(copy)[0] == 0
 
 
+@pytest.mark.slow
 def test_a_lookup_indexes_an_interrupted_publish_of_its_entry(built: dict, copy: Path) -> None:
     """The crash left the realize's own entry unindexed: the next realize of it heals it."""
     drop_from_index(copy, built["entry"][:32])
@@ -330,6 +331,7 @@ def test_a_read_only_store_serves_hits_verify_and_list(built: dict, read_only: P
     assert proc.returncode == 3 and "read-only" in proc.stderr, proc.stderr
 
 
+@pytest.mark.slow
 def test_a_read_only_store_with_stale_probe_caches_still_serves(
     built: dict, copy: Path, read_only: Path
 ) -> None:
