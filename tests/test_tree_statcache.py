@@ -310,3 +310,34 @@ def test_git_tree_edit_of_a_big_file_git_names_is_hashed(
     assert source_path.tree_digest(repo, cache=cache) == fresh(repo, tmp_path)
     settle()
     assert source_path.tree_digest(repo, cache=cache) == fresh(repo, tmp_path)
+
+
+def test_a_bucket_directory_made_by_another_process_meanwhile_is_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two realizes of recipes on one source (``realize -j``) scan the same tree at once: the
+    bucket directory can appear between one's check for an old one-file table and its unlink
+    of it (CI saw ``IsADirectoryError`` as an internal error). The scan goes on and writes its
+    buckets into the directory the other made."""
+    src = tmp_path / "src"
+    make_deep_tree(src)
+    cache = tmp_path / "cache"
+    settle()
+    first = source_path.tree_digest(src, cache=cache)
+    head, files_dir = source_path._record_paths(src, cache)
+    head.unlink()  # the next scan starts afresh and writes every bucket
+    real = Path.is_dir
+    asked: list[Path] = []
+
+    def other_process_not_there_yet(self: Path) -> bool:
+        """The scan's first look at the bucket directory comes before the other made it."""
+        if self == files_dir and not asked:
+            asked.append(self)
+            return False
+        return real(self)
+
+    monkeypatch.setattr(Path, "is_dir", other_process_not_there_yet)
+    assert source_path.tree_digest(src, cache=cache) == first
+    monkeypatch.undo()
+    assert asked and files_dir.is_dir() and head.exists()
+    assert source_path.tree_digest(src, cache=cache) == fresh(src, tmp_path)

@@ -906,8 +906,10 @@ def _commit(
             or table.rec_bucket(k) != rec_contents[k]
         }
     if touched and not files_dir.is_dir():
-        with contextlib.suppress(FileNotFoundError):
-            files_dir.unlink()  # the one-file table of an older record
+        # the one-file table of an older record; another process scanning the same tree may
+        # have made the directory since the check (realize -j of two recipes on one source)
+        with contextlib.suppress(FileNotFoundError, IsADirectoryError):
+            files_dir.unlink()
     for k in sorted(touched):
         tokens[k] = blake3_hex(os.urandom(16))
         _write_atomic(files_dir / f"{k}.r", marshal.dumps((tokens[k], rec_contents[k])))
