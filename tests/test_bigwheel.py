@@ -284,19 +284,14 @@ def test_a_big_stored_member_copied_directly_gives_the_bytes_of_the_zipfile_path
     assert one == two
 
 
-@pytest.mark.slow
-def test_a_big_stored_member_with_a_bad_crc_is_a_check_error(tmp_path: Path) -> None:
-    from rocmforge.errors import CheckError
-    from rocmforge.wheels import STORE_PROBE_MIN, normalize_wheel
-
-    wheel = make_big_wheel(tmp_path, big=STORE_PROBE_MIN, small=2)
+def _flip_crc(wheel: Path) -> bytes:
+    """Flip one bit of the big member's CRC in its local header (offset 14) and its central
+    directory entry (offset 16); return the wheel's new bytes."""
     with zipfile.ZipFile(wheel) as zf:
         info = zf.getinfo(f"{NAME}/big.bin")
-        crc = info.CRC.to_bytes(4, "little")
     raw = bytearray(wheel.read_bytes())
-    # the CRC sits at offset 14 of the local header and 16 of the central directory entry
     local = info.header_offset
-    assert raw[local + 14 : local + 18] == crc
+    assert raw[local + 14 : local + 18] == info.CRC.to_bytes(4, "little")
     bad = ((info.CRC ^ 1) & 0xFFFFFFFF).to_bytes(4, "little")
     raw[local + 14 : local + 18] = bad
     name = info.filename.encode()
@@ -305,6 +300,29 @@ def test_a_big_stored_member_with_a_bad_crc_is_a_check_error(tmp_path: Path) -> 
         at = raw.index(b"PK\x01\x02", at + 4)
     raw[at + 16 : at + 20] = bad
     wheel.write_bytes(raw)
+    return bytes(raw)
+
+
+def _lying_record(wheel: Path) -> bytes:
+    """The wheel's RECORD with the big member's sha256 replaced by another file's."""
+    with zipfile.ZipFile(wheel) as zf:
+        record_name = f"{NAME}-{VERSION}.dist-info/RECORD"
+        rows = list(csv.reader(zf.read(record_name).decode().splitlines()))
+    for row in rows:
+        if row[0] == f"{NAME}/big.bin":
+            row[1] = f"sha256={_b64(hashlib.sha256(b'something else').digest())}"
+    text = io.StringIO()
+    csv.writer(text, lineterminator="\n").writerows(rows)
+    return text.getvalue().encode()
+
+
+@pytest.mark.slow
+def test_a_big_stored_member_with_a_bad_crc_is_a_check_error(tmp_path: Path) -> None:
+    from rocmforge.errors import CheckError
+    from rocmforge.wheels import STORE_PROBE_MIN, normalize_wheel
+
+    wheel = make_big_wheel(tmp_path, big=STORE_PROBE_MIN, small=2)
+    raw = _flip_crc(wheel)
     with pytest.raises(CheckError, match="CRC"):
         normalize_wheel(wheel, epoch=0)
     assert wheel.read_bytes() == raw
@@ -324,16 +342,8 @@ def test_a_big_stored_member_that_differs_from_record_is_a_check_error(tmp_path:
     from rocmforge.wheels import STORE_PROBE_MIN, normalize_wheel
 
     wheel = make_big_wheel(tmp_path, big=STORE_PROBE_MIN, small=2)
-    with zipfile.ZipFile(wheel) as zf:
-        record_name = f"{NAME}-{VERSION}.dist-info/RECORD"
-        rows = list(csv.reader(zf.read(record_name).decode().splitlines()))
-    for row in rows:
-        if row[0] == f"{NAME}/big.bin":
-            row[1] = f"sha256={_b64(hashlib.sha256(b'something else').digest())}"
-    text = io.StringIO()
-    csv.writer(text, lineterminator="\n").writerows(rows)
     (tmp_path / "bad").mkdir()
-    bad = _rezip(wheel, tmp_path / "bad" / wheel.name, big=0, record=text.getvalue().encode())
+    bad = _rezip(wheel, tmp_path / "bad" / wheel.name, big=0, record=_lying_record(wheel))
     before = bad.read_bytes()
     with pytest.raises(CheckError, match=f"{NAME}/big.bin: sha256 does not match RECORD"):
         normalize_wheel(bad, epoch=0)
@@ -474,16 +484,8 @@ def test_a_big_deflated_member_with_a_bad_crc_or_a_lying_record_is_refused(
     from rocmforge.wheels import STORE_PROBE_MIN, install_wheels, normalize_wheel
 
     made = make_big_wheel(tmp_path, big=STORE_PROBE_MIN, small=2, block=_text_block())
-    with zipfile.ZipFile(made) as zf:
-        record_name = f"{NAME}-{VERSION}.dist-info/RECORD"
-        rows = list(csv.reader(zf.read(record_name).decode().splitlines()))
-    for row in rows:
-        if row[0] == f"{NAME}/big.bin":
-            row[1] = f"sha256={_b64(hashlib.sha256(b'something else').digest())}"
-    text = io.StringIO()
-    csv.writer(text, lineterminator="\n").writerows(rows)
     (tmp_path / "lie").mkdir()
-    lie = _rezip(made, tmp_path / "lie" / made.name, big=1, record=text.getvalue().encode())
+    lie = _rezip(made, tmp_path / "lie" / made.name, big=1, record=_lying_record(made))
     before = lie.read_bytes()
     with pytest.raises(CheckError, match=f"{NAME}/big.bin: sha256 does not match RECORD"):
         normalize_wheel(lie, epoch=0)
@@ -495,16 +497,7 @@ def test_a_big_deflated_member_with_a_bad_crc_or_a_lying_record_is_refused(
 
     (tmp_path / "crc").mkdir()
     bad = _rezip(made, tmp_path / "crc" / made.name, big=1)
-    raw = bytearray(bad.read_bytes())
-    with zipfile.ZipFile(bad) as zf:
-        info = zf.getinfo(f"{NAME}/big.bin")
-    flipped = ((info.CRC ^ 1) & 0xFFFFFFFF).to_bytes(4, "little")
-    raw[info.header_offset + 14 : info.header_offset + 18] = flipped
-    at = raw.index(b"PK\x01\x02", info.header_offset)
-    while raw[at + 46 : at + 46 + len(info.filename)] != info.filename.encode():
-        at = raw.index(b"PK\x01\x02", at + 4)
-    raw[at + 16 : at + 20] = flipped
-    bad.write_bytes(raw)
+    raw = _flip_crc(bad)
     for rehash in (True, False):  # zipfile checks the CRC as it inflates, either way
         with pytest.raises(CheckError, match="CRC"):
             normalize_wheel(bad, epoch=0, rehash_big=rehash)
