@@ -43,6 +43,7 @@ from rocmforge.store.audittext import (
     UNKNOWN,
     VERIFIED,
     audit_facts,
+    report_json,
     worst_status_code,
 )
 from rocmforge.store.entry import DerivationDoc, read_derivation, read_meta
@@ -91,26 +92,25 @@ class AuditReport:
 
     def to_json(self) -> dict[str, Any]:
         """Return the report as JSON-ready data."""
-        return {
-            "wheel": str(self.wheel),
-            "status": self.status,
-            "verified": self.status == VERIFIED,
-            "blake3": self.blake3,
-            "sha256": self.sha256,
-            "size": self.size,
-            "problems": list(self.problems),
-            "notes": list(self.notes),
-            "input_hash": self.input_hash,
-            "store_path": str(self.entry_path) if self.entry_path else None,
-            "stamped_by": self.stamped_by,
-            "facts": self.facts(),
-            "archs": dict(self.archs) if self.archs is not None else None,
-            "links": [dict(link) for link in self.links],
-            "signature": self.signature.to_json() if self.signature else None,
-            "origin": dict(self.origin) if self.origin is not None else None,
-            "derivation": dict(self.derivation) if self.derivation else None,
-            "built_against": [dict(d) for d in self.dependencies],
-        }
+        return report_json(
+            wheel=str(self.wheel),
+            status=self.status,
+            blake3=self.blake3,
+            sha256=self.sha256,
+            size=self.size,
+            facts=self.facts(),
+            problems=self.problems,
+            notes=self.notes,
+            input_hash=self.input_hash,
+            store_path=str(self.entry_path) if self.entry_path else None,
+            stamped_by=self.stamped_by,
+            archs=self.archs,
+            links=self.links,
+            signature=self.signature.to_json() if self.signature else None,
+            origin=self.origin,
+            derivation=self.derivation,
+            built_against=self.dependencies,
+        )
 
 
 def dependency_facts(

@@ -279,7 +279,7 @@ def _verified(root: str, db: sqlite3.Connection, wheel: str) -> dict[str, object
     it was built against, a file it would reject); else None."""
     import stat
 
-    from rocmforge.store.audittext import VERIFIED, audit_facts
+    from rocmforge.store.audittext import VERIFIED, audit_facts, report_json
     from rocmforge.store.metafields import meta_fields
     from rocmforge.util.leanhash import file_blake3
 
@@ -328,26 +328,22 @@ def _verified(root: str, db: sqlite3.Connection, wheel: str) -> dict[str, object
     notes = [] if statement is not None else [
         "the store entry has no provenance statement (built before it)"
     ]  # fmt: skip
-    return {
-        "wheel": wheel,
-        "status": VERIFIED,
-        "verified": True,
-        "blake3": b3,
-        "sha256": sha,
-        "size": st.st_size,
-        "problems": [],
-        "notes": notes,
-        "input_hash": h,
-        "store_path": entry,
-        "stamped_by": None,
-        "facts": audit_facts(derivation, statement),
-        "archs": dict(archs),
-        "links": [dict(link) for link in links],
-        "signature": {"status": "unsigned", "keyid": None, "detail": ""},
-        "origin": dict(origin) if origin is not None else None,
-        "derivation": dict(derivation) if derivation else None,
-        "built_against": [],
-    }
+    return report_json(
+        wheel=wheel,
+        status=VERIFIED,
+        blake3=b3,
+        sha256=sha,
+        size=st.st_size,
+        facts=audit_facts(derivation, statement),
+        notes=notes,
+        input_hash=h,
+        store_path=entry,
+        archs=archs,
+        links=links,
+        signature={"status": "unsigned", "keyid": None, "detail": ""},
+        origin=origin,
+        derivation=derivation,
+    )
 
 
 def _audit(store: str | None, operands: list[str]) -> tuple[str, str] | None:

@@ -54,6 +54,50 @@ def banner(root: str, how: str, *, found: bool) -> str:
     )
 
 
+def report_json(
+    *,
+    wheel: str,
+    status: str,
+    blake3: str,
+    sha256: str,
+    size: int,
+    facts: Mapping[str, Any],
+    problems: Sequence[str] = (),
+    notes: Sequence[str] = (),
+    input_hash: str | None = None,
+    store_path: str | None = None,
+    stamped_by: str | None = None,
+    archs: Mapping[str, Any] | None = None,
+    links: Sequence[Mapping[str, str]] = (),
+    signature: Mapping[str, Any] | None = None,
+    origin: Mapping[str, Any] | None = None,
+    derivation: Mapping[str, Any] | None = None,
+    built_against: Sequence[Mapping[str, Any]] = (),
+) -> dict[str, Any]:
+    """One wheel's audit report as JSON-ready data: what ``audit --json`` prints and what
+    :func:`audit_text` renders (``AuditReport.to_json`` and the read path both build it here)."""
+    return {
+        "wheel": wheel,
+        "status": status,
+        "verified": status == VERIFIED,
+        "blake3": blake3,
+        "sha256": sha256,
+        "size": size,
+        "problems": list(problems),
+        "notes": list(notes),
+        "input_hash": input_hash,
+        "store_path": store_path,
+        "stamped_by": stamped_by,
+        "facts": facts,
+        "archs": dict(archs) if archs is not None else None,
+        "links": [dict(link) for link in links],
+        "signature": signature,
+        "origin": dict(origin) if origin is not None else None,
+        "derivation": dict(derivation) if derivation else None,
+        "built_against": [dict(d) for d in built_against],
+    }
+
+
 def _table(value: Any) -> Mapping[str, Any] | None:
     return value if isinstance(value, Mapping) else None
 
