@@ -132,7 +132,7 @@ def _log(root: str, opts: dict[str, str], operands: list[str]) -> bytes | None:
     command's first answer for a hash prefix: ``Store.resolve``); anything else falls through."""
     import io
 
-    from rocmforge.store.scan import entry_meta_fields, entry_names
+    from rocmforge.store.scan import entry_meta, entry_names
     from rocmforge.util.zstdread import copy_log
 
     target = operands[0]
@@ -146,7 +146,7 @@ def _log(root: str, opts: dict[str, str], operands: list[str]) -> bytes | None:
         return None
     entry = os.path.join(entries, matches[0])
     with open(os.path.join(entry, layout.META), "rb") as f:
-        entry_meta_fields(f.read(), matches[0])  # a damaged entry: the full command says so
+        entry_meta(f.read(), matches[0])  # a damaged entry: the full command says so
     path = os.path.join(entry, layout.BUILD_LOG)
     if not os.path.isfile(path) or os.path.getsize(path) > LOG_LIMIT:
         return None
@@ -210,7 +210,6 @@ def _show(root: str, opts: dict[str, str], operands: list[str]) -> str | None:
     name or path; None for anything else (a wheel, a package name, an unknown or ambiguous
     target), an entry whose files the full command would reject, or an unhealthy index."""
     from rocmforge.store import scan
-    from rocmforge.store.metafields import meta_fields
     from rocmforge.store.showtext import show_text
 
     target = operands[0]
@@ -220,13 +219,11 @@ def _show(root: str, opts: dict[str, str], operands: list[str]) -> str | None:
     if how != scan.FOUND:
         return None
     path = os.path.join(root, layout.ENTRIES, found[0])
-    meta = _json_file(os.path.join(path, layout.META))
-    fields = meta_fields(meta, file=path)
-    if layout.entry_name(fields["hash"], fields["name"], fields["version"]) != found[0]:
-        return None
+    with open(os.path.join(path, layout.META), "rb") as f:
+        meta, fields = scan.entry_meta(f.read(), found[0])  # damaged: the full command says so
     derivation = _json_file(os.path.join(path, layout.DERIVATION))
     provenance = _json_file(os.path.join(path, layout.PROVENANCE))
-    if not isinstance(meta, dict) or not isinstance(derivation, dict):
+    if not isinstance(derivation, dict):
         return None
     if provenance is not None and not isinstance(provenance, dict):
         return None

@@ -204,7 +204,7 @@ def read_entries(
     (``meta.json``'s ``size`` plus ``meta.json`` itself) and its last use (the latest of its
     creation, the index's ``last_used`` in ``indexed`` and its ``used/`` mark in ``used``).
     Raise ValueError for a damaged entry (the full command leaves it out with a warning)."""
-    from rocmforge.store.scan import entry_meta_fields
+    from rocmforge.store.scan import entry_meta
 
     d = os.path.join(root, layout.ENTRIES)
     out: list[EntryUsage] = []
@@ -217,9 +217,10 @@ def read_entries(
             if os.path.islink(path) or not os.path.isdir(path):
                 continue  # not an entry (gc skips it too)
             raise ValueError(f"damaged entry {path}") from None
-        h, name, _, created, size, _ = entry_meta_fields(raw, n)
-        last = max(created, indexed.get(h, 0.0), used.get(h, 0.0))
-        out.append(EntryUsage(h, name, n, size + len(raw), last))
+        fields = entry_meta(raw, n)[1]
+        h = fields["hash"]
+        last = max(float(fields["created"]), indexed.get(h, 0.0), used.get(h, 0.0))
+        out.append(EntryUsage(h, fields["name"], n, fields["size"] + len(raw), last))
     return out
 
 

@@ -21,6 +21,7 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (~2 ms)
 if TYPE_CHECKING:
     import sqlite3
     from collections.abc import Iterable, Iterator, Mapping, Sized
+    from typing import Any
 
 #: Columns of one summary row: ``(hash, name, version, size, created, last_used)``.
 SUMMARY_COLUMNS = "hash, name, version, size, created, last_used"
@@ -275,15 +276,16 @@ def resolve_target(root: str, target: str) -> tuple[str, list[str]]:
     return UNKNOWN, names
 
 
-def entry_meta_fields(raw: bytes, dirname: str) -> tuple[str, str, str, float, int, list[str]]:
-    """Return ``(hash, name, version, created, size, built_against)`` of the ``meta.json``
-    bytes ``raw`` of entry directory ``dirname``; ValueError if any field is malformed (the
-    checks of :meth:`rocmforge.store.entry.EntryMeta.from_json`:
-    :func:`rocmforge.store.metafields.meta_fields`) or it names another directory."""
+def entry_meta(raw: bytes, dirname: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Return the decoded ``meta.json`` bytes ``raw`` of entry directory ``dirname`` and its
+    fields as :func:`rocmforge.store.metafields.meta_fields` checks them (the checks of
+    :meth:`rocmforge.store.entry.EntryMeta.from_json`); ValueError if any field is malformed
+    or it names another directory."""
     from rocmforge.store.metafields import meta_fields
     from rocmforge.util.leanjson import loads
 
-    f = meta_fields(loads(raw), file=dirname)
+    data = loads(raw)
+    f = meta_fields(data, file=dirname)
     if layout.entry_name(f["hash"], f["name"], f["version"]) != dirname:
         raise ValueError(f"records another entry than {dirname}")
-    return f["hash"], f["name"], f["version"], float(f["created"]), f["size"], [*f["built_against"]]
+    return data, f
