@@ -630,6 +630,25 @@ def _drop_cache(fd: int, start: int, end: int) -> None:
         os.posix_fadvise(fd, start, end - start, os.POSIX_FADV_DONTNEED)
 
 
+def _open_member(dst: zipfile.ZipFile, sink: _DigestingWriter, zinfo: zipfile.ZipInfo) -> None:
+    """Put ``zinfo``'s header where ``dst``'s next member goes, as ``ZipFile._open_to_write``
+    does (its private ``start_dir``, ``_writecheck`` and ``_didModify``: the byte identity
+    with the ``zipfile`` path is tested); the caller writes the header and the data."""
+    registry: Any = dst
+    sink.seek(dst.start_dir)
+    zinfo.header_offset = sink.tell()
+    registry._writecheck(zinfo)
+    registry._didModify = True
+
+
+def _close_member(dst: zipfile.ZipFile, sink: _DigestingWriter, zinfo: zipfile.ZipInfo) -> None:
+    """Register the member ``zinfo`` written up to ``sink``'s position with ``dst``, as
+    ``zipfile``'s writer does when a member is closed."""
+    dst.start_dir = sink.tell()
+    dst.filelist.append(zinfo)
+    dst.NameToInfo[zinfo.filename] = zinfo
+
+
 class _MemberCheck:
     """RECORD's hash and the CRC-32 of one member, fed together (one worker thread)."""
 
@@ -682,11 +701,7 @@ def _copy_stored(
     feed = BackgroundHash(check, depth=_QUEUED) if check is not None else None
     done = 0
     try:
-        sink.seek(dst.start_dir)
-        final.header_offset = sink.tell()
-        registry: Any = dst  # what ZipFile._open_to_write does before a member's header
-        registry._writecheck(final)
-        registry._didModify = True
+        _open_member(dst, sink, final)
         sink.expect_header(header)
         sink.write(header)
         while done < size:
@@ -704,9 +719,7 @@ def _copy_stored(
         sink.end_direct()
         if feed is not None:
             feed.result()
-    dst.start_dir = sink.tell()
-    dst.filelist.append(final)
-    dst.NameToInfo[final.filename] = final
+    _close_member(dst, sink, final)
     if check is not None and check.crc != info.CRC:
         raise zipfile.BadZipFile(f"Bad CRC-32 for file {info.filename!r}")
     digest = check.hash if check is not None else None
@@ -876,11 +889,7 @@ def _deflate_blocks(
     zinfo.CRC = zinfo.compress_size = 0
     zinfo.file_size = size
     zip64 = size * 1.05 > zipfile.ZIP64_LIMIT  # zipfile's choice, made before the data
-    registry: Any = dst  # what ZipFile._open_to_write does before a member's header
-    sink.seek(dst.start_dir)
-    zinfo.header_offset = sink.tell()
-    registry._writecheck(zinfo)
-    registry._didModify = True
+    _open_member(dst, sink, zinfo)
     sink.write(zinfo.FileHeader(zip64))
     h = hashlib.new(algorithm) if algorithm else None
     feed = BackgroundHash(h, depth=_QUEUED) if h is not None else None
@@ -903,7 +912,7 @@ def _deflate_blocks(
                 if feed is not None:
                     feed.update(block)
                 pending.append(pool.submit(_deflate_block, block, window, done == size))
-                while pending and (len(pending) > 2 * threads or pending[0].done()):
+                while pending and (done == size or len(pending) > 2 * threads or pending[0].done()):
                     data = pending.popleft().result()
                     sink.write(data)
                     packed += len(data)
@@ -911,10 +920,6 @@ def _deflate_blocks(
                     break
                 window = block[-(32 << 10) :]
                 block, rest = rest[:_BLOCK], rest[_BLOCK:]
-            while pending:
-                data = pending.popleft().result()
-                sink.write(data)
-                packed += len(data)
         if stream.read(1):  # also lets zipfile check the CRC at the end of the member
             raise zipfile.BadZipFile(f"{info.filename}: longer than its header says")
     finally:
@@ -928,9 +933,7 @@ def _deflate_blocks(
     sink.seek(zinfo.header_offset)
     sink.write(zinfo.FileHeader(zip64))
     sink.seek(end)
-    dst.start_dir = end
-    dst.filelist.append(zinfo)
-    dst.NameToInfo[zinfo.filename] = zinfo
+    _close_member(dst, sink, zinfo)
     return (_urlsafe_b64(h.digest()) if h is not None else None), done
 
 
