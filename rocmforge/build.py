@@ -34,7 +34,7 @@ from rocmforge.portable import Finding, scan_build
 from rocmforge.provenance import make_statement, write_statement
 from rocmforge.repro import frontend_config, repro_env
 from rocmforge.resolve import Resolved
-from rocmforge.sandbox import Mount, Runner
+from rocmforge.sandbox import Mount, Runner, compose_mounts
 from rocmforge.scm import source_env
 from rocmforge.sdkwheels import sdk_sources
 from rocmforge.signing import sign_entry
@@ -180,25 +180,6 @@ def cargo_config(crates: str) -> str:
     )
 
 
-def _masks(resolved: Resolved, empty: Path) -> list[Mount]:
-    """Mount the empty directory ``empty`` over each unowned directory the manifest masks.
-
-    A mask that would hide a toolchain mount (a Python or ROCm root under ``/usr/local``) is
-    left out; that mount is content-hashed instead.
-    """
-    kept = [
-        m
-        for m in resolved.toolchain.masks
-        # A directory removed since the manifest was cached needs no mask (and bwrap could not
-        # create its mount point in the read-only /usr).
-        if os.path.isdir(m)
-        and not any(str(p) == m or str(p).startswith(m + "/") for p in resolved.toolchain.mounts)
-    ]
-    if kept:
-        empty.mkdir(exist_ok=True)
-    return [Mount(host=empty, inside=m) for m in kept]
-
-
 def _utc(ts: float) -> str:
     """``2026-01-31T12:00:05Z``: the timestamp written into the build log before each step."""
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
@@ -262,12 +243,15 @@ def _run_steps(
     reporter: Reporter,
     repaired: dict[str, Any] | None = None,
     extra: Sequence[Mount] = (),
+    hidden: Sequence[str] = (),
     cache: Any = None,
 ) -> tuple[list[StepTiming], Any]:
     """Run the build steps (and the ``[build] repair`` step) in the sandbox; return each step's
     start and duration, and the compiler cache's setup when one was used (``cache`` is the
     :class:`rocmforge.ccache.CacheSettings`, None for a build without the cache). The repair's
-    record goes into ``repaired`` (when given).
+    record goes into ``repaired`` (when given). The sandbox hides the manifest's unowned
+    directories and ``hidden`` (the host's ROCm for an SDK build), the mounts shown through them
+    (:func:`rocmforge.sandbox.compose_mounts`).
 
     The log gets a ``rocmforge: [<UTC time>] step i/n: <command>`` line before each step and a
     ``rocmforge: [<UTC time>] step i/n finished in N s`` line after it.
@@ -279,7 +263,6 @@ def _run_steps(
         Mount(host=root / "home", inside="/build/home", writable=True),
         *(Mount(host=p, inside=str(p)) for p in resolved.toolchain.mounts),
         *(Mount(host=i.host, inside=i.inside) for i in resolved.inputs),
-        *_masks(resolved, root / "empty"),
         *extra,
     ]
     names = ("src", "venv", "out", "home")
@@ -304,6 +287,9 @@ def _run_steps(
             env.update(setup.env)
     else:  # off means off: a build that finds ccache itself (PyTorch, Meson) passes through
         env["CCACHE_DISABLE"] = "1"
+    mounts = compose_mounts(
+        mounts, [*resolved.toolchain.masks, *hidden], scratch=root / "masks"
+    )
     for inp in resolved.inputs:  # read-only at /inputs/NAME, named by its variable
         at = runner.sandbox_path(Mount(host=inp.host, inside=inp.inside))
         env[inp.env] = f"{at}/{inp.subdir}" if inp.subdir else at
@@ -416,10 +402,10 @@ def _stage(
     reporter.phase("check")
     sdk_runtime: list[Path] = []
     sdk_check_env: dict[str, str] = {}
-    hidden: list[Mount] = []
+    hidden: list[str] = []
     if resolved.toolchain.sdk:
         # a wheel that requires the SDK imports with its runtime packages, not the host's ROCm
-        hidden = _hide_host_rocm(store, root) if runner.level == "bwrap" else []
+        hidden = _hide_host_rocm(store) if runner.level == "bwrap" else []
         from rocmforge.sdkwheels import runtime_dirs
 
         sdk_runtime = runtime_dirs(wheels, resolved.toolchain.sdk, store.sources_dir)
@@ -438,7 +424,7 @@ def _stage(
         log=log,
         extra_wheels=check_requirements,
         extra_trees=sdk_runtime,
-        extra_mounts=hidden,
+        hidden=hidden,
         extra_env=sdk_check_env,
     )
     records = []
@@ -667,9 +653,10 @@ def _build_in(
         )
     reporter.phase("build")
     extra: list[Mount] = []
+    hidden: list[str] = []
     if resolved.toolchain.sdk:
-        resolved, sdk_mounts = _sdk_mounts(resolved, store, runner, root, log)
-        extra += sdk_mounts
+        resolved, sdk_mount, hidden = _sdk_mounts(resolved, store, runner, root, log)
+        extra.append(sdk_mount)
     view = resolved.toolchain.view
     if view is not None:  # [toolchain] packages: /usr holds only the declared packages' closure
         from rocmforge.toolchain.view import prepare_view
@@ -689,6 +676,7 @@ def _build_in(
         reporter=reporter,
         repaired=repaired,
         extra=extra,
+        hidden=hidden,
         cache=cache,
     )
     staged = _stage(resolved, store, root, runner, reporter, log, check_requirements)
@@ -702,7 +690,7 @@ def _build_in(
 
 def _sdk_mounts(
     resolved: Resolved, store: Store, runner: Runner, root: Path, log: BinaryIO
-) -> tuple[Resolved, list[Mount]]:
+) -> tuple[Resolved, Mount, list[str]]:
     """Unpack the SDK wheels once (or reuse their tree), mount it read-only at the fixed path,
     set ROCM_PATH & co. from it and hide the host's own ROCm packages."""
     from rocmforge.toolchain.rocmsdk import SDK_MOUNT, ensure_tree, sdk_env
@@ -723,27 +711,19 @@ def _sdk_mounts(
         )
     env, dirs = sdk_env(tree, SDK_MOUNT)
     tc = dataclasses.replace(tc, env={**tc.env, **env}, path_dirs=(*dirs, *tc.path_dirs))
-    hidden = _hide_host_rocm(store, root)
+    hidden = _hide_host_rocm(store)
     if hidden:
         log.write(f"rocmforge: the host's ROCm is hidden: {len(hidden)} paths\n".encode())
-    return dataclasses.replace(resolved, toolchain=tc), [mount, *hidden]
+    return dataclasses.replace(resolved, toolchain=tc), mount, hidden
 
 
-def _hide_host_rocm(store: Store, root: Path) -> list[Mount]:
-    """Mounts that hide the host's ROCm packages: an empty directory over each directory only
-    they fill, an empty file over each of their other files (build and check sandboxes)."""
+def _hide_host_rocm(store: Store) -> list[str]:
+    """The host's ROCm packages' paths a build on SDK wheels must not see: each directory only
+    they fill and each of their other files (build and check sandboxes)."""
     from rocmforge.toolchain.rocmsdk import host_rocm_files
 
     hidden_dirs, hidden_files = host_rocm_files(store.cache_dir)
-    if not hidden_dirs and not hidden_files:
-        return []
-    (root / "empty").mkdir(exist_ok=True)
-    empty_file = root / "empty-file"
-    empty_file.touch()
-    return [
-        *(Mount(host=root / "empty", inside=d) for d in hidden_dirs),
-        *(Mount(host=empty_file, inside=f) for f in hidden_files),
-    ]
+    return [*hidden_dirs, *hidden_files]
 
 
 def rebuild(

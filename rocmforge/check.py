@@ -13,7 +13,7 @@ from typing import Any, BinaryIO
 
 from rocmforge.errors import CheckError, RequirementError
 from rocmforge.recipe.model import Recipe
-from rocmforge.sandbox import Mount, Runner
+from rocmforge.sandbox import Mount, Runner, compose_mounts
 from rocmforge.toolchain.probe import Toolchain
 from rocmforge.wheels import create_venv, install_wheels, parse_wheel_name
 
@@ -90,7 +90,7 @@ def check_wheels(
     log: BinaryIO,
     extra_wheels: Sequence[Path] = (),
     extra_trees: Sequence[Path] = (),
-    extra_mounts: Sequence[Mount] = (),
+    hidden: Sequence[str] = (),
     extra_env: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Install ``wheels`` into a fresh venv under ``workdir`` and import the checked modules.
@@ -98,8 +98,8 @@ def check_wheels(
     ``extra_wheels`` (``[check] requirements``) are installed beside them first;
     ``extra_trees`` (top-level directories of an unpacked ROCm SDK: its runtime packages and
     their dist-info, the ``rocm_sdk`` module) are hard-linked into site-packages, as installed;
-    ``extra_mounts`` are added to the import's sandbox (the host's ROCm hidden for a wheel on
-    SDK wheels) and ``extra_env`` to its environment (``ROCM_SDK_TARGET_FAMILY``).
+    the import's sandbox hides the toolchain's masks and ``hidden`` (the host's ROCm for a wheel
+    on SDK wheels), and ``extra_env`` joins its environment (``ROCM_SDK_TARGET_FAMILY``).
 
     Returns what the check found for the entry's meta: ``{"archs": {wheel: {library: {"bundles",
     "union", "common"}}}}`` when some library holds GPU code, else ``{}``.
@@ -145,7 +145,11 @@ def check_wheels(
         [f"{inside}/bin/python", "-c", code],
         cwd=inside,
         env=env,
-        mounts=[mount, *(Mount(host=p, inside=str(p)) for p in toolchain.mounts), *extra_mounts],
+        mounts=compose_mounts(
+            [mount, *(Mount(host=p, inside=str(p)) for p in toolchain.mounts)],
+            [*toolchain.masks, *hidden],
+            scratch=workdir / "masks",
+        ),
         timeout=600,
         log=log,
         on_line=output.append,

@@ -28,7 +28,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO, Protocol
@@ -153,8 +153,11 @@ class BwrapRunner:
         for key, value in env.items():
             cmd += ["--setenv", key, value]
         cmd += ["--ro-bind", "/usr", "/usr"]
-        # No package owns /usr/local: hidden, so nothing outside the input hash leaks in.
-        if os.path.isdir("/usr/local"):
+        # /usr/local is hidden unless the caller decides what of it to show and hide (masks made
+        # by compose_mounts from the system manifest: a package may own files there).
+        if os.path.isdir("/usr/local") and not any(
+            _within(m.inside, "/usr/local") for m in mounts
+        ):
             cmd += ["--tmpfs", "/usr/local"]
         for alias in _USR_ALIASES:
             if os.path.islink(alias):
@@ -392,6 +395,82 @@ def _probe(cmd: list[str]) -> str | None:
         err = done.stderr.decode("utf-8", "replace").strip() or f"exit status {done.returncode}"
         return f"trial run {shlex.join(cmd)!r} failed: {err}"
     return None
+
+
+def _within(path: str, top: str) -> bool:
+    return path == top or path.startswith(top.rstrip("/") + "/")
+
+
+def _deepest(path: str, tops: Iterable[str]) -> str | None:
+    """The deepest of ``tops`` that is ``path`` or one of its ancestors."""
+    best: str | None = None
+    for top in tops:
+        if _within(path, top) and (best is None or len(top) > len(best)):
+            best = top
+    return best
+
+
+def compose_mounts(
+    mounts: Sequence[Mount], hidden: Iterable[str], *, scratch: Path
+) -> list[Mount]:
+    """Return ``mounts`` plus the mounts that hide each path of ``hidden``, in any nesting.
+
+    The deepest decision wins: a path is shown when the nearest of its ancestors (itself
+    included) named by ``mounts`` or ``hidden`` is a mount (or there is none), hidden when it
+    is in ``hidden``; a mount and a hidden path at one place: the mount. So a hidden directory
+    may hold a shown one (a package's ``/usr/local/cuda-13.0`` inside an unowned
+    ``/usr/local``) and a shown one a hidden one (a mounted Python prefix's ``site-packages``).
+
+    A hidden directory is replaced by a read-only *skeleton* made under ``scratch``: empty but
+    for the mount points of the shown paths directly inside it, so bwrap never has to create
+    one in a read-only directory. A hidden file is replaced by an empty file. Hidden paths that
+    do not exist where they would be seen, or lie in a hidden directory with no shown path in
+    between, need no mount and get none; a symlink is never hidden (a mount over it would
+    land on its target).
+    """
+    shown = {m.inside.rstrip("/") or "/": m for m in mounts}
+    wanted = sorted({h.rstrip("/") for h in hidden if h.rstrip("/")} - set(shown))
+    tops = [*shown, *wanted]
+
+    def seen(path: str) -> str:
+        """The host path seen at ``path`` inside: through the nearest mount above it, if any."""
+        above = _deepest(path, shown)
+        if above is None:
+            return path
+        rel = os.path.relpath(path, above)
+        return str(shown[above].host) if rel == "." else str(shown[above].host / rel)
+
+    needed: list[str] = []
+    for path in wanted:
+        parent = _deepest(os.path.dirname(path), tops) if path != "/" else None
+        # A symlink is never hidden: a mount over it would land on (and hide) its target.
+        if (parent is None or parent in shown) and os.path.lexists(seen(path)) \
+                and not os.path.islink(seen(path)):
+            needed.append(path)
+    out = list(mounts)
+    if not needed:
+        return out
+    scratch.mkdir(parents=True, exist_ok=True)
+    empty_file = scratch / "empty-file"
+    empty_file.touch()
+    for i, path in enumerate(needed):
+        if not os.path.isdir(seen(path)):
+            out.append(Mount(host=empty_file, inside=path))
+            continue
+        skeleton = scratch / f"mask-{i}"
+        skeleton.mkdir(exist_ok=True)
+        for inside, m in shown.items():
+            if inside != path and _within(inside, path) and _deepest(
+                os.path.dirname(inside), tops
+            ) == path:
+                point = skeleton / os.path.relpath(inside, path)
+                if m.host.is_dir():
+                    point.mkdir(parents=True, exist_ok=True)
+                else:
+                    point.parent.mkdir(parents=True, exist_ok=True)
+                    point.touch()
+        out.append(Mount(host=skeleton, inside=path))
+    return out
 
 
 def _etc_paths() -> list[str]:

@@ -8,7 +8,9 @@ entries read-only. Everything there is either
 * not owned by any package: ``/usr/local`` and every other directory under ``/usr`` that holds no
   packaged file are *masked* (an empty directory is mounted over them in the sandbox), and the
   few loose unowned files inside packaged directories (alternatives symlinks, files copied in by
-  hand) are content-hashed (``toolchain.unowned``).
+  hand) are content-hashed (``toolchain.unowned``). ``/usr/local`` is no exception once a
+  package owns files below it (NVIDIA's CUDA ``.deb``s install ``/usr/local/cuda-X.Y``): then its
+  unowned subdirectories are masked one by one and the packaged ones stay visible.
 
 Only packages that own a path the sandbox can show count: one whose files all live under
 ``/opt``, ``/var`` or ``/srv`` cannot change a build and does not change the hash. Generated
@@ -219,7 +221,9 @@ def scan_dpkg(root: Path = DPKG_ROOT) -> SystemManifest:
                 parent = os.path.dirname(parent)
     masked, masked_files, loose = _walk_unowned(owned, owned_parents)
     for always in ALWAYS_MASKED:
-        if always not in masked:
+        # Where a package owns files below it (NVIDIA's /usr/local/cuda-X.Y), the walk has
+        # masked its unowned parts and hashed its loose files; hiding it whole would hide those.
+        if always not in masked and always not in owned_parents and always not in owned:
             masked.insert(0, always)
     return SystemManifest(
         database="dpkg",
