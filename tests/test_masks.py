@@ -33,9 +33,9 @@ def expected_visible(path: str, shown: Sequence[str], hidden: Sequence[str]) -> 
     hidden path at the same place; no decision at all means the host's view (shown)."""
     best, verdict = -1, True
     for top, vis in [*((h, False) for h in hidden), *((s, True) for s in shown)]:
-        if path == top or path.startswith(top + "/"):
-            if len(top) > best or (len(top) == best and vis):
-                best, verdict = len(top), vis
+        under = path == top or path.startswith(top + "/")
+        if under and (len(top) > best or (len(top) == best and vis)):
+            best, verdict = len(top), vis
     return verdict
 
 
