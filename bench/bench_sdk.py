@@ -54,7 +54,7 @@ def main() -> int:
 
     why = standin_sdk.available()
     if why is not None:
-        print(f"skipped: the stand-in SDK needs {why} (scripts/setup.sh --with-hip)")
+        print(f"skipped: the stand-in SDK needs {why} (scripts/test.sh)")
         return 0
     runs = 1 if args.quick else args.runs
     work = Path(tempfile.mkdtemp(prefix="bench-sdk-", dir=args.dir))

@@ -12,7 +12,7 @@ the pair measured, the ratio and the target:
 Every run uses fresh recipes (new hashes), a fresh store and cache; the jobs' scratch store is
 one per node and kept, as the default ($TMPDIR/rocmforge-store-UID) is. farm-bench times whole
 commands; the breakdown needs the job's own timestamps, so this script times itself.
-Needs root, slurm-wlm and munge (scripts/setup.sh). Usage: python bench/bench_slurm.py [--quick]
+Needs root, slurm-wlm and munge (scripts/test.sh). Usage: python bench/bench_slurm.py [--quick]
 """
 
 from __future__ import annotations

@@ -28,6 +28,7 @@ from rocmforge.toolchain.machine import (
     ram_bytes,
     run_tool,
 )
+from rocmforge.toolchain.pythons import ProbedPython, probe_pythons
 
 _GPU_NAME = re.compile(r"^\s*Name:\s+(gfx[0-9a-f]+)\b", re.MULTILINE)
 _GFX = re.compile(r"^(gfx[0-9a-f]+)\b")
@@ -63,6 +64,8 @@ class MachineReport:
     bwrap: Path | None
     sandbox: str
     sandbox_warning: str | None
+    #: The interpreters a recipe's ``[toolchain] python`` can name (None: not this machine).
+    pythons: tuple[ProbedPython, ...] | None = None
 
     @property
     def gpus(self) -> tuple[str, ...]:
@@ -83,6 +86,7 @@ class MachineReport:
             "bwrap": str(self.bwrap) if self.bwrap else None,
             "sandbox": self.sandbox,
             "sandbox_warning": self.sandbox_warning,
+            "pythons": None if self.pythons is None else [p.to_json() for p in self.pythons],
         }
 
 
@@ -199,6 +203,7 @@ def probe_machine(
         bwrap=Path(bwrap) if bwrap else None,
         sandbox=level,
         sandbox_warning=warning,
+        pythons=probe_pythons(env) if sysroot == Path("/") else None,
     )
 
 

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Set up (scripts/setup.sh), then run every check CI runs: ruff, mypy and the test suite.
+# Set up with what the tests need too (scripts/setup.sh --for-tests: Slurm, the registry, Rust,
+# HIP ...), then run every check CI runs: ruff, mypy and the test suite.
 # --quick: the same setup and checks, but only the quick tier of tests (-m "not slow", < 60 s);
 # any other arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh --with-hip
+bash scripts/setup.sh --for-tests
 # Tests use only local files: the build requirements they need are fetched here, once.
 .venv/bin/python -m pip download -q --disable-pip-version-check --no-deps \
   -d .ci/wheelhouse setuptools==75.6.0 setuptools-scm==8.1.0 packaging==24.2 \
@@ -32,6 +33,9 @@ if ls -d /usr/share/cargo/registry/pyo3-0.17.* >/dev/null 2>&1; then
   .venv/bin/python -c 'import sys; sys.path[:0] = ["tests"]; import test_backends as t
 t.fetch_sdist("ahocorasick_rs", "0.12.3", crates=t.DEBIAN_CRATES)'
 fi
+# rocmforge's dependencies for the other Pythons found here (tests/test_pythons.py runs rocmforge
+# on each of 3.11-3.13 besides the suite's, installed offline).
+.venv/bin/python -c 'import sys; sys.path[:0] = ["tests"]; import test_pythons as t; t.prefetch()'
 .venv/bin/ruff check rocmforge tests bench
 .venv/bin/mypy
 tier=()

@@ -307,7 +307,7 @@ build = ["maturin==1.16.0"]
 def rust_ready() -> None:
     """cargo and rustc on PATH (rustup or Debian) and the maturin wheel (scripts/test.sh)."""
     if shutil.which("cargo") is None or shutil.which("rustc") is None:
-        pytest.skip("no Rust toolchain on PATH; scripts/setup.sh installs Debian's rustc/cargo")
+        pytest.skip("no Rust toolchain on PATH; scripts/test.sh installs Debian's rustc/cargo")
     if not list(WHEELHOUSE.glob("maturin-1.16.0-*.whl")):
         pytest.skip(f"no maturin 1.16.0 wheel in {WHEELHOUSE}; run scripts/test.sh")
 
@@ -476,9 +476,9 @@ import = "yaml._yaml"
 def test_c_extension_against_a_debian_library_builds_byte_identical_and_runs(
     tmp_path: Path,
 ) -> None:
-    """PyYAML's sdist compiled against Debian's libyaml (libyaml-dev, scripts/setup.sh)."""
+    """PyYAML's sdist compiled against Debian's libyaml (libyaml-dev, scripts/test.sh)."""
     if not Path("/usr/include/yaml.h").is_file():
-        pytest.skip("no libyaml headers; scripts/setup.sh installs libyaml-dev")
+        pytest.skip("no libyaml headers; scripts/test.sh installs libyaml-dev")
     for pin in ("cython-3.1.4", "setuptools-75.6.0", "wheel-0.45.1"):
         if not list(WHEELHOUSE.glob(f"{pin}-*.whl")):
             pytest.skip(f"no {pin} wheel in {WHEELHOUSE}; run scripts/test.sh")
@@ -581,7 +581,7 @@ def test_scikit_build_core_sdist_from_pypi_builds_byte_identical_and_works(
     """pybind11 3's own sdist is a scikit-build-core (CMake) project; the installed headers then
     compile an extension in a fresh venv."""
     if shutil.which("cmake") is None:
-        pytest.skip("no cmake on PATH; scripts/setup.sh installs it")
+        pytest.skip("no cmake on PATH; scripts/test.sh installs it")
     for pin in ("scikit_build_core-0.11.6", "pathspec-0.12.1", "packaging-26.4"):
         if not list(WHEELHOUSE.glob(f"{pin}-*.whl")):
             pytest.skip(f"no {pin} wheel in {WHEELHOUSE}; run scripts/test.sh")
@@ -743,7 +743,7 @@ def debian_crates_fit() -> None:
             pytest.skip(
                 f"ahocorasick_rs 0.12.3 needs the {crate} {series}x crate; "
                 f"{DEBIAN_CRATES} has {have or 'none'} (Debian 12's librust-pyo3-dev and "
-                "librust-aho-corasick-dev fit; scripts/setup.sh installs them where they do)"
+                "librust-aho-corasick-dev fit; scripts/test.sh installs them where they do)"
             )
 
 
@@ -802,7 +802,7 @@ def test_debian_rustc_and_cargo_when_rustup_comes_first(
     """rust = "debian": Debian's /usr/bin/rustc and cargo build the real sdist even when a rustup
     install comes first on PATH; the fingerprint is Debian's compiler, and so is the code."""
     if not (Path("/usr/bin/rustc").is_file() and Path("/usr/bin/cargo").is_file()):
-        pytest.skip("no Debian rustc/cargo in /usr/bin; scripts/setup.sh installs them")
+        pytest.skip("no Debian rustc/cargo in /usr/bin; scripts/test.sh installs them")
     debian_crates_fit()
     release = subprocess.run(
         ["/usr/bin/rustc", "-vV"], capture_output=True, text=True, check=True

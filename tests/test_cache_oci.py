@@ -63,8 +63,8 @@ def registry(tmp_path: Path) -> Iterator[Registry]:
     """A fresh registry for one test, stopped afterwards."""
     if REGISTRY is None:
         if os.environ.get("CI") == "true":
-            pytest.fail("docker-registry is missing (scripts/setup.sh installs it)")
-        pytest.skip("docker-registry is not installed (scripts/setup.sh installs it)")
+            pytest.fail("docker-registry is missing (scripts/test.sh installs it)")
+        pytest.skip("docker-registry is not installed (scripts/test.sh installs it)")
     reg = Registry(tmp_path / "registry")
     yield reg
     reg.stop()

@@ -25,7 +25,7 @@ from rocmforge.store.entry import EntryMeta
 
 needs_ccache = pytest.mark.skipif(
     ccache.executable() is None and os.environ.get("CI") != "true",
-    reason="ccache not installed (scripts/setup.sh installs it)",
+    reason="ccache not installed (scripts/test.sh installs it)",
 )
 
 
@@ -243,7 +243,7 @@ def _cxx_recipe(tmp_path: Path, tus: int) -> tuple[Path, Path]:
 @needs_ccache
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("cmake") is None or shutil.which("ninja") is None,
-                    reason="cmake and ninja needed (scripts/setup.sh installs them)")  # fmt: skip
+                    reason="cmake and ninja needed (scripts/test.sh installs them)")  # fmt: skip
 def test_cxx_many_cmake_ninja(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     recipe, src = _cxx_recipe(tmp_path, 6)
@@ -269,7 +269,7 @@ def test_cxx_many_cmake_ninja(tmp_path: Path) -> None:
 def test_hip_demo_warm_cache(tmp_path: Path, wheelhouse: Path) -> None:
     if shutil.which("hipcc") is None:
         if os.environ.get("CI") == "true":
-            pytest.fail("hipcc is missing in CI: scripts/setup.sh should install it (apt hipcc)")
+            pytest.fail("hipcc is missing in CI: scripts/test.sh should install it (apt hipcc)")
         pytest.skip("hipcc not installed (apt-get install hipcc: Debian 12's ROCm 5.2)")
     cache = tmp_path / "cache"
     recipe = REPO / "recipes" / "hip-demo.toml"

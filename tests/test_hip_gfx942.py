@@ -1,7 +1,7 @@
 """MI300X code in CI: ``recipes/hip-gfx942.toml`` built for real by Debian's plain clang-19 for
 gfx90a + gfx942 in the sandbox, both archs proved by ``[check] archs`` and by ``audit``, and the
 gfx942 code object checked independently by its ELF header (e_flags mach 0x4c), not only its id.
-CI installs clang-19 and the device libraries (``scripts/setup.sh --with-hip``); there a missing
+CI installs clang-19 and the device libraries (``scripts/test.sh``); there a missing
 compiler fails instead of skipping. The ROCm version is read from /usr, never assumed."""
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ def _need_clang19() -> None:
         missing.append(str(DEVICE_LIBS))
     if missing:
         if os.environ.get("CI") == "true":
-            pytest.fail(f"missing in CI: {missing}; scripts/setup.sh --with-hip installs them")
-        pytest.skip(f"not installed: {missing} (scripts/setup.sh --with-hip)")
+            pytest.fail(f"missing in CI: {missing}; scripts/test.sh installs them")
+        pytest.skip(f"not installed: {missing} (scripts/test.sh)")
 
 
 def _recipe(tmp_path: Path, archs: str, check: str) -> Path:

@@ -153,8 +153,8 @@ def sdk_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     why = standin_sdk.available()
     if why is not None:
         if os.environ.get("CI") == "true":
-            pytest.fail(f"missing in CI: {why}; scripts/setup.sh --with-hip installs them")
-        pytest.skip(f"not installed: {why} (scripts/setup.sh --with-hip)")
+            pytest.fail(f"missing in CI: {why}; scripts/test.sh installs them")
+        pytest.skip(f"not installed: {why} (scripts/test.sh)")
     dest = tmp_path_factory.mktemp("sdk-index")
     standin_sdk.build_sdk(dest, "7.14.0", ["gfx94X-dcgpu", "gfx90a"])
     return dest

@@ -40,7 +40,7 @@ def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """A private Slurm for this module; yields the environment a client and a job need."""
     missing = [t for t in TOOLS if shutil.which(t) is None]
     if missing:
-        why = f"Slurm is not installed ({', '.join(missing)} missing): scripts/setup.sh"
+        why = f"Slurm is not installed ({', '.join(missing)} missing): scripts/test.sh"
         if os.environ.get("CI") == "true":
             pytest.fail(f"{why} should have installed it in CI")
         pytest.skip(why)

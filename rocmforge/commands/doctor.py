@@ -76,6 +76,7 @@ def render(report: Any, recipe: Any) -> list[str]:
     ram = f"{m.ram_bytes / 1024**3:.1f} GB" if m.ram_bytes else "unknown"
     out.append(f"  RAM:       {ram}")
     out.append(f"  cores:     {m.cpu_count or 'unknown'}")
+    out += _python_lines(m.pythons)
     out.append(f"  bwrap:     {m.bwrap or 'not installed'}")
     out.append(
         f"  sandbox:   {m.sandbox}" + (f" ({m.sandbox_warning})" if m.sandbox_warning else "")
@@ -110,6 +111,24 @@ def render(report: Any, recipe: Any) -> list[str]:
     blocking = sum(1 for f in report.findings if f.blocking) + bool(report.toolchain_error)
     if blocking:
         out.append(f"  {blocking} error(s): realize would stop before fetching anything")
+    return out
+
+
+def _python_lines(pythons: Any) -> list[str]:
+    """The interpreters ``[toolchain] python = "3.X"`` can get, with venv and headers."""
+    if pythons is None:
+        return ["  Pythons:   shown only for this machine (--sysroot /)"]
+    if not pythons:
+        return ["  Pythons:   no python3.X on PATH, in pyenv, /usr/bin or /usr/local/bin"]
+    out = []
+    for i, p in enumerate(pythons):
+        head = "  Pythons:   " if i == 0 else " " * 13
+        if p.version is None:
+            out.append(f"{head}{p.short} {p.path} ({p.found}): does not run: {p.error}")
+            continue
+        has = f"venv {'yes' if p.venv else 'no'}, headers {'yes' if p.headers else 'no'}"
+        used = f'for python = "{p.short}"' if p.chosen else f"not used: a {p.short} comes first"
+        out.append(f"{head}{p.version} {p.path} ({p.found}; {has}; {used})")
     return out
 
 

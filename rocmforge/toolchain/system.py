@@ -48,7 +48,23 @@ def _python_command(spec: ToolchainSpec) -> Path:
         if not os.access(p, os.X_OK):
             raise ToolchainError(f"toolchain.python: {p} is not an executable")
         return p
-    return _which(f"python{spec.python}", "python")
+    from rocmforge.toolchain.pythons import find_python, found_summary
+
+    found = find_python(spec.python)
+    if found is None:
+        raise ToolchainError(
+            f"toolchain.python: the recipe asks for Python {spec.python} but no "
+            f"python{spec.python} is on PATH, in pyenv's versions or in /usr/bin, /usr/local/bin "
+            f"({found_summary()}); install it or set [toolchain] python to one of those"
+        )
+    return found
+
+
+def _find_python(short: str) -> str | None:
+    from rocmforge.toolchain.pythons import find_python
+
+    found = find_python(short)
+    return str(found) if found else None
 
 
 def _compiler(name: str, key: str) -> dict[str, Any]:
@@ -169,7 +185,7 @@ def resolve_toolchain(spec: ToolchainSpec, *, cache_dir: Path) -> Toolchain:
         return with_view(resolve_rocm(spec, cache_dir=cache_dir, host=host), spec, cache_dir)
     cache = StatCache(cache_dir / layout.CACHE_TOOLCHAIN)
     which = [shutil.which(spec.cc) or spec.cc, shutil.which(spec.cxx) or spec.cxx]
-    py = spec.python if os.path.isabs(spec.python) else shutil.which(f"python{spec.python}")
+    py = spec.python if os.path.isabs(spec.python) else _find_python(spec.python)
     key = "|".join([str(PROBE_VERSION), spec.kind, spec.python, str(py), *map(str, which)])
     probe = cache.get(key)
     fresh = probe is None
