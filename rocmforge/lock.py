@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from rocmforge.errors import Problem, RecipeError, SourceError, UsageError
 from rocmforge.recipe.model import normal_pin
 from rocmforge.store import layout
+from rocmforge.toolchain.pythons import concrete_version
 from rocmforge.util.fsutil import read_bounded, write_atomic
 
 if TYPE_CHECKING:
@@ -237,11 +238,14 @@ def lock_recipe(
     elif recipe.requirements.build:
         resolved = resolve_requirements(
             recipe.requirements.build,
-            python_version=recipe.toolchain.python,
+            python_version=concrete_version(recipe.toolchain.python),
             wheel_dir=store.sources_dir / layout.SOURCES_WHEELS,
             cache_dir=store.cache_dir,
             fetcher=fetcher,
         )
+        from rocmforge.lockreq import require_any_python
+
+        require_any_python(recipe.file, recipe.toolchain.python, resolved)
         spelling = {normal_pin(p): p for p in recipe.requirements.build}
         changes.extend(_lock_digests(doc, resolved, spelling))
 

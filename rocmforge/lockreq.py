@@ -35,10 +35,11 @@ from rocmforge.recipe.lockfile import (
 )
 from rocmforge.recipe.model import Recipe
 from rocmforge.store import layout
+from rocmforge.toolchain.pythons import ANY, concrete_version
 from rocmforge.util.fsutil import write_atomic
 
 if TYPE_CHECKING:
-    from rocmforge.sources.requirements import Fetcher
+    from rocmforge.sources.requirements import Fetcher, ResolvedRequirement
     from rocmforge.store.store import Store
 
 Change = tuple[str, str | None, str | None]
@@ -235,12 +236,12 @@ def lock_requirements(
         constraints = [p.pin for p in previous.packages if p.name not in free]
     try:
         resolution = resolve_closure(
-            requires, python_version=wanted.python, constraints=constraints
+            requires, python_version=concrete_version(wanted.python), constraints=constraints
         )
     except RequirementError:
         if not constraints:
             raise
-        resolution = resolve_closure(requires, python_version=wanted.python)
+        resolution = resolve_closure(requires, python_version=concrete_version(wanted.python))
     pins = [f"{n}=={v}" for n, v in resolution.pins]
     if not write:  # --check --upgrade: versions only, nothing fetched
         before = {p.name: p.version for p in (previous.packages if previous else ())}
@@ -256,11 +257,12 @@ def lock_requirements(
 
     resolved = resolve_requirements(
         pins,
-        python_version=wanted.python,
+        python_version=concrete_version(wanted.python),
         wheel_dir=store.sources_dir / layout.SOURCES_WHEELS,
         cache_dir=store.cache_dir,
         fetcher=fetcher,
     )
+    require_any_python(owner, wanted.python, resolved)
     packages = tuple(
         LockedPackage(name=r.name, version=r.version, wheel=r.wheel.name, sha256=r.sha256)
         for r in resolved
@@ -276,6 +278,22 @@ def lock_requirements(
         except OSError as exc:
             raise UsageError(f"{own_path}: cannot write lock file: {exc.strerror or exc}") from exc
     return changes
+
+
+def require_any_python(
+    where: Path, python: str, resolved: Sequence[ResolvedRequirement]
+) -> None:
+    """Refuse wheels that fit one Python only when the recipe builds with :data:`ANY`: a lock
+    (or recorded digest) made on one host must hold on the next, whatever its ``3.X``."""
+    if python != ANY:
+        return
+    bound = [r.wheel.name for r in resolved if not r.wheel.name.endswith("-none-any.whl")]
+    if bound:
+        raise RequirementError(
+            f"{where}: toolchain.python = \"3\" (the host's Python 3) needs pure-Python build "
+            f"requirements, but {', '.join(bound)} fits one Python only: set [toolchain] python "
+            "to a version like \"3.12\""
+        )
 
 
 def _diff(old: LockFile | None, new: LockFile) -> list[Change]:
@@ -307,7 +325,7 @@ def _fetch(
 
     resolved = resolve_requirements(
         [p.pin for p in packages],
-        python_version=recipe.toolchain.python,
+        python_version=concrete_version(recipe.toolchain.python),
         wheel_dir=store.sources_dir / layout.SOURCES_WHEELS,
         cache_dir=store.cache_dir,
         fetcher=fetcher,

@@ -237,9 +237,12 @@ def test_rocmforge_runs_and_realizes_on_another_python(
 
 @pytest.mark.slow
 @pytest.mark.parametrize("short", OTHERS)
+@pytest.mark.parametrize("pinned", [True, False], ids=["pinned", "host-python3"])
 def test_demo_builds_a_c_extension_for_the_python_the_recipe_names(
-    short: str, wheelhouse: Path, tmp_path: Path
+    short: str, pinned: bool, wheelhouse: Path, tmp_path: Path
 ) -> None:
+    """``python = "3.X"`` builds for that Python; the shipped ``python = "3"`` for the host's
+    first ``python3``, with the same lock (its only wheel is pure)."""
     python = find_python(short)
     if python is None:
         pytest.skip(f"Python {short} is not installed here (looked where recipes look)")
@@ -252,13 +255,19 @@ def test_demo_builds_a_c_extension_for_the_python_the_recipe_names(
     tag = "cp" + short.replace(".", "")
     recipe = tmp_path / "demo.toml"
     text = (REPO / "recipes" / "demo.toml").read_text()
-    recipe.write_text(
-        text.replace('python = "3.11"', f'python = "{short}"')
-        .replace('"../examples/demo"', f'"{REPO / "examples" / "demo"}"')
-    )  # fmt: skip
+    assert 'python = "3" ' in text  # the shipped demo builds for the host's Python 3
     lock = (REPO / "recipes" / "demo.lock").read_text()  # setuptools: a py3-none-any wheel
-    (tmp_path / "demo.lock").write_text(lock.replace('python = "3.11"', f'python = "{short}"'))
-    proc = rf("realize", recipe, "--store", tmp_path / "store", "--json")
+    env: dict[str, str] = {}
+    if pinned:
+        text = text.replace('python = "3" ', f'python = "{short}" ')
+        lock = lock.replace('python = "3"', f'python = "{short}"')
+    else:  # unchanged recipe and lock; the host's first python3 is that version
+        env["PATH"] = f"{python.parent}{os.pathsep}{os.environ['PATH']}"
+        if not (python.parent / "python3").exists():
+            pytest.skip(f"no python3 beside {python}")
+    recipe.write_text(text.replace('"../examples/demo"', f'"{REPO / "examples" / "demo"}"'))
+    (tmp_path / "demo.lock").write_text(lock)
+    proc = rf("realize", recipe, "--store", tmp_path / "store", "--json", env=env)
     assert proc.returncode == 0, proc.stderr
     (report,) = json.loads(proc.stdout)
     (wheel,) = map(Path, report["wheels"])
@@ -276,3 +285,22 @@ def test_demo_builds_a_c_extension_for_the_python_the_recipe_names(
         capture_output=True, text=True, check=False, cwd=tmp_path,
     )  # fmt: skip
     assert run.stdout.split() == ["5"], run.stderr
+
+
+def test_host_python3_refuses_a_lock_that_fits_one_python_only(tmp_path: Path) -> None:
+    """``python = "3"`` locks only pure wheels: numpy's cp311 wheel would not install on the
+    next host's 3.12, so lock names it and the fix (exit 1 or 2, never a lock written)."""
+    if not list(WHEELHOUSE.glob("numpy-2.0.2-*.whl")):
+        pytest.skip("needs numpy 2.0.2 in the wheelhouse (scripts/test.sh fetches it)")
+    src = tmp_path / "src"
+    src.mkdir()
+    (tmp_path / "r.toml").write_text(
+        'schema = 1\n[package]\nname = "p"\nversion = "1"\n[source]\npath = "src"\n'
+        '[toolchain]\npython = "3"\n[requirements]\nbuild = ["numpy==2.0.2"]\n'
+        '[build]\nsteps = ["true"]\n'
+    )
+    proc = rf("lock", tmp_path / "r.toml", "--store", tmp_path / "store")
+    assert proc.returncode != 0
+    assert "needs pure-Python build requirements" in proc.stderr
+    assert "numpy-2.0.2-cp311" in proc.stderr and "traceback" not in proc.stderr.lower()
+    assert not (tmp_path / "r.lock").exists()

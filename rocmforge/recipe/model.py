@@ -272,7 +272,7 @@ _COMMIT = re.compile(r"^[0-9a-fA-F]{40}$")
 _PIN = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*([^\s=;,\[\]]+)\s*$")
 _LEADING_NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
 _LINT_ID = re.compile(r"^RF\d{3}$")
-_PY_VERSION = re.compile(r"^3\.\d+$")
+_PY_VERSION = re.compile(r"^3(\.\d+)?$")
 _ROCM_VERSION = re.compile(r"^\d+\.\d+(\.\d+)?$")
 _ARCH = re.compile(r"^gfx[0-9a-f]{3,4}(:(sramecc|xnack)[+-])*$")
 _INPUT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -539,7 +539,13 @@ def _toolchain(c: _Checker, data: Mapping[str, Any], base: Path) -> ToolchainSpe
         c.add("toolchain.rocm", f"{rocm!r} is not a ROCm version like '6.2' or '6.2.4'")
     python = c.string(t, "toolchain", "python") or "3.11"
     if not (_PY_VERSION.match(python) or Path(python).is_absolute()):
-        c.add("toolchain.python", f"{python!r} is not a version like '3.11' or an absolute path")
+        c.add(
+            "toolchain.python",
+            f"{python!r} is not a version like '3.11', '3' (the host's Python 3) or an "
+            "absolute path",
+        )
+    if python == "3" and kind == "rocm-sdk":
+        c.add("toolchain.python", "a rocm-sdk toolchain needs its wheels' Python: name it ('3.12')")
     rust = c.string(t, "toolchain", "rust")
     if rust is not None and rust not in ("host", "debian"):
         if not Path(rust).expanduser().is_absolute() and not rust.startswith("."):

@@ -153,6 +153,33 @@ def find_python(short: str, env: Mapping[str, str] | None = None) -> Path | None
     return None
 
 
+#: ``[toolchain] python = "3"``: whatever Python 3 the host has (the first ``python3`` found).
+ANY = "3"
+
+
+def concrete_version(declared: str, env: Mapping[str, str] | None = None) -> str:
+    """The ``X.Y`` a declared ``[toolchain] python`` stands for: itself, or for :data:`ANY` the
+    version of the ``python3`` :func:`find_python` finds (read from the name its symlinks end at,
+    ``python3.12``; started once only when that name does not say). None found: ``ANY`` itself.
+    """
+    if declared != ANY:
+        return declared
+    found = find_python(ANY, env)
+    if found is None:
+        return declared
+    m = _NAME.match(Path(os.path.realpath(found)).name)
+    if m:
+        return m.group(1)
+    try:
+        out = subprocess.run(
+            [str(found), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+            capture_output=True, text=True, timeout=30, check=False,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return declared
+    return out if re.fullmatch(r"3\.\d+", out) else declared
+
+
 def host_pythons(env: Mapping[str, str] | None = None) -> list[HostPython]:
     """Every ``python3.X`` the search of :func:`find_python` can reach, one per interpreter.
 

@@ -89,7 +89,7 @@ def probe_system(spec: ToolchainSpec) -> dict[str, Any]:
     if len(lines) < 7:
         raise ToolchainError(f"toolchain.python: unexpected probe output from {pycmd}")
     exe, prefix, version, impl, soabi, plat, short = lines[:7]
-    if not os.path.isabs(spec.python) and short != spec.python:
+    if not os.path.isabs(spec.python) and spec.python != "3" and short != spec.python:
         raise ToolchainError(
             f"toolchain.python: declared {spec.python!r} but {pycmd} is Python {version}"
         )
