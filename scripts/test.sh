@@ -5,6 +5,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh --with-hip
+# mmdebstrap: tests/test_second_distro.py makes a Debian 13 root from Debian's mirror with it
+# (slow tier; Debian 12 does not have it by default). Only where apt-get exists.
+if ! command -v mmdebstrap >/dev/null && command -v apt-get >/dev/null; then
+  sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mmdebstrap >/dev/null
+fi
 # Tests use only local files: the build requirements they need are fetched here, once.
 .venv/bin/python -m pip download -q --disable-pip-version-check --no-deps \
   -d .ci/wheelhouse setuptools==75.6.0 setuptools-scm==8.1.0 packaging==24.2 \
