@@ -6,10 +6,13 @@ checkout plus cp313 wheels of its dependencies, and the demo and a C++/CMake rec
 there with rocmforge's own bwrap sandbox, nested inside the bwrap that enters the root. The same
 recipes realized on the host get other input hashes, and ``explain`` between the two wheels names
 only ``toolchain.`` keys (compilers, Python, system packages): nothing of the source, env, steps
-or requirements.
+or requirements. The two sides' recipes differ in one line, ``toolchain.python`` (the root has
+3.13 only, the host the test's Python), itself a toolchain key; ``[requirements]`` is an exact
+pin, so no lock file names a Python.
 
 The root is cached under ``.ci/debian13/`` keyed by suite, variant, architecture and package
-list (cold: ~110 s of mmdebstrap on 2 cores; warm: none), and is only ever read: the test's venv,
+list (cold, 2 busy cores: mmdebstrap ~120 s, ~670 MB, the whole test ~225 s; warm: no download,
+the test ~55-85 s, mostly the four realizes), and is only ever read: the test's venv,
 store and recipes live in its ``tmp_path``, bound into the root. Nothing is mounted outside a
 private mount namespace (mmdebstrap's unshare mode, bwrap).
 """
