@@ -105,6 +105,10 @@ if [ $for_tests = 1 ]; then
       0.17.*) need+=(librust-pyo3-dev librust-aho-corasick-dev) ;;
     esac
   fi
+  # mmdebstrap: tests/test_second_distro.py makes a Debian 13 root from Debian's mirror with it
+  if command -v apt-get >/dev/null; then
+    command -v mmdebstrap >/dev/null || need+=(mmdebstrap)
+  fi
 fi
 if [ ${#need[@]} -gt 0 ]; then
   if ! command -v apt-get >/dev/null; then
