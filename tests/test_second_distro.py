@@ -6,9 +6,9 @@ checkout plus cp313 wheels of its dependencies, and the demo and a C++/CMake rec
 there with rocmforge's own bwrap sandbox, nested inside the bwrap that enters the root. The same
 recipes realized on the host get other input hashes, and ``explain`` between the two wheels names
 only ``toolchain.`` keys (compilers, Python, system packages): nothing of the source, env, steps
-or requirements. The two sides' recipes differ in one line, ``toolchain.python`` (the root has
-3.13 only, the host the test's Python), itself a toolchain key; ``[requirements]`` is an exact
-pin, so no lock file names a Python.
+or requirements. The two sides' recipes are the same bytes: the shipped ones, whose
+``python = "3"`` takes each host's own Python 3 (the root's 3.13, the host's python3), and the
+demo's lock, whose only wheel is pure.
 
 The root is cached under ``.ci/debian13/`` keyed by suite, variant, architecture and package
 list (cold, 2 busy cores: mmdebstrap ~120 s, ~670 MB, the whole test ~225 s; warm: no download,
@@ -53,33 +53,6 @@ APT_SOURCES = Path("/etc/apt")
 #: Where the test's own files (venv, store, recipes) and the wheelhouse appear inside the root:
 #: directories every Debian root has (base-files), as the root is bound read-only.
 WORK, HOUSE = "/mnt", "/srv"
-
-DEMO_RECIPE = """\
-schema = 1
-
-[package]
-name = "rfdemo"
-version = "1.0.0"
-
-[source]
-path = "demo-src"
-
-[toolchain]
-kind = "system"
-python = "{python}"
-
-[requirements]
-build = ["setuptools==75.6.0"]   # an exact pin: no lock file, so no lock naming its Python
-
-[env]
-CFLAGS = "-O2"
-
-[build]
-timeout = "20m"
-
-[check]
-import = "rfdemo"
-"""
 
 
 def _deb822(text: str) -> Iterator[tuple[list[str], list[str], list[str]]]:
@@ -337,14 +310,18 @@ def in_root(root: Path, work: Path, argv: Sequence[str], timeout: float = 900) -
     return done.stdout
 
 
-def _recipes(base: Path, python: str) -> dict[str, Path]:
-    """Write the demo and the C++/CMake recipe (sources copied beside them) for ``python``."""
+def _recipes(base: Path) -> dict[str, Path]:
+    """Write the shipped demo (with its lock) and C++/CMake recipes, sources copied beside them:
+    the same bytes on both sides (``python = "3"``: each side's own Python 3)."""
     shutil.copytree(
         REPO / "examples" / "demo",
         base / "demo-src",
         ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"),
     )
-    (base / "demo.toml").write_text(DEMO_RECIPE.format(python=python))
+    demo = (REPO / "recipes" / "demo.toml").read_text()
+    assert 'python = "3" ' in demo
+    (base / "demo.toml").write_text(demo.replace('"../examples/demo"', '"demo-src"'))
+    shutil.copy(REPO / "recipes" / "demo.lock", base / "demo.lock")
     cxx = base / "cxx-src"
     shutil.copytree(
         REPO / "examples" / "cxx-many",
@@ -354,8 +331,9 @@ def _recipes(base: Path, python: str) -> dict[str, Path]:
     # CXX_TUS translation units, not the recipe's 12: its first step keeps a src/ that exists.
     subprocess.run([sys.executable, "gen.py", "src", str(CXX_TUS)], cwd=cxx, check=True)
     text = (REPO / "recipes" / "cxx-many.toml").read_text()
-    text = text.replace('path = "../examples/cxx-many"', 'path = "cxx-src"')
-    (base / "cxx.toml").write_text(text.replace('python = "3.11"', f'python = "{python}"'))
+    (base / "cxx.toml").write_text(
+        text.replace('path = "../examples/cxx-many"', 'path = "cxx-src"')
+    )
     return {"rfdemo": base / "demo.toml", "cxxmany": base / "cxx.toml"}
 
 
@@ -409,11 +387,13 @@ def test_debian13_root_realizes_with_bwrap_and_explain_names_only_toolchain_keys
             "rocmforge",
         ],
     )
-    inside = _recipes(work, root_python)
+    inside = _recipes(work)
 
     host = tmp_path / "host"
     host.mkdir()
-    here = _recipes(host, f"{sys.version_info[0]}.{sys.version_info[1]}")
+    here = _recipes(host)
+    for name in ("rfdemo", "cxxmany"):  # one recipe, two hosts
+        assert inside[name].read_bytes() == here[name].read_bytes()
 
     for name in ("rfdemo", "cxxmany"):
         out = in_root(
