@@ -455,3 +455,56 @@ def test_rocm_root_under_usr_local_is_mounted_and_hashed(tmp_path: Path, tiny_sr
     assert "include" in cov["unowned"]  # no package owns it: hashed by content
     done = rf("realize", recipe, "--store", store, "--sandbox", "bwrap")
     assert done.returncode == 0, done.stderr  # visible although /usr/local is masked
+
+
+RFTOOL_RECIPE = """\
+schema = 1
+
+[package]
+name = "probe"
+version = "0.1"
+
+[source]
+path = "{src}"
+
+[build]
+steps = ["cc -shared -fPIC -I/usr/local/rftool-1.0/include native.c -o probe/_native.so",
+         "python mkwheel.py $OUT probe 0.1"]
+"""
+
+
+@needs_bwrap
+@pytest.mark.slow
+@pytest.mark.xfail(
+    strict=True, reason="issue 26.1: masks that compose (nested /usr/local masks); drop on the fix"
+)
+@isolated()
+def test_a_package_owning_files_under_usr_local_is_visible_and_hashed(
+    tmp_path: Path, store: Path, dpkg_root: None
+) -> None:
+    """Like CUDA's and some ROCm .debs: a package installs /usr/local/<tool>-X.Y; its files are
+    owned (hashed by the package's version), so a build sees them although /usr/local is
+    masked, and another version of the package is another input hash."""
+    header = "/usr/local/rftool-1.0/include/rftool.h"
+    v1 = make_deb(tmp_path, VISIBLE_PKG, "1.0-1", {header: "#define RFTOOL 1\n"})
+    v2 = make_deb(tmp_path, VISIBLE_PKG, "1.0-2", {header: "#define RFTOOL 2\n"})
+    purge_test_packages()
+    dpkg("-i", str(v1))
+    src = link_src(tmp_path, "#include <rftool.h>\nint rftool(void) { return RFTOOL; }\n")
+    recipe = tmp_path / "probe.toml"
+    recipe.write_text(RFTOOL_RECIPE.format(src=src))
+    first = plan_json(recipe, store)
+    assert first["derivation"]["toolchain"]["packages"][VISIBLE_PKG] == "1.0-1"
+    dpkg("-i", str(v2))  # an upgrade: another input hash
+    assert plan_hash(recipe, store) != first["hash"]
+    dpkg("-i", str(v1))  # and back
+    assert plan_hash(recipe, store) == first["hash"]
+    # Its header is visible in the sandbox although /usr/local is masked (issue 26.1: until the
+    # masks compose, bwrap fails with "Can't mkdir /usr/local/bin: Read-only file system").
+    done = rf("realize", recipe, "--store", store, "--sandbox", "bwrap")
+    assert done.returncode == 0, done.stderr
+    dpkg("-i", str(v2))
+    done = rf("realize", recipe, "--store", store, "--sandbox", "bwrap")
+    assert done.returncode == 0, done.stderr
+    shown = rf("explain", first["hash"], recipe, "--store", store)
+    assert f"toolchain.packages.{VISIBLE_PKG}: 1.0-1 -> 1.0-2" in shown.stdout
