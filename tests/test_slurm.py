@@ -80,8 +80,14 @@ def _popen(slurm: dict[str, str], *args: str | Path) -> subprocess.Popen[str]:
     env.pop("ROCMFORGE_STORE", None)
     return subprocess.Popen(
         [sys.executable, "-m", "rocmforge", *map(str, args)], env=env,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_default_sigint,
     )  # fmt: skip
+
+
+def _default_sigint() -> None:
+    """SIGINT as a terminal would deliver it: a suite run in the background (``cmd &`` in a
+    script, nohup) inherits SIGINT ignored, and Python then installs no KeyboardInterrupt."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _squeue(slurm: dict[str, str], job: str) -> str:
