@@ -43,4 +43,14 @@ if [[ "${1:-}" == "--quick" ]]; then
   shift
   tier=(-m "not slow")
 fi
-exec .venv/bin/python -m pytest -q -p no:cacheprovider "${tier[@]}" "$@"
+# The suite must leave the host as it found it (tests change system files only in a private
+# root, tests/privroot.py): a digest of /usr/include, /usr/local, /opt and the package
+# databases right before pytest (after setup.sh's installs) and after it; a change fails the
+# run, naming the paths. pytest's own exit status wins when it is not 0.
+before=$(mktemp)
+trap 'rm -f "$before"' EXIT
+bash scripts/host-digest.sh snapshot "$before"
+status=0
+.venv/bin/python -m pytest -q -p no:cacheprovider "${tier[@]}" "$@" || status=$?
+bash scripts/host-digest.sh check "$before" || { [[ $status -ne 0 ]] || status=1; }
+exit "$status"

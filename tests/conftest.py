@@ -194,19 +194,17 @@ def dpkg(*args: str) -> None:
 
 
 @pytest.fixture
-def dpkg_root() -> Iterator[None]:
-    """Root with dpkg: the test packages are purged before and after."""
+def dpkg_root() -> None:
+    """Root with dpkg. The test that takes it installs packages, so it runs inside a private
+    root (``@isolated()``, tests/privroot.py) and calls :func:`purge_test_packages` first."""
     if os.geteuid() != 0 or shutil.which("dpkg-deb") is None:
         pytest.skip("needs root and dpkg")
 
-    def purge() -> None:
-        dpkg("--purge", VISIBLE_PKG, HIDDEN_PKG)
 
-    purge()
-    try:
-        yield
-    finally:
-        purge()
+def purge_test_packages() -> None:
+    """Purge the test packages (left installed on a host by an older suite), inside a private
+    root only."""
+    dpkg("--purge", VISIBLE_PKG, HIDDEN_PKG)
 
 
 def link_copy(src: Path, dst: Path) -> None:

@@ -25,9 +25,11 @@ from conftest import (
     git,
     make_deb,
     pip_args,
+    purge_test_packages,
     rewrite,
     rf,
 )
+from privroot import isolated
 
 
 def realize(recipe: Path, store: Path) -> tuple[str, str]:
@@ -347,10 +349,12 @@ def test_rocm_version_file_change_is_seen(tiny_recipe: Path, tmp_path: Path, sto
 
 
 @pytest.mark.slow
+@isolated()  # installs a package: inside a private root (tests/privroot.py)
 def test_system_package_change_is_seen(
     tiny_recipe: Path, tmp_path: Path, store: Path, dpkg_root: None
 ) -> None:
     """A package installed where the sandbox sees it changes ``toolchain.packages``."""
+    purge_test_packages()
     header = f"/usr/include/{VISIBLE_PKG}/memo.h"
     deb = make_deb(tmp_path, VISIBLE_PKG, "1.0-1", {header: "#define V 1\n"})
     assert_change_is_seen(tiny_recipe, store, lambda: dpkg("-i", str(deb)))

@@ -80,8 +80,14 @@ def _popen(slurm: dict[str, str], *args: str | Path) -> subprocess.Popen[str]:
     env.pop("ROCMFORGE_STORE", None)
     return subprocess.Popen(
         [sys.executable, "-m", "rocmforge", *map(str, args)], env=env,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_default_sigint,
     )  # fmt: skip
+
+
+def _default_sigint() -> None:
+    """SIGINT as a terminal would deliver it: a suite run in the background (``cmd &`` in a
+    script, nohup) inherits SIGINT ignored, and Python then installs no KeyboardInterrupt."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _squeue(slurm: dict[str, str], job: str) -> str:
@@ -91,10 +97,24 @@ def _squeue(slurm: dict[str, str], job: str) -> str:
     return out.stdout.strip()
 
 
+def _record_files(tmp_path: Path, hash: str | None = None) -> list[Path]:
+    """The job records written so far (a record being written is a ``.*.tmp`` file beside)."""
+    jobs = tmp_path / "jobs" / "jobs"
+    return sorted(jobs.glob(f"{hash or ''}*.json")) if jobs.is_dir() else []
+
+
 def _record(tmp_path: Path, hash: str | None = None) -> dict:
-    files = sorted((tmp_path / "jobs" / "jobs").glob(f"{hash or ''}*.json"))
+    files = _record_files(tmp_path, hash)
     assert len(files) == 1, files
     return dict(json.loads(files[0].read_text()))
+
+
+def _text(path: Path) -> str:
+    """The text of a log a job writes, "" until Slurm has created it (when the job starts)."""
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        return ""
 
 
 def _wait(pred, timeout: float = 60.0, what: str = "") -> None:  # type: ignore[no-untyped-def]
@@ -200,8 +220,7 @@ def test_interrupt_cancels_crash_leaves_and_rerun_attaches(
     args = ["realize", slow, *_args(tmp_path)]
 
     def running() -> dict:
-        _wait(lambda: (tmp_path / "jobs" / "jobs").is_dir()
-              and any((tmp_path / "jobs" / "jobs").iterdir()), what="a job record")  # fmt: skip
+        _wait(lambda: _record_files(tmp_path), what="a job record")
         rec = _record(tmp_path)
         _wait(lambda: _squeue(slurm, rec["job_id"]) == "RUNNING", what="RUNNING")
         return rec
@@ -221,9 +240,15 @@ def test_interrupt_cancels_crash_leaves_and_rerun_attaches(
     p.kill()
     p.communicate(timeout=60)
     assert _squeue(slurm, second["job_id"]) == "RUNNING"
-    _wait(lambda: "slow-build-running" in Path(second["log"]).read_text(), what="the build log")
+    # RUNNING in squeue comes before slurmd has created the log: wait for the file, too.
+    _wait(lambda: "slow-build-running" in _text(Path(second["log"])), what="the build log")
     log = rf("log", slow, "--store", tmp_path / "store", "--job-dir", tmp_path / "jobs", env=slurm)
     assert log.returncode == 0 and "| slow-build-running" in log.stdout, log.stderr
+    # Held (SIGSTOP) until the rerun below: on a slow machine its 8 s must not run out before
+    # --detach has attached to it.
+    control = ["scontrol", "suspend", second["job_id"]]
+    subprocess.run(control, env={**os.environ, **slurm}, check=True, capture_output=True)
+    _wait(lambda: _squeue(slurm, second["job_id"]) == "SUSPENDED", what="SUSPENDED")
     # --detach: SIGINT leaves the job it attached to.
     p = _popen(slurm, *args, "--detach")
     assert p.stderr is not None
@@ -232,7 +257,9 @@ def test_interrupt_cancels_crash_leaves_and_rerun_attaches(
     p.send_signal(signal.SIGINT)
     _, err = p.communicate(timeout=60)
     assert p.returncode == 130 and "1 jobs stay queued (--detach)" in err, err
-    assert _squeue(slurm, second["job_id"]) == "RUNNING"
+    assert _squeue(slurm, second["job_id"]) == "SUSPENDED"  # not cancelled
+    control[1] = "resume"
+    subprocess.run(control, env={**os.environ, **slurm}, check=True, capture_output=True)
     # The same command again attaches to it and waits for it.
     proc = rf("realize", *args[1:], env=slurm, timeout=300)
     assert proc.returncode == 0, proc.stderr
@@ -249,9 +276,8 @@ def test_node_failure_is_retried(slurm: dict[str, str], tmp_path: Path) -> None:
     dependent = recipe(root, "dependent", ["flaky.toml"])
     p = _popen(slurm, "realize", dependent, *_args(tmp_path), "--retries", "1")
     env = {**os.environ, **slurm}
-    _wait(lambda: (tmp_path / "jobs" / "jobs").is_dir()
-          and len(list((tmp_path / "jobs" / "jobs").iterdir())) == 2, what="two job records")
-    rec = next(json.loads(f.read_text()) for f in (tmp_path / "jobs" / "jobs").glob("*.json")
+    _wait(lambda: len(_record_files(tmp_path)) == 2, what="two job records")
+    rec = next(json.loads(f.read_text()) for f in _record_files(tmp_path)
                if json.loads(f.read_text())["name"] == "flaky")  # fmt: skip
     _wait(lambda: _squeue(slurm, rec["job_id"]) == "RUNNING", what="RUNNING")
     down = ["scontrol", "update", "nodename=localhost", "state=down", "reason=rocmforge-test"]
@@ -295,8 +321,7 @@ def test_job_cancelled_from_outside_is_named(slurm: dict[str, str], tmp_path: Pa
     root.mkdir()
     victim = recipe(root, "victim", [], "sleep 20")
     p = _popen(slurm, "realize", victim, *_args(tmp_path))
-    _wait(lambda: (tmp_path / "jobs" / "jobs").is_dir()
-          and any((tmp_path / "jobs" / "jobs").iterdir()), what="a job record")  # fmt: skip
+    _wait(lambda: _record_files(tmp_path), what="a job record")
     job = _record(tmp_path)["job_id"]
     _wait(lambda: _squeue(slurm, job) == "RUNNING", what="RUNNING")
     subprocess.run(["scancel", job], env={**os.environ, **slurm}, check=True)
@@ -315,8 +340,18 @@ def test_a_node_that_hashes_differently_pushes_nothing(
     second = recipe(root, "second", ["first.toml"])
     p = _popen(slurm, "realize", second, *_args(tmp_path))
     log = tmp_path / "jobs" / "logs"
-    _wait(lambda: log.is_dir() and any("first-running" in f.read_text() for f in log.iterdir()),
+    _wait(lambda: log.is_dir() and any("first-running" in _text(f) for f in log.iterdir()),
           what="the first job running")  # fmt: skip
+    # The second job waits on the first (Dependency): recorded, but Slurm has not made its log.
+    _wait(lambda: len(_record_files(tmp_path)) == 2, what="two job records")
+    [waiting] = [r for r in map(json.loads, map(Path.read_text, _record_files(tmp_path)))
+                 if r["name"] == "second"]  # fmt: skip
+    if _squeue(slurm, waiting["job_id"]) == "PENDING" and not Path(waiting["log"]).exists():
+        jobs = ["--store", tmp_path / "scratch", "--job-dir", tmp_path / "jobs"]
+        shown = rf("log", waiting["hash"][:12], *jobs, env=slurm)
+        assert shown.returncode == 0, shown.stderr
+        assert f"Slurm job {waiting['job_id']} has not started yet" in shown.stderr
+        assert shown.stdout == ""
     # The source changes while the second job waits: its node computes another input hash.
     (root / "second-src" / "second" / "__init__.py").write_text("NAME = 'changed'\n")
     _, err = p.communicate(timeout=120)
@@ -327,6 +362,41 @@ def test_a_node_that_hashes_differently_pushes_nothing(
 
 
 # -- no Slurm needed ------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_log_of_a_job_recorded_but_not_started_says_so(tmp_path: Path) -> None:
+    """The record is written at submission; Slurm creates the log only when the job starts."""
+    from rocmforge.executor.submit import job_record_path
+    from rocmforge.store.store import open_store
+    from rocmforge.util.fsutil import json_bytes, write_atomic
+
+    open_store(tmp_path / "store")  # the submitter's store (realize made it): empty here
+
+    hash = "9cf450ea72bb051cc41b40a8e8a4d2fc"
+    jobs = tmp_path / "jobs"
+    log = jobs / "logs" / f"{hash}-slow-1.0.log"
+    record = {"job_id": "41", "name": "slow", "version": "1.0", "hash": hash, "log": str(log),
+              "recipe": str(tmp_path / "slow.toml"), "attempt": 1, "submitted": 0.0,
+              "cache": f"file://{tmp_path}/cache"}  # fmt: skip
+    job_record_path(jobs, hash).parent.mkdir(parents=True)
+    write_atomic(job_record_path(jobs, hash), json_bytes(record))
+    args = ("log", hash[:10], "--store", tmp_path / "store", "--job-dir", jobs)
+    waiting = rf(*args)
+    assert waiting.returncode == 0, waiting.stderr
+    assert waiting.stdout == ""
+    assert f"{hash[:10]}: Slurm job 41 has not started yet (its log will be {log})" in (
+        waiting.stderr
+    )
+    answer = json.loads(rf(*args, "--json").stdout)
+    assert answer == {"target": hash[:10], "source": "job", "log": str(log), "cache": None,
+                      "job_id": "41", "started": False, "text": ""}  # fmt: skip
+    log.parent.mkdir()
+    log.write_text("slow-build-running\n")  # the job started
+    running = rf(*args)
+    assert running.returncode == 0 and running.stdout == "slow-build-running\n", running.stderr
+    answer = json.loads(rf(*args, "--json").stdout)
+    assert answer["started"] is True and answer["text"] == "slow-build-running\n"
 
 
 @pytest.mark.slow

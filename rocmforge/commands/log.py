@@ -2,8 +2,10 @@
 
 A build running (or failed) on a cluster node (``realize --executor slurm``) has its log in the
 shared job directory (``--job-dir``, default ``$ROCMFORGE_JOB_DIR``), readable while it runs; a
-build that is in a binary cache but not in this store is read from the cache (``--cache URL``
-or the configured caches) without substituting it.
+job that is recorded but has not started yet (Slurm creates the log when it starts) is answered
+"not started yet", exit 0. A build that is in a binary cache but not in this store is read from
+the cache (``--cache URL`` or the configured caches) without substituting it. ``--json`` gives
+the answer as one object: where the log is, whether it exists yet, and its text.
 """
 
 from __future__ import annotations
@@ -12,11 +14,31 @@ import argparse
 import glob
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rocmforge.commands._common import add_config_option, add_store_option, open_store, settings_of
+from rocmforge.commands._common import (
+    add_config_option,
+    add_json_option,
+    add_store_option,
+    emit_json,
+    open_store,
+    settings_of,
+)
 from rocmforge.errors import UsageError
+
+
+@dataclass(frozen=True, slots=True)
+class FoundLog:
+    """Where the log of a target is: ``source`` is ``store``, ``failed`` (a failed local
+    build), ``job`` (a Slurm job's, in the job directory) or ``cache``. A job's log that Slurm
+    has not created yet (the job has not started) has ``started`` False."""
+
+    path: Path
+    source: str
+    job_id: str | None = None
+    started: bool = True
 
 
 def register(sub: Any) -> None:
@@ -36,11 +58,14 @@ def register(sub: Any) -> None:
         "caches are asked after it); TARGET is then a recipe or a full input hash",
     )  # fmt: skip
     add_config_option(p)
+    add_json_option(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """``rocmforge log TARGET``: print the build log of an entry or of the last failed build."""
+    import io
+
     from rocmforge.util.zstdread import copy_log
 
     target = args.target
@@ -49,18 +74,45 @@ def run(args: argparse.Namespace) -> int:
     store = open_store(args, create=bool(args.cache))  # a cache's log needs no build here
     job_dir = args.job_dir or os.environ.get("ROCMFORGE_JOB_DIR")
     try:
-        path = _find_log(store, target, Path(job_dir) if job_dir else None)
+        found = _find_log(store, target, Path(job_dir) if job_dir else None)
         fetched = None
     except UsageError as missing:
         path, fetched = _from_cache(args, store, target, missing)
-    out = sys.stdout.buffer
+        found = FoundLog(path, "cache")
+    as_json = getattr(args, "json", False)
+    if not found.started:
+        if as_json:
+            emit_json(_log_json(target, found, "", fetched))
+        else:
+            print(f"rocmforge: {target}: Slurm job {found.job_id} has not started yet (its log "
+                  f"will be {found.path})", file=sys.stderr)  # fmt: skip
+        return 0
     try:
-        copy_log(os.fspath(path), out)  # the read path (rocmforge.fastread) prints it the same way
-        out.flush()
+        if as_json:
+            buf = io.BytesIO()
+            copy_log(os.fspath(found.path), buf)
+            emit_json(_log_json(target, found, buf.getvalue().decode(errors="replace"), fetched))
+        else:
+            out = sys.stdout.buffer
+            copy_log(os.fspath(found.path), out)  # the read path (rocmforge.fastread) prints it
+            out.flush()  # the same way
     finally:
         if fetched is not None:
-            path.unlink(missing_ok=True)
+            found.path.unlink(missing_ok=True)
     return 0
+
+
+def _log_json(target: str, found: FoundLog, text: str, url: str | None) -> dict[str, Any]:
+    """The ``--json`` answer: where the log is, whether it exists yet, and its text."""
+    return {
+        "target": target,
+        "source": found.source,
+        "log": None if url is not None else str(found.path),  # a cache's copy is deleted
+        "cache": url,
+        "job_id": found.job_id,
+        "started": found.started,
+        "text": text,
+    }
 
 
 def _from_cache(
@@ -106,15 +158,20 @@ def _recipe_hash(store: Any, target: str) -> str:
     return str(plan(graph.recipes[file], store=store, fetcher=None, dependencies=deps).hash)
 
 
-def _job_log(job_dir: Path | None, hash: str) -> Path | None:
+def _job_log(job_dir: Path | None, hash: str) -> FoundLog | None:
+    """The log of the recorded Slurm job building ``hash`` (a prefix), started or not."""
     if job_dir is None:
         return None
-    from rocmforge.executor.submit import find_job_log
+    from rocmforge.executor.submit import find_job_record
 
-    return find_job_log(job_dir, hash)
+    record = find_job_record(job_dir, hash)
+    if record is None:
+        return None
+    log = Path(record["log"])
+    return FoundLog(log, "job", job_id=str(record["job_id"]), started=log.exists())
 
 
-def _find_log(store: Any, target: str, job_dir: Path | None = None) -> Path:
+def _find_log(store: Any, target: str, job_dir: Path | None = None) -> FoundLog:
     from rocmforge.errors import RequirementError
     from rocmforge.store import layout
 
@@ -131,25 +188,25 @@ def _find_log(store: Any, target: str, job_dir: Path | None = None) -> Path:
             raise UsageError(f"{target}: never built here ({exc})") from exc
         h, name, version = report.hash, report.name, report.version
         if report.path is not None:
-            return Path(report.path) / layout.BUILD_LOG
+            return FoundLog(Path(report.path) / layout.BUILD_LOG, "store")
         job_log = _job_log(job_dir, h)
-        if job_log is not None and job_log.exists():
-            return job_log
+        if job_log is not None:
+            return job_log  # the job recorded for it is newer than a failed local build
         failed = Path(store.failed_log_path(h, name, version))
         if failed.exists():
-            return failed
+            return FoundLog(failed, "failed")
         raise UsageError(f"{target}: no build log (hash {h} was never built in {store.root})")
     try:
         entry = store.resolve(target)
-        return Path(entry.path) / layout.BUILD_LOG
+        return FoundLog(Path(entry.path) / layout.BUILD_LOG, "store")
     except UsageError:
         if not target or os.sep in target or "\0" in target:
             raise  # a path, not a hash prefix: there is no failed log to match
         pattern = f"{glob.escape(target)}*{layout.FAILED_LOG_SUFFIX}"
         failed_logs = sorted(Path(store.failed_dir).glob(pattern))
         job_log = _job_log(job_dir, target)
-        if job_log is not None and job_log.exists():
+        if job_log is not None:
             return job_log
         if len(failed_logs) == 1:
-            return failed_logs[0]
+            return FoundLog(failed_logs[0], "failed")
         raise

@@ -152,8 +152,10 @@ def read_job_record(job_dir: Path, hash: str) -> dict[str, Any] | None:
     return data if isinstance(data, dict) and isinstance(data.get("job_id"), str) else None
 
 
-def find_job_log(job_dir: Path, target: str) -> Path | None:
-    """The job log of the derivation whose input hash starts with ``target``, if one is recorded.
+def find_job_record(job_dir: Path, target: str) -> dict[str, Any] | None:
+    """The job record (with its ``log``) of the derivation whose input hash starts with
+    ``target``, if one is recorded. Its log may not exist yet: Slurm creates it when the job
+    starts, after the record is written.
 
     Raises :class:`~rocmforge.errors.UsageError` if the prefix names several.
     """
@@ -166,7 +168,7 @@ def find_job_log(job_dir: Path, target: str) -> Path | None:
     if not found:
         return None
     record = read_job_record(job_dir, found[0].name[: -len(layout.JOB_RECORD_SUFFIX)])
-    return Path(record["log"]) if record and record.get("log") else None
+    return record if record and isinstance(record.get("log"), str) and record["log"] else None
 
 
 def _default_command() -> tuple[str, ...]:
