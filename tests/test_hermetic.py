@@ -475,9 +475,6 @@ steps = ["cc -shared -fPIC -I/usr/local/rftool-1.0/include native.c -o probe/_na
 
 @needs_bwrap
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True, reason="issue 26.1: masks that compose (nested /usr/local masks); drop on the fix"
-)
 @isolated()
 def test_a_package_owning_files_under_usr_local_is_visible_and_hashed(
     tmp_path: Path, store: Path, dpkg_root: None
