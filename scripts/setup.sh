@@ -44,6 +44,11 @@ if [ $with_hip = 1 ] && command -v apt-get >/dev/null; then
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || need+=("$pkg")
   done
 fi
+# rpm and rpmbuild (tests/test_rpmdb.py: real rpms built and installed into throwaway roots, the
+# system manifest read from rpm's database); a dpkg machine keeps dpkg's database as its own
+if ! command -v rpmbuild >/dev/null && command -v apt-get >/dev/null; then
+  need+=(rpm)
+fi
 # libyaml (the C-extension-against-a-Debian-library test of tests/test_backends.py: PyYAML)
 if [ ! -f /usr/include/yaml.h ] && command -v apt-get >/dev/null; then
   need+=(libyaml-dev)
