@@ -361,7 +361,7 @@ def _audit_unverified(wheel: Path, *, store: Store | None, b3: str, size: int) -
 def _links_here(wheel: Path) -> tuple[dict[str, str], ...]:
     """Resolve the libraries ``wheel``'s ELF files link as this machine would (empty: none)."""
     from rocmforge.toolchain.elf import ElfError, candidate_paths, resolve_links, wheel_dynamic
-    from rocmforge.toolchain.manifest import find_owners
+    from rocmforge.toolchain.manifest import covered_roots, detect_database, find_owners
 
     try:
         dynamic = wheel_dynamic(wheel)
@@ -369,5 +369,7 @@ def _links_here(wheel: Path) -> tuple[dict[str, str], ...]:
         return ()
     if not dynamic[0]:
         return ()
-    owners = find_owners(candidate_paths(dynamic[0]))
-    return tuple(link.to_json() for link in resolve_links(dynamic, owner_of=owners, roots={}))
+    db = detect_database()
+    owners = find_owners(candidate_paths(dynamic[0]), db)
+    roots = covered_roots(db)
+    return tuple(link.to_json() for link in resolve_links(dynamic, owner_of=owners, roots=roots))

@@ -465,10 +465,11 @@ def record_links(
         resolve_links,
         wheel_dynamic,
     )
-    from rocmforge.toolchain.manifest import find_owners
+    from rocmforge.toolchain.manifest import covered_roots, detect_database, find_owners
 
     tc = resolved.toolchain
-    roots: dict[str, list[str]] = {}
+    db = detect_database()
+    roots: dict[str, list[str]] = covered_roots(db)  # no package database: /usr by content
     rocm = tc.env.get("ROCM_PATH")
     if rocm and (not (rocm == "/usr" or rocm.startswith("/usr/")) or rocm.startswith("/usr/local")):
         roots["rocm"] = list(dict.fromkeys([rocm, os.path.realpath(rocm)]))
@@ -483,7 +484,7 @@ def record_links(
             roots["rocm-sdk"] = list(sdk_libs)
         for members, _ in dynamic.values():
             candidates |= candidate_paths(members, search)
-        owner_of = find_owners(candidates)
+        owner_of = find_owners(candidates, db)
         for w in wheels:
             found = resolve_links(dynamic[w], owner_of=owner_of, roots=roots, search=search)
             for link in found:

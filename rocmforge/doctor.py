@@ -275,7 +275,7 @@ def doctor(
     """Probe the machine and, given a loaded recipe, lint it and check its GPU coverage."""
     env = dict(os.environ if env is None else env)
     machine = probe_machine(env, sysroot=sysroot)
-    system = system_summary() if sysroot == Path("/") else None
+    system = system_summary(env) if sysroot == Path("/") else None
     if recipe is None:
         return DoctorReport(machine=machine, system=system)
     facts = lint_facts(recipe, env)
@@ -292,13 +292,37 @@ def doctor(
     )
 
 
-def system_summary() -> dict[str, Any]:
-    """Return the system manifest this machine would hash, and what the sandbox masks."""
-    from rocmforge.toolchain.manifest import scan_dpkg
+def system_summary(env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Return the system manifest this machine would hash, and what the sandbox masks.
 
-    m = scan_dpkg()
+    ``database`` says what covers ``/usr``: ``dpkg`` or ``rpm`` (with ``source``, the database
+    read, ``reader`` for rpm, and ``note`` when both are present), ``content`` (no database,
+    ``ROCMFORGE_SYSTEM_MANIFEST=content``: how many files and bytes that hashes), ``none``
+    (realize and plan refuse: ``looked_for`` and the ``fallback``) or ``error``.
+    """
+    from rocmforge.errors import ToolchainError
+    from rocmforge.toolchain.manifest import (
+        SYSTEM_MANIFEST_ENV,
+        detect_database,
+        looked_for,
+        scan,
+        scan_content,
+    )
+
+    try:
+        db = detect_database(environ=env)
+        if db.kind == "none":
+            return {
+                "database": "none",
+                "looked_for": looked_for(),
+                "fallback": f"{SYSTEM_MANIFEST_ENV}=content",
+            }
+        m = scan_content(db, digests=False).manifest if db.kind == "content" else scan(db)
+    except ToolchainError as exc:
+        return {"database": "error", "error": str(exc)}
     return {
         "database": m.database,
+        **{k: v for k, v in m.info.items() if v not in ("", None)},
         "packages": dict(sorted(m.packages.items())),
         "masked": list(m.masked),
         "masked_files": m.masked_files,

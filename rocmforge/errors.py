@@ -85,6 +85,13 @@ class ToolchainError(RocmforgeError):
     exit_code = EXIT_BAD_INPUT
 
 
+class SystemDatabaseError(ToolchainError):
+    """This machine has no package database the system manifest can read (exit 3: the
+    machine, not the recipe; the message names what was looked for and the way out)."""
+
+    exit_code = EXIT_ENVIRONMENT
+
+
 class RequirementError(RocmforgeError):
     """A build requirement is unpinned or could not be fetched."""
 

@@ -38,7 +38,9 @@ if TYPE_CHECKING:
 MEMO_FORMAT = 3
 #: The sandbox level an option-less ``realize`` asks for; only entries built so are answered.
 FAST_SANDBOX = "bwrap"
-_ENV_KEYS = ("PATH", "PYENV_VERSION", "ROCMFORGE_STORE")
+#: ROCMFORGE_SYSTEM_MANIFEST picks what covers /usr (rocmforge.toolchain.manifest): another
+#: choice is another hash, so a memo recorded under one never answers for another.
+_ENV_KEYS = ("PATH", "PYENV_VERSION", "ROCMFORGE_STORE", "ROCMFORGE_SYSTEM_MANIFEST")
 Sig = tuple[int, int, int, int, int]
 
 

@@ -105,9 +105,12 @@ if [ $for_tests = 1 ]; then
       0.17.*) need+=(librust-pyo3-dev librust-aho-corasick-dev) ;;
     esac
   fi
-  # mmdebstrap: tests/test_second_distro.py makes a Debian 13 root from Debian's mirror with it
+  # mmdebstrap: tests/test_second_distro.py makes a Debian 13 root from Debian's mirror with it;
+  # rpm and rpmbuild: tests/test_rpmdb.py builds real rpms and installs them into throwaway roots
+  # (a dpkg machine keeps dpkg's database as its own)
   if command -v apt-get >/dev/null; then
     command -v mmdebstrap >/dev/null || need+=(mmdebstrap)
+    command -v rpmbuild >/dev/null || need+=(rpm)
   fi
 fi
 if [ ${#need[@]} -gt 0 ]; then

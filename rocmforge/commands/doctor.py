@@ -136,15 +136,40 @@ def _system_lines(system: Any) -> list[str]:
     """The system manifest part of the report: what the input hash covers, what is masked."""
     if system is None:
         return ["  system:    manifest shown only for this machine (--sysroot /)"]
-    if system["database"] == "none":
-        return ["  system:    no dpkg database: no package versions hashed; /usr/local masked"]
+    database = system["database"]
+    if database == "error":
+        return [f"  system:    ERROR: {system['error']}"]
+    if database == "none":
+        return [
+            f"  system:    no package database (looked for {system['looked_for']}): realize "
+            f"refuses (plan's hash stays provisional); {system['fallback']} content-hashes every "
+            "file under /usr instead"
+        ]
     masked = sorted(system["masked"], key=lambda d: (d != "/usr/local", d))
     shown = ", ".join(masked[:4]) + (f" and {len(masked) - 4} more" if len(masked) > 4 else "")
-    return [
-        f"  system:    {len(system['packages'])} dpkg packages visible to builds, their versions "
-        "hashed (doctor --json lists them)",
+    masked_line = (
         f"  masked:    {system['masked_files']} files no package owns, in {len(masked)} "
-        f"directories hidden from builds: {shown}",
+        f"directories hidden from builds: {shown}"
+    )
+    if database == "content":
+        size = f"{system['bytes'] / 1e9:.1f} GB"
+        return [
+            f"  system:    {system['source']}: every file under /usr is content-hashed "
+            f"({system['files']} files, {size} in {system['directories']} directories)",
+            f"  cost:      the first resolve reads all {size} (a later one only changed files); "
+            "a warm one checks the stat of every file and directory",
+            masked_line,
+        ]
+    source = system.get("source", "")
+    if system.get("reader"):
+        source += f", read by {system['reader']}"
+    if system.get("note"):
+        source += f" ({system['note']})"
+    return [
+        f"  system:    {len(system['packages'])} {database} packages visible to builds, their "
+        "versions hashed (doctor --json lists them)",
+        f"  database:  {source}",
+        masked_line,
         f"  unowned:   {system['unowned_hashed']} loose files under /usr no package owns, "
         "content-hashed",
     ]

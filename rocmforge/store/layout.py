@@ -102,6 +102,10 @@ SOURCES_ROCM_SDK = "rocm-sdk"
 #: Python's prefix, a non-packaged ROCm root's content, declared views (and their farms).
 CACHE_TOOLCHAIN = "toolchain.json"
 CACHE_MANIFEST = "manifest.json"
+#: Without a package database (ROCMFORGE_SYSTEM_MANIFEST=content): that manifest, every /usr
+#: file's stat signature and blake3 and every directory's signature (marshal), so a warm
+#: resolve checks them and a rescan hashes only the files that changed.
+CACHE_MANIFEST_CONTENT = "manifest-content.marshal"
 CACHE_PYPREFIX = "pyprefix.json"
 CACHE_ROCMROOT = "rocmroot.json"
 CACHE_VIEW = "view.json"

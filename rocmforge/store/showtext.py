@@ -156,6 +156,8 @@ def link_text(
         return f"links {soname} from the ROCm SDK wheels ({path})"
     if provider in ("rocm", "python"):
         return f"links {soname} from the toolchain's {provider} root ({path})"
+    if provider == "system":
+        return f"links {soname} from {path} (content-hashed: no package database)"
     if provider == "missing":
         return f"links {soname} (not found on the build machine)"
     return f"links {soname} from {path} (no package owns it: not hashed)"

@@ -7,10 +7,12 @@ directories, then the loader's default directories (``/etc/ld.so.conf.d`` and th
 defaults). The place found says who provides it:
 
 * ``wheel`` — a file of the same wheel;
-* ``package`` — a file a system package owns (name and version from dpkg; covered by the
+* ``package`` — a file a system package owns (name and version from dpkg or rpm; covered by the
   toolchain's package manifest);
 * ``rocm`` — a file under a ROCm root the fingerprint covers;
 * ``python`` — a file under the toolchain Python's content-hashed prefix;
+* ``system`` — a file under ``/usr`` on a machine without a package database, content-hashed
+  by the system manifest (``ROCMFORGE_SYSTEM_MANIFEST=content``);
 * ``unhashed`` — anywhere else (``/usr/local``, a hand-copied library): the build is refused,
   since the input hash does not cover what the wheel will load;
 * ``missing`` — not found on this machine (it may come from another wheel at run time).

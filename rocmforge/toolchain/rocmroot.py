@@ -4,9 +4,11 @@ The ROCm probe hashes hipcc, its clang and the version string; a build also read
 the math libraries (rocBLAS, MIOpen, RCCL, hipBLASLt ...) and the device bitcode under the root.
 This module covers the rest of the root:
 
-* Files a dpkg package owns are covered by that package's version (``rocm.coverage.packages``)
-  *and* checked against dpkg's own ``md5sums``; a packaged file edited in place shows up under
-  ``rocm.coverage.modified`` with its blake3, so editing ``hip_runtime.h`` changes the hash.
+* Files a package owns are covered by that package's version (``rocm.coverage.packages``)
+  *and* checked against the database's own digests (dpkg's ``md5sums``; rpm's ``FILEDIGESTS``
+  and symlink targets, :mod:`rocmforge.toolchain.rpmdb`); a packaged file edited in place shows
+  up under ``rocm.coverage.modified`` with its blake3, so editing ``hip_runtime.h`` changes the
+  hash.
 * Files no package owns (a root unpacked from a tarball, copied, or built from source) are
   content-hashed (``rocm.coverage.unowned``: count and one digest; per top-level directory).
 
@@ -21,13 +23,16 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterable
+import stat
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 from rocmforge.store import layout
+from rocmforge.toolchain import rpmdb
 from rocmforge.toolchain.manifest import (
-    DPKG_ROOT,
+    HostDatabase,
+    _database,
     _list_file,
     _native_arch,
     _read_list,
@@ -57,6 +62,10 @@ def _md5(path: str) -> str:
     return h.hexdigest()
 
 
+#: A packaged file's recorded digest: (hashlib algorithm, hex digest), or ("link", target).
+Sum = tuple[str, str]
+
+
 def _md5sums(info: Path, key: str) -> dict[str, str]:
     name, _, arch = key.partition(":")
     out: dict[str, str] = {}
@@ -74,43 +83,93 @@ def _md5sums(info: Path, key: str) -> dict[str, str]:
 
 
 def _owned_under(
-    prefixes: Iterable[str], db: Path
-) -> tuple[dict[str, str], dict[str, str], dict[str, list[str]]]:
-    """Return (packages {name: version}, md5 {path: digest}, files per package) under prefixes."""
+    prefixes: Iterable[str], db: HostDatabase
+) -> tuple[dict[str, str], dict[str, Sum], dict[str, list[str]]]:
+    """Return (packages {name: version}, sums {path: Sum}, files per package) under prefixes."""
+    wanted = tuple(p.rstrip("/") for p in prefixes)
+
+    def under(p: str) -> bool:
+        return any(p == w or p.startswith(w + "/") for w in wanted)
+
+    if db.kind == "rpm":
+        return _rpm_owned_under(under, db)
+    if db.kind != "dpkg":
+        return {}, {}, {}
+    root = Path(db.base + db.path)
     try:
-        status = (db / "status").read_text(encoding="utf-8", errors="replace")
+        status = (root / "status").read_text(encoding="utf-8", errors="replace")
     except OSError:
         return {}, {}, {}
     installed = parse_dpkg_status(status)
     native = _native_arch(installed)
-    wanted = tuple(p.rstrip("/") for p in prefixes)
     packages: dict[str, str] = {}
-    md5: dict[str, str] = {}
+    sums: dict[str, Sum] = {}
     files: dict[str, list[str]] = {}
     for key, (version, arch) in installed.items():
-        paths = [_usr_path(p) for p in _read_list(_list_file(db / "info", key))]
-        hits = [p for p in paths if any(p == w or p.startswith(w + "/") for w in wanted)]
+        paths = [_usr_path(p) for p in _read_list(_list_file(root / "info", key))]
+        hits = [p for p in paths if under(p)]
         if not hits:
             continue
         name = key.partition(":")[0] if arch in (native, "all") else key
         packages[name] = version
-        sums = _md5sums(db / "info", key)
-        files[name] = [p for p in paths if p in sums]
-        md5.update({p: sums[p] for p in files[name]})
-    return packages, md5, files
+        md5 = _md5sums(root / "info", key)
+        files[name] = [p for p in paths if p in md5]
+        sums.update({p: ("md5", md5[p]) for p in files[name]})
+    return packages, sums, files
 
 
-def scan_root(root: Path, db: Path = DPKG_ROOT) -> tuple[dict[str, Any], list[str], list[str]]:
-    """Cover the ROCm install at ``root``: return (fingerprint part, all guards, memo guards)."""
+def _rpm_owned_under(
+    under: Callable[[str], bool], db: HostDatabase
+) -> tuple[dict[str, str], dict[str, Sum], dict[str, list[str]]]:
+    """:func:`_owned_under` for rpm: every verifiable file's digest or link target.
+
+    Paths are this machine's: under a ``sysroot`` (tests) rpm's paths get its prefix.
+    """
+    base = db.base
+    hits: list[tuple[rpmdb.RpmPackage, list[tuple[str, rpmdb.RpmFile]]]] = []
+    arches: list[str] = []
+    for pkg in rpmdb.query(db.path, db.sysroot):
+        arches.append(pkg.arch)
+        mapped = [(base + _usr_path(f.path, base), f) for f in pkg.files if f.installed]
+        if any(under(p) for p, _ in mapped):
+            hits.append((pkg, mapped))
+    native = rpmdb.native_arch(arches)
+    packages: dict[str, str] = {}
+    sums: dict[str, Sum] = {}
+    files: dict[str, list[str]] = {}
+    for pkg, mapped in hits:
+        key = rpmdb.package_key(pkg, native)
+        rpmdb.add_version(packages, key, pkg.version)
+        mine = files.setdefault(key, [])
+        for p, f in mapped:
+            if f.verifiable:
+                mine.append(p)
+                link = stat.S_ISLNK(f.mode)
+                sums[p] = ("link", f.linkto) if link else (pkg.digest_algo, f.digest)
+    return packages, sums, files
+
+
+def _digest_of(path: str, algo: str) -> str:
+    return _md5(path) if algo == "md5" else rpmdb.file_digest(path, algo)
+
+
+def scan_root(
+    root: Path, db: HostDatabase | Path | None = None
+) -> tuple[dict[str, Any], list[str], list[str]]:
+    """Cover the ROCm install at ``root``: return (fingerprint part, all guards, memo guards).
+
+    ``db``: the package database (detected when None; a Path is a dpkg admin directory).
+    """
+    db = _database(db)
     usr = str(root) == "/usr"
     if usr:
         markers = [str(root / m) for m in USR_MARKERS if os.path.lexists(root / m)]
-        packages, md5, files = _owned_under(markers, db)
+        packages, sums, files = _owned_under(markers, db)
         # Under /usr every other file is the system manifest's business.
         paths = sorted({p for fs in files.values() for p in fs})
         walk_dirs: list[str] = []
     else:
-        packages, md5, files = _owned_under([str(root), os.path.realpath(root)], db)
+        packages, sums, files = _owned_under([str(root), os.path.realpath(root)], db)
         paths, walk_dirs = [], []
         for dirpath, dirnames, filenames in os.walk(root):
             dirnames.sort()
@@ -124,12 +183,15 @@ def scan_root(root: Path, db: Path = DPKG_ROOT) -> tuple[dict[str, Any], list[st
     for p in paths:
         rel = os.path.relpath(p, root)
         if os.path.islink(p):
-            if p not in md5:
+            if p not in sums:
                 unowned.setdefault(rel.split("/", 1)[0], []).append(f"{rel}\tlink:{os.readlink(p)}")
+            elif sums[p] != ("link", os.readlink(p)):  # rpm records targets; dpkg none
+                modified[rel] = f"link:{os.readlink(p)}"
             continue
         try:
-            if p in md5:
-                if _md5(p) != md5[p]:
+            if p in sums:
+                algo, digest = sums[p]
+                if algo == "link" or _digest_of(p, algo) != digest:  # "link": no longer one
                     modified[rel] = file_blake3(p)
             else:
                 unowned.setdefault(rel.split("/", 1)[0], []).append(f"{rel}\t{file_blake3(p)}")
@@ -148,16 +210,22 @@ def scan_root(root: Path, db: Path = DPKG_ROOT) -> tuple[dict[str, Any], list[st
     return part, guards, memo
 
 
+def _db_guards(db: HostDatabase) -> list[str]:
+    """The database files a coverage depends on (dpkg: its status file, as always)."""
+    return [f"{db.base}{db.path}/status"] if db.kind == "dpkg" else db.guards()
+
+
 def root_coverage(
-    root: Path, *, cache_dir: Path, db: Path = DPKG_ROOT
+    root: Path, *, cache_dir: Path, db: HostDatabase | Path | None = None
 ) -> tuple[dict[str, Any], tuple[str, ...]]:
     """Return ``(rocm.coverage fingerprint part, memo guards)`` for ``root`` (stat-cached)."""
+    db = _database(db)
     cache = StatCache(cache_dir / layout.CACHE_ROCMROOT)
-    key = f"rocmroot|{ROOT_VERSION}|{root}"
+    key = f"rocmroot|{ROOT_VERSION}|{root}|{db.kind}|{db.sysroot}|{db.path}"
     hit = cache.get(key)
     if isinstance(hit, dict) and isinstance(hit.get("memo"), list):
         return dict(hit["part"]), tuple(hit["memo"])
     part, guards, memo = scan_root(root, db)
-    all_guards = [str(db / "status"), *guards]
-    cache.put(key, {"part": part, "memo": [str(db / "status"), *memo]}, all_guards)
-    return part, (str(db / "status"), *memo)
+    dbg = _db_guards(db)
+    cache.put(key, {"part": part, "memo": [*dbg, *memo]}, [*dbg, *guards])
+    return part, (*dbg, *memo)

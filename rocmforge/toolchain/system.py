@@ -202,7 +202,16 @@ def with_view(tc: Toolchain, spec: ToolchainSpec, cache_dir: Path) -> Toolchain:
     """Narrow ``tc`` to the declared packages' view when ``spec.packages`` is set."""
     if spec.packages is None:
         return tc
-    from rocmforge.toolchain.manifest import system_manifest
+    from rocmforge.toolchain.manifest import detect_database, system_manifest
+
+    db = detect_database()
+    if db.kind != "dpkg":
+        what = "rpm's database" if db.kind == "rpm" else f"no package database ({db.note})"
+        raise ToolchainError(
+            "toolchain.packages: a declared view of /usr is built from dpkg's database (its "
+            f"file lists and Depends); this machine's system manifest reads {what}: drop the "
+            "key to hash the whole system manifest instead"
+        )
     from rocmforge.toolchain.view import (
         alternatives_links,
         linked_libraries,
