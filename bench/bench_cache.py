@@ -46,9 +46,9 @@ sys.path.insert(0, str(REPO))
 from rocmforge.cache.push import push_entries  # noqa: E402
 from rocmforge.cache.substitute import Wanted, substitute  # noqa: E402
 from rocmforge.cache.urls import open_backend  # noqa: E402
-from rocmforge.signing import PublicKey, SecretKey, sign_payload  # noqa: E402
 from rocmforge.store.entry import Entry, input_hash  # noqa: E402
 from rocmforge.store.store import Store, open_store  # noqa: E402
+from rocmforge.trust.signing import PublicKey, SecretKey, sign_payload  # noqa: E402
 from rocmforge.util.progress import NullReporter  # noqa: E402
 
 WHEEL = "bench-1.0-py3-none-any.whl"
@@ -181,7 +181,7 @@ def curl_get(port: int, repo: str, sha: str, out: Path) -> None:
 
 MISS = """
 import sys
-import rocmforge.realize
+import rocmforge.pipeline.realize
 from rocmforge.store.store import open_store
 store = open_store(sys.argv[1])
 assert store.lookup(sys.argv[2], "bench", "1.0") is None

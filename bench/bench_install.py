@@ -2,7 +2,8 @@
 
 Pair, interleaved run by run (A, B, A, B, ...) so that load on the machine cancels out:
   A  rocmforge: the build venv laid out + the requirement wheels hard-linked from their installed
-     trees in the store (``rocmforge.wheelcache``; the trees are made by a first, untimed run),
+     trees in the store (``rocmforge.wheel.wheelcache``; the trees are made by a first, untimed
+     run),
      timed in-process as the build runs it;
   B  ``uv venv`` + ``uv pip install --offline --no-index`` of the same wheels from a warm uv cache
      (two commands, as a user would run them).
@@ -57,8 +58,8 @@ def main() -> int:
         return 0
     sys.path.insert(0, str(REPO))
     from rocmforge.errors import RequirementError
-    from rocmforge.wheelcache import install_linked
-    from rocmforge.wheels import create_venv, install_wheels
+    from rocmforge.wheel.wheelcache import install_linked
+    from rocmforge.wheel.wheels import create_venv, install_wheels
 
     uv = shutil.which("uv", path=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}")
     tmp = Path(tempfile.mkdtemp(prefix="rf-install-"))

@@ -30,12 +30,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from rocmforge.audit import audit_wheel
-from rocmforge.stamp import stamp_wheel
 from rocmforge.store.entry import Entry, EntryMeta
 from rocmforge.store.query import EnvFilter, list_entries, query_entries
 from rocmforge.store.store import open_store
+from rocmforge.trust.audit import audit_wheel
 from rocmforge.util.hashing import blake3_hex, canonical_json, file_blake3
+from rocmforge.wheel.stamp import stamp_wheel
 
 ARCHS = ["gfx90a", "gfx942", "gfx90a;gfx942", "gfx1100", "gfx942;gfx1100"]
 

@@ -41,7 +41,7 @@ def main() -> int:
     sys.path[:0] = [str(REPO), str(REPO / "tests")]
     import standin_sdk
 
-    from rocmforge.sdkwheels import runtime_dirs
+    from rocmforge.lock.sdkwheels import runtime_dirs
     from rocmforge.toolchain.rocmsdk import (
         SDK_MOUNT,
         SdkWheel,

@@ -2,7 +2,7 @@
 
 The corpus is tests/fuzzcorpus.py (the CI test runs 1,000 cases of one seed). Each case must end
 without exit 4, without a traceback, within --timeout seconds, and an exit 2 of a recipe must
-name the recipe. Cases run in-process through rocmforge.cli.main (fast), every --every-th also
+name the recipe. Cases run in-process through rocmforge.cli.main.main (fast), every --every-th also
 through the real `python -m rocmforge`. Prints the exit-code histogram, the slowest cases and
 every failing case; exits 1 if any case failed.
 Usage: python bench/soak_fuzz.py [--cases 5000] [--seed 1] [--every 50] [--keep DIR]

@@ -23,7 +23,7 @@ Precedence: command-line flags, then the environment (``$ROCMFORGE_CACHES``,
 source are asked in that order (duplicates once); a scalar is taken from the first source that
 sets it. Trusted keys are the union of the user's keys (``trusted-keys`` file and config) and,
 only when the user file says ``trust-project-keys = true``, the project's; a set
-``$ROCMFORGE_TRUSTED_KEYS`` replaces them all (see :mod:`rocmforge.signing`).
+``$ROCMFORGE_TRUSTED_KEYS`` replaces them all (see :mod:`rocmforge.trust.signing`).
 
 Imports nothing of rocmforge but :mod:`rocmforge.errors` and :mod:`rocmforge.util.configpaths`
 (where the files are), so every layer may read it.

@@ -429,13 +429,13 @@ class Outcome:
 def run_in_process(
     case: Case, workdir: Path, src: Path, store: Path, *, timeout: float = 20.0
 ) -> Outcome:
-    """Run ``case`` through ``rocmforge.cli.main`` in this process, bounded by ``timeout``."""
+    """Run ``case`` through ``rocmforge.cli.main.main`` in this process, bounded by ``timeout``."""
     import io
     import signal
     import time
     import traceback
 
-    from rocmforge.cli import main
+    from rocmforge.cli.main import main
 
     argv, recipe = materialize(case, workdir, src, store)
     out, err = io.StringIO(), io.StringIO()

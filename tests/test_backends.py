@@ -376,7 +376,7 @@ def fetch_sdist(name: str, version: str, *, crates: Path | None = None) -> Path:
         return archive
     env = dict(os.environ)
     if crates is not None:
-        from rocmforge.build import cargo_config
+        from rocmforge.build.builder import cargo_config
 
         home = SDISTS / ".cargo-home"
         home.mkdir(parents=True, exist_ok=True)
@@ -847,7 +847,7 @@ def test_crates_input_needs_a_rust_toolchain_and_is_one(tmp_path: Path) -> None:
 
 
 def test_cargo_config_replaces_crates_io_offline() -> None:
-    from rocmforge.build import cargo_config
+    from rocmforge.build.builder import cargo_config
 
     text = cargo_config('/inputs/crates/a "b"')
     config = tomllib.loads(text)
@@ -863,7 +863,7 @@ def test_a_cargo_lock_the_crates_do_not_match_is_diagnosed_and_patched_away(
     """An sdist whose Cargo.lock pins a pyo3 that the crate input lacks fails with
     cargo-lock-mismatch; a [source] patches patch deleting Cargo.lock (Debian's practice) lets
     cargo resolve against the input, and the build goes through."""
-    from rocmforge.build import cargo_config
+    from rocmforge.build.builder import cargo_config
 
     debian_crates_fit()
     recipe = maturin_sdist_recipe(tmp_path, "host")

@@ -252,7 +252,7 @@ def test_malformed_memo_is_ignored_and_rewritten(
 ) -> None:
     import marshal
 
-    from rocmforge import memo
+    from rocmforge.pipeline import memo
 
     path = Path(memo.memo_path(str(store), memo.memo_key(str(built), str(store)) or ""))
     if isinstance(content, str):

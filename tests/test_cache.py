@@ -261,8 +261,8 @@ def _signed_synthetic_entry(cache_url: str, tmp_path: Path, size: int):
     from rocmforge.cache.manifest import FileRef, Manifest
     from rocmforge.cache.substitute import Wanted
     from rocmforge.cache.urls import open_backend
-    from rocmforge.signing import PublicKey, SecretKey, sign_payload
     from rocmforge.store.entry import input_hash
+    from rocmforge.trust.signing import PublicKey, SecretKey, sign_payload
 
     d = tmp_path / "synthetic"
     d.mkdir()

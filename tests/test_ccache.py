@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from conftest import REPO, TINY_RECIPE, pip_args, rf
 
-from rocmforge import ccache
+from rocmforge.build import ccache
 from rocmforge.errors import RecipeError, StoreError
 from rocmforge.recipe.model import Recipe
 from rocmforge.store.entry import EntryMeta
@@ -297,7 +297,7 @@ def test_pytorch_recipes_use_cmake_launchers() -> None:
 
 @needs_ccache
 def test_prepare_wraps_rocm_clang_and_sets_launchers(tmp_path: Path) -> None:
-    from rocmforge.sandbox import BwrapRunner, NoneRunner
+    from rocmforge.build.sandbox import BwrapRunner, NoneRunner
 
     rocm = tmp_path / "opt-rocm"
     (rocm / "llvm" / "bin").mkdir(parents=True)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO, commit_all, git, rf
 
-from rocmforge.companions import RELEASED_WITH, github_slug, triton_fork_note
+from rocmforge.lock.companions import RELEASED_WITH, github_slug, triton_fork_note
 
 
 def _repo(root: Path, name: str, files: dict[str, str]) -> tuple[Path, str]:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from conftest import DATA, TINY_RECIPE, rf
 
-from rocmforge.diagnose import PATTERNS, diagnose_lines, diagnose_log, failed_record_path
+from rocmforge.build.diagnose import PATTERNS, diagnose_lines, diagnose_log, failed_record_path
 from rocmforge.errors import BuildError, BuildTimeout, Diagnosis
 
 LOGS = DATA / "logs"
@@ -116,9 +116,9 @@ def test_build_error_is_built_whole() -> None:
 
 
 def _realize_failing(tmp_path: Path, tiny_src: Path, step: str, extra: str = "") -> BuildError:
-    from rocmforge.realize import realize
+    from rocmforge.build.sandbox import detect_runner
+    from rocmforge.pipeline.realize import realize
     from rocmforge.recipe.load import load_recipe
-    from rocmforge.sandbox import detect_runner
     from rocmforge.sources.requirements import PipFetcher
     from rocmforge.store.store import open_store
 
@@ -212,7 +212,7 @@ Caused by:
 def test_cargo_that_ran_undeclared_is_named(tmp_path: Path) -> None:
     """Debian's /usr/bin/cargo is on the sandbox PATH: a recipe without [toolchain] rust runs
     it, and whatever goes wrong, the diagnosis says the toolchain is undeclared."""
-    from rocmforge.diagnose import diagnose_undeclared_rust
+    from rocmforge.build.diagnose import diagnose_undeclared_rust
 
     log = tmp_path / "build.log"
     log.write_text(UNDECLARED_CARGO_LOG)
@@ -226,7 +226,7 @@ def test_cargo_that_ran_undeclared_is_named(tmp_path: Path) -> None:
 def test_missing_rocm_sdk_module_points_at_the_sdk_requirement(tmp_path: Path) -> None:
     """A wheel's _rocm_init (TheRock's torch) failing the check for want of rocm_sdk is not a
     missing build requirement: the fix is the wheel's SDK requirement and [toolchain.module]."""
-    from rocmforge.diagnose import diagnose_missing_module
+    from rocmforge.build.diagnose import diagnose_missing_module
 
     log = tmp_path / "build.log"
     log.write_text(

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import TINY_RECIPE, rf
 
-from rocmforge.doctor import doctor, probe_gpus
+from rocmforge.build.doctor import doctor, probe_gpus
 from rocmforge.recipe.load import parse_recipe_text
 from rocmforge.toolchain.machine import find_rocm, lint_facts, rocm_version
 

@@ -27,8 +27,8 @@ from pathlib import Path
 import pytest
 from conftest import DATA, TINY_RECIPE, commit_all, git, rf
 
+from rocmforge.build.sandbox import LEVELS, detect_runner
 from rocmforge.errors import SandboxError, SourceError
-from rocmforge.sandbox import LEVELS, detect_runner
 from rocmforge.sources.git import ensure_mirror
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from conftest import DATA, TINY_RECIPE, commit_all, git, rf
 
-from rocmforge.explain import diff_derivations
+from rocmforge.trust.explain import diff_derivations
 
 FLAGGED = TINY_RECIPE.replace("[build]\n", '[env]\nTINY_FLAG = "{flag}"\n\n[build]\n')
 
@@ -133,7 +133,7 @@ def test_pruned_diff_equals_the_full_flattened_diff() -> None:
     import copy
     import random
 
-    from rocmforge import explain
+    from rocmforge.trust import explain
 
     def reference(a: dict, b: dict) -> tuple:
         fa, fb = explain.flatten(a), explain.flatten(b)

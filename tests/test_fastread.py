@@ -1,9 +1,10 @@
-"""The console's read path (rocmforge.fastread): the same bytes as the full CLI, faster.
+"""The console's read path (rocmforge.cli.fastread): the same bytes as the full CLI, faster.
 
 Each case runs the real console entry (``python -m rocmforge``) and the full CLI
-(``rocmforge.cli.main``) in fresh interpreters on the same store and compares stdout, stderr and
+(``rocmforge.cli.main.main``) in fresh interpreters on the same store and compares stdout, stderr
+and
 the exit code; the console's run also reports which modules it loaded, so a case says whether
-the read path answered (no ``rocmforge.cli``) or fell through.
+the read path answered (no ``rocmforge.cli.main``) or fell through.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ main_entry()
 """
 FULL = """\
 import sys
-from rocmforge.cli import main
+from rocmforge.cli.main import main
 sys.exit(main(sys.argv[1:]))
 """
 
@@ -48,7 +49,7 @@ def _console(
     """Run ``argv`` through the console entry: (read path answered, (exit code, out, err))."""
     code, out, err = _run(CONSOLE, argv, cwd, extra)
     err, _, mods = err.rpartition("\nMODULES ")
-    return "rocmforge.cli" not in mods.split(), (code, out, err)
+    return "rocmforge.cli.main" not in mods.split(), (code, out, err)
 
 
 def _both(argv: list[str], cwd: Path) -> tuple[bool, tuple[int, str, str]]:
@@ -156,7 +157,7 @@ def test_the_read_path_imports_almost_nothing(roomy_store: Path) -> None:
     mods = set(err.rpartition("\nMODULES ")[2].split())
     assert code == 0
     heavy = {"argparse", "dataclasses", "typing", "re", "pathlib", "json", "contextlib",
-             "rocmforge.cli", "rocmforge.errors", "rocmforge.store.store"}  # fmt: skip
+             "rocmforge.cli.main", "rocmforge.errors", "rocmforge.store.store"}  # fmt: skip
     assert not heavy & mods, heavy & mods
 
 

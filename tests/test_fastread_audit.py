@@ -1,7 +1,8 @@
 """``audit WHEEL...`` on the console's read path: the same bytes as the full CLI, over a real build.
 
 Same method as ``test_fastread.py``: each form runs through the console entry and through
-``rocmforge.cli.main`` in fresh interpreters; stdout, stderr and the exit code must agree, and the
+``rocmforge.cli.main.main`` in fresh interpreters; stdout, stderr and the exit code must agree, and
+the
 console's loaded modules say whether the read path answered. The read path answers only when
 every wheel is verified by the index and nothing (a signature, a configuration file, trusted
 keys) needs the full command; every other form falls through and still prints the same.
@@ -42,11 +43,11 @@ def _both(
     full = _run(FULL, argv, cwd, extra)
     assert (code, out, err) == full, argv
     loaded = set(mods.split())
-    if "rocmforge.cli" not in loaded:  # the read path answered: nothing heavy came with it
+    if "rocmforge.cli.main" not in loaded:  # the read path answered: nothing heavy came with it
         heavy = {"argparse", "dataclasses", "typing", "re", "json", "pathlib", "contextlib",
                  "rocmforge.errors", "rocmforge.store.store", "nacl"}  # fmt: skip
         assert not heavy & loaded, heavy & loaded
-    return "rocmforge.cli" not in loaded, full
+    return "rocmforge.cli.main" not in loaded, full
 
 
 @pytest.mark.slow
@@ -118,7 +119,7 @@ def _writable_copy(built: dict[str, Any], tmp_path: Path) -> tuple[Path, str]:
 
 @pytest.mark.slow
 def test_signatures_and_configuration_files_fall_through(built: dict[str, Any], tmp_path: Path):
-    from rocmforge.signing import generate_key, sign_payload
+    from rocmforge.trust.signing import generate_key, sign_payload
 
     entry, wheel = _writable_copy(built, tmp_path)
     key = generate_key(tmp_path / "signing.key", "ci-1")
@@ -194,8 +195,8 @@ def test_stack_entries_and_odd_meta_fall_through(built: dict[str, Any], tmp_path
 
 @pytest.mark.slow
 def test_audit_facts_read_the_entry_as_the_report_does(built: dict[str, Any]) -> None:
-    from rocmforge.audit import audit_wheel
     from rocmforge.store.store import open_store
+    from rocmforge.trust.audit import audit_wheel
 
     report = audit_wheel(built["path"], store=open_store(built["store"]))
     entry = built["store"] / "entries" / built["entry"]

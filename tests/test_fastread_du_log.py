@@ -1,7 +1,8 @@
 """``du`` and ``log HASH`` on the console's read path: the same bytes as the full CLI, faster.
 
 As in ``test_fastread.py``: each form runs through the console entry and through
-``rocmforge.cli.main`` in fresh interpreters on the same store; stdout, stderr and the exit code
+``rocmforge.cli.main.main`` in fresh interpreters on the same store; stdout, stderr and the exit
+code
 must agree, and the console's loaded modules say whether the read path answered.
 """
 
@@ -218,12 +219,12 @@ def test_a_damaged_log_falls_through_with_nothing_printed(du_store: Path) -> Non
 def test_the_read_path_of_du_and_log_imports_almost_nothing(du_store: Path) -> None:
     entry = next(p for p in (du_store / "entries").iterdir() if "-small-" in p.name)
     heavy = {"argparse", "dataclasses", "typing", "re", "pathlib", "json", "contextlib",
-             "zstandard", "platform", "rocmforge.cli", "rocmforge.errors",
-             "rocmforge.store.store", "rocmforge.ccache"}  # fmt: skip
+             "zstandard", "platform", "rocmforge.cli.main", "rocmforge.errors",
+             "rocmforge.store.store", "rocmforge.build.ccache"}  # fmt: skip
     for argv in (["du"], ["log", entry.name[:32]]):
         code, _, err = _run(CONSOLE, [*argv, "--store", str(du_store)], du_store.parent)
         mods = set(err.rpartition("\nMODULES ")[2].split())
-        assert code == 0 and "rocmforge.fastread" in mods
+        assert code == 0 and "rocmforge.cli.fastread" in mods
         assert not heavy & mods, (argv, heavy & mods)
     assert "zstandard.backend_c" in mods  # the log's decompressor, loaded on its own
 

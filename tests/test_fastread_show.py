@@ -1,7 +1,8 @@
 """``show TARGET`` on the console's read path: the same bytes as the full CLI, over a real build.
 
 Same method as ``test_fastread.py``: each form runs through the console entry and through
-``rocmforge.cli.main`` in fresh interpreters; stdout, stderr and the exit code must agree, and the
+``rocmforge.cli.main.main`` in fresh interpreters; stdout, stderr and the exit code must agree, and
+the
 console's loaded modules say whether the read path answered.
 """
 
@@ -164,7 +165,7 @@ def test_the_show_read_path_imports_almost_nothing(built: dict[str, Any]) -> Non
     mods = set(err.rpartition("\nMODULES ")[2].split())
     assert code == 0 and out
     heavy = {"argparse", "dataclasses", "typing", "re", "pathlib", "json", "contextlib",
-             "rocmforge.cli", "rocmforge.errors", "rocmforge.store.store"}  # fmt: skip
+             "rocmforge.cli.main", "rocmforge.errors", "rocmforge.store.store"}  # fmt: skip
     assert not heavy & mods, heavy & mods
 
 

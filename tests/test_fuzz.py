@@ -1,6 +1,6 @@
 """The fuzz figure kept in CI: >= 1,000 seeded fuzzed recipes and command lines (issue 10).
 
-Most cases run in-process through ``rocmforge.cli.main`` under a per-case alarm; a sample runs
+Most cases run in-process through ``rocmforge.cli.main.main`` under a per-case alarm; a sample runs
 through the real ``python -m rocmforge``. Every case must end without exit 4, without a
 traceback, within its time limit, and every exit 2 of a recipe must name the recipe the user
 ran. The corpus is ``tests/fuzzcorpus.py`` with the seed recipes in ``tests/data/fuzz``; a longer

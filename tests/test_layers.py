@@ -1,19 +1,28 @@
-"""The package's layering: no import cycles, no import from a lower layer to a higher one.
+"""The package's layering: wings that are the pipeline, no cycles, no import from a later stage.
 
 Every ``import`` in every module under ``rocmforge/`` counts, wherever it is: at module level,
-inside a function (lazy imports) or under ``TYPE_CHECKING``. Layers, lowest first:
+inside a function (lazy imports) or under ``TYPE_CHECKING``. Every module lives in a wing (a
+subpackage named for its stage or role); only ``errors.py``, ``config.py`` and the entry points
+sit at the top. The wings, in the order of the pipeline, lowest first (:data:`WINGS`):
 
-0. ``util/*``, ``errors.py``, ``config.py``, ``__init__.py``
-1. ``recipe/*``
-2. ``store/*``
-3. ``sources/*`` and ``toolchain/*``
-4. the other top-level modules (the pipeline: realize, resolve, build, ...)
-5. ``commands/*``
-6. ``cli.py``
-7. ``console.py``, ``__main__.py``
+0. ``util`` (with ``errors.py``, ``config.py``, ``__init__.py``): no stage at all
+1. ``recipe``: load and lint a recipe
+2. ``store``: the content-addressed store, its index and locks
+3. ``sources``: fetch and identify sources and build requirements
+4. ``toolchain``: probe and fingerprint compilers, Python, ROCm, the host system
+5. ``wheel``: wheel names, the writer, stamps, venvs and installs
+6. ``lock``: pins (refs, requirement closures, companions, SDK wheels)
+7. ``plan``: resolve a recipe or a graph into a derivation and its hash
+8. ``trust``: provenance, signing, audit, explain (it reads plans, never reaches into a build)
+9. ``build``: the sandbox, the build, the check
+10. ``cache``: binary caches (substitute, push, export)
+11. ``executor``: Slurm
+12. ``pipeline``: realize one recipe or a graph (lookup, substitute, build, publish), the memo
+13. ``cli``: the parser, the verb table, the commands (the only printers)
+14. the entry points: ``console.py``, ``__main__.py``
 
-A module may import from its own layer or lower. ``store/layout.py`` is import-free (only the
-stdlib ``os`` and ``stat``) and may be imported from any layer.
+A module may import from its own wing or a lower one. ``store/layout.py`` is import-free (only
+the stdlib ``os`` and ``stat``) and may be imported from any wing.
 """
 
 from __future__ import annotations
@@ -34,17 +43,13 @@ KNOWN_VIOLATIONS: frozenset[tuple[str, str]] = frozenset()
 LAYOUT = "rocmforge.store.layout"
 LAYOUT_ALLOWED = {"os", "stat", "__future__"}
 
-_SUBPACKAGE_LAYER = {
-    "util": 0,
-    "recipe": 1,
-    "store": 2,
-    "sources": 3,
-    "toolchain": 3,
-    "cache": 4,
-    "commands": 5,
-}
-_TOP_LAYER = {"__init__": 0, "errors": 0, "config": 0, "cli": 6, "console": 7, "__main__": 7}
-PIPELINE_LAYER = 4
+#: The wings, lowest first: a module may import from its own wing or an earlier one.
+WINGS = ("util", "recipe", "store", "sources", "toolchain", "wheel", "lock", "plan", "trust",
+         "build", "cache", "executor", "pipeline", "cli")  # fmt: skip
+_SUBPACKAGE_LAYER = {name: i for i, name in enumerate(WINGS)}
+#: The modules allowed at the top of the package, and their layer.
+_TOP_LAYER = {"__init__": 0, "errors": 0, "config": 0, "console": len(WINGS),
+              "__main__": len(WINGS)}  # fmt: skip
 
 
 def modules() -> dict[str, Path]:
@@ -67,7 +72,9 @@ def layer(module: str) -> int | None:
         return 0  # rocmforge/__init__.py
     if parts[1] in _SUBPACKAGE_LAYER:
         return _SUBPACKAGE_LAYER[parts[1]]
-    return _TOP_LAYER.get(parts[1], PIPELINE_LAYER)
+    if len(parts) == 2 and parts[1] in _TOP_LAYER:
+        return _TOP_LAYER[parts[1]]
+    raise AssertionError(f"{module} is in no wing: move it into one (tests/test_layers.py WINGS)")
 
 
 def imported_names(path: Path, module: str) -> Iterator[tuple[str, int]]:
@@ -187,14 +194,27 @@ def describe(pairs: set[tuple[str, str]], edges: Mapping[tuple[str, str], str]) 
 
 def test_the_scan_sees_every_kind_of_import() -> None:
     edges = import_graph()
-    assert ("rocmforge.realize", "rocmforge.memo") in edges  # lazy, inside a function
-    assert ("rocmforge.resolve", "rocmforge.derivation") in edges  # module level
-    assert ("rocmforge.console", "rocmforge.memo") in edges
+    assert ("rocmforge.pipeline.realize", "rocmforge.pipeline.memo") in edges  # lazy
+    assert ("rocmforge.plan.resolve", "rocmforge.plan.derivation") in edges  # module level
+    assert ("rocmforge.console", "rocmforge.pipeline.memo") in edges
     assert layer("rocmforge.util.fsutil") == 0 and layer("rocmforge.errors") == 0
-    assert layer("rocmforge.recipe.model") == 1 and layer("rocmforge.store.store") == 2
-    assert layer("rocmforge.sources.git") == 3 and layer("rocmforge.toolchain.rocm") == 3
-    assert layer("rocmforge.realize") == 4 and layer("rocmforge.commands.gc") == 5
-    assert layer("rocmforge.cli") == 6 and layer("rocmforge.__main__") == 7
+    rank = {m: layer(m) or 0 for m in modules()}
+    assert rank["rocmforge.recipe.model"] < rank["rocmforge.store.store"]
+    assert rank["rocmforge.plan.resolve"] < rank["rocmforge.build.builder"]
+    assert rank["rocmforge.trust.audit"] < rank["rocmforge.build.sandbox"]
+    assert rank["rocmforge.cli.main"] == len(WINGS) - 1 < rank["rocmforge.__main__"]
+
+
+def test_every_module_is_in_a_wing() -> None:
+    """No loose modules: only errors, config and the entry points at the top."""
+    loose = [
+        m for m, path in modules().items()
+        if path.parent == PACKAGE and path.name != "__init__.py"
+        and m.split(".")[1] not in _TOP_LAYER
+    ]  # fmt: skip
+    assert not loose, f"modules outside every wing: {loose}"
+    wings = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
+    assert wings == set(WINGS), f"subpackages not in WINGS (or gone): {wings ^ set(WINGS)}"
 
 
 def test_the_cycle_finder_reports_a_path() -> None:

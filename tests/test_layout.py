@@ -107,7 +107,7 @@ def test_an_entry_directory_with_an_empty_name_is_no_entry(tmp_path: Path) -> No
 def test_layout_and_memo_import_nothing_heavy() -> None:
     code = (
         "import sys; import rocmforge.store.layout; a = sorted(sys.modules); "
-        "import rocmforge.memo; b = sorted(sys.modules); "
+        "import rocmforge.pipeline.memo; b = sorted(sys.modules); "
         "print(' '.join(m for m in a if m.startswith('rocmforge') or m == 're')); "
         "print(' '.join(m for m in b if m.startswith('rocmforge') or m == 're'))"
     )
@@ -117,7 +117,7 @@ def test_layout_and_memo_import_nothing_heavy() -> None:
     ).stdout.splitlines()
     assert out[0].split() == ["rocmforge", "rocmforge.store", "rocmforge.store.layout"]
     assert out[1].split() == [
-        "rocmforge", "rocmforge.memo", "rocmforge.store", "rocmforge.store.layout"
+        "rocmforge", "rocmforge.pipeline.memo", "rocmforge.store", "rocmforge.store.layout"
     ]  # fmt: skip
 
 

@@ -610,7 +610,7 @@ def test_realize_probes_and_lints_once(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """The CLI lints every recipe before building any; realize must not lint (or probe) again."""
-    from rocmforge import cli
+    from rocmforge.cli import main as cli
     from rocmforge.recipe import lints
     from rocmforge.toolchain import machine
 

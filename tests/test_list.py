@@ -15,7 +15,7 @@ def test_list_text_is_the_table_of_the_listed_entries(tmp_path: Path) -> None:
     roots included, on a store whose rows span many sizes and minutes."""
     import argparse
 
-    from rocmforge.commands.list import run
+    from rocmforge.cli.commands.list import run
     from rocmforge.store.query import list_entries
     from rocmforge.util.table import human_size, human_time
 

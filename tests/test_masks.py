@@ -21,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rocmforge.sandbox import BwrapRunner, Mount, compose_mounts
+from rocmforge.build.sandbox import BwrapRunner, Mount, compose_mounts
 from rocmforge.toolchain.manifest import scan_dpkg
 
 BWRAP = shutil.which("bwrap")

@@ -60,9 +60,9 @@ def test_memo_hit_imports_nothing_heavy(tiny_recipe: Path, store: Path) -> None:
     assert proc.returncode == 0
     assert proc.stdout.strip() == wheel
     imported = {ln.split("|")[-1].strip() for ln in proc.stderr.splitlines() if "|" in ln}
-    assert "rocmforge.memo" in imported
+    assert "rocmforge.pipeline.memo" in imported
     for heavy in (
-        "rocmforge.cli",
+        "rocmforge.cli.main",
         "rocmforge.recipe.model",
         "tomllib",
         "sqlite3",
@@ -146,7 +146,7 @@ def answered_by_memo(recipe: Path, store: Path, env: dict[str, str] | None = Non
     )
     assert proc.returncode == 0, proc.stderr
     imported = {ln.split("|")[-1].strip() for ln in proc.stderr.splitlines() if "|" in ln}
-    return "rocmforge.cli" not in imported
+    return "rocmforge.cli.main" not in imported
 
 
 def realize_env(recipe: Path, store: Path, env: dict[str, str] | None = None) -> str:
@@ -626,7 +626,7 @@ def test_every_derivation_key_has_a_memo_case(tiny_src: Path, tmp_path: Path, st
 def test_memo_is_per_recipe_so_a_big_tree_input_does_not_grow_others(
     tiny_src: Path, tmp_path: Path, store: Path
 ) -> None:
-    from rocmforge import memo
+    from rocmforge.pipeline import memo
 
     small = tmp_path / "small.toml"
     small.write_text(TINY_RECIPE.format(src=tiny_src))
@@ -688,7 +688,7 @@ def test_stack_is_answered_by_the_memo_and_guarded_by_its_members(
 
 
 def test_closure_guards_are_recorded_once_each(tmp_path: Path) -> None:
-    from rocmforge import memo
+    from rocmforge.pipeline import memo
 
     store = tmp_path / "store"
     store.mkdir()

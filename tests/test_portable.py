@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import TINY_RECIPE, rf
 
-from rocmforge.portable import scan_wheel
+from rocmforge.build.portable import scan_wheel
 
 C_SRC = "int twice(int x) { return 2 * x; }\n"
 

@@ -25,7 +25,6 @@ import standin_sdk
 from conftest import REPO, rf
 
 from rocmforge.errors import RecipeError, ToolchainError
-from rocmforge.explain import diff_derivations
 from rocmforge.recipe.lints import lint_recipe
 from rocmforge.recipe.load import parse_recipe_text
 from rocmforge.toolchain.rocmsdk import (
@@ -37,6 +36,7 @@ from rocmforge.toolchain.rocmsdk import (
     sdk_env,
     wheel_names,
 )
+from rocmforge.trust.explain import diff_derivations
 
 RECIPE = REPO / "tests" / "data" / "hip-sdk.toml"
 #: A build step writing hipsdkdemo/_rocm_init.py as TheRock's build_prod_wheels.py writes
@@ -389,7 +389,7 @@ def test_init_refuses_links_out_of_the_sdk_and_changed_wheels(tmp_path: Path) ->
 
 
 def test_rocm_module_copied_from_the_sdist_never_built(tmp_path: Path) -> None:
-    from rocmforge.sdkwheels import _locations, _sdists
+    from rocmforge.lock.sdkwheels import _locations, _sdists
 
     index = tmp_path / "index"
     paths = _tiny_sdk(index)
@@ -434,7 +434,7 @@ def test_rocm_sdist_found_on_a_pep503_index_and_fetched(tmp_path: Path) -> None:
     from functools import partial
     from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 
-    from rocmforge.sdkwheels import _download, _sdists
+    from rocmforge.lock.sdkwheels import _download, _sdists
 
     root = tmp_path / "www"
     files = root / "files"

@@ -493,7 +493,7 @@ def test_cli_on_an_rpm_machine(
 def test_the_realize_memo_key_names_the_choice(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from rocmforge import memo
+    from rocmforge.pipeline import memo
 
     monkeypatch.delenv(manifest.SYSTEM_MANIFEST_ENV, raising=False)
     before = memo.memo_key("r.toml", str(tmp_path))

@@ -1,4 +1,4 @@
-"""Tests for rocmforge.sandbox: real bubblewrap, real processes."""
+"""Tests for rocmforge.build.sandbox: real bubblewrap, real processes."""
 
 from __future__ import annotations
 
@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from rocmforge.errors import SandboxError
-from rocmforge.sandbox import (
+from rocmforge.build.sandbox import (
     LEVELS,
     BwrapRunner,
     Mount,
@@ -23,6 +22,7 @@ from rocmforge.sandbox import (
     RunResult,
     detect_runner,
 )
+from rocmforge.errors import SandboxError
 
 BASE_ENV = {"PATH": "/usr/bin:/bin", "LC_ALL": "C.UTF-8"}
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import rf
 
-from rocmforge.signing import pae
+from rocmforge.trust.signing import pae
 
 
 @pytest.fixture
@@ -126,4 +126,4 @@ def test_unsigned_when_no_key_and_the_cache_hit_never_imports_nacl(
         env=env, capture_output=True, text=True, check=False,
     )
     assert proc.returncode == 0, proc.stderr
-    assert "nacl" not in proc.stderr and "rocmforge.signing" not in proc.stderr
+    assert "nacl" not in proc.stderr and "rocmforge.trust.signing" not in proc.stderr

@@ -14,7 +14,7 @@ import pytest
 
 PROBE = """\
 import contextlib, io, json, sys
-from rocmforge.cli import main
+from rocmforge.cli.main import main
 with contextlib.redirect_stdout(io.StringIO()):
     code = main(sys.argv[1:])
 print(json.dumps({"code": code, "modules": sorted(sys.modules)}))
@@ -34,9 +34,9 @@ def test_plan_of_a_path_source_needs_no_filelock_and_no_doctor(
     tiny_recipe: Path, store: Path
 ) -> None:
     mods = _loaded("plan", tiny_recipe, "--store", store)
-    assert "rocmforge.resolve" in mods  # it did plan
+    assert "rocmforge.plan.resolve" in mods  # it did plan
     assert "filelock" not in mods
-    assert "rocmforge.doctor" not in mods
+    assert "rocmforge.build.doctor" not in mods
 
 
 @pytest.mark.parametrize("command", ["list", "pins", "du"])
@@ -45,12 +45,12 @@ def test_a_read_command_registers_only_its_own_sub_parser(command: str, store: P
 
     open_store(store).close()  # read commands never create a store: make an empty one
     mods = _loaded(command, "--store", store)
-    commands = {m for m in mods if m.startswith("rocmforge.commands.") and m[19:] != "_common"}
-    assert commands <= {f"rocmforge.commands.{command}", "rocmforge.commands.query"}
+    commands = {m for m in mods if m.startswith("rocmforge.cli.commands.") and m[19:] != "_common"}
+    assert commands <= {f"rocmforge.cli.commands.{command}", "rocmforge.cli.commands.query"}
 
 
 def test_help_still_lists_every_command() -> None:
-    from rocmforge.commands import COMMANDS
+    from rocmforge.cli.commands import COMMANDS
 
     proc = subprocess.run(
         [sys.executable, "-m", "rocmforge", "--help"], capture_output=True, text=True, check=True

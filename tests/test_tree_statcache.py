@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from conftest import commit_all, git
 
-from rocmforge import memo
+from rocmforge.pipeline import memo
 from rocmforge.sources import gitlisting
 from rocmforge.sources import tree as source_path
 

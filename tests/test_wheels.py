@@ -1,4 +1,4 @@
-"""Tests for rocmforge.wheels against a real wheel built from examples/demo by setuptools."""
+"""Tests for rocmforge.wheel.wheels against a real wheel built from examples/demo by setuptools."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import pytest
 from installer.sources import WheelFile
 
 from rocmforge.errors import CheckError, RequirementError, ToolchainError
-from rocmforge.wheels import (
+from rocmforge.wheel.wheels import (
     WheelName,
     create_venv,
     install_wheels,
@@ -351,7 +351,7 @@ def test_install_needs_no_network(demo: Demo, tmp_path: Path) -> None:
     code = (
         "import socket, sys\n"
         "from pathlib import Path\n"
-        "from rocmforge.wheels import install_wheels\n"
+        "from rocmforge.wheel.wheels import install_wheels\n"
         "try:\n"
         "    socket.create_connection(('1.1.1.1', 443), timeout=2)\n"
         "    sys.exit('network is reachable: the test proves nothing')\n"

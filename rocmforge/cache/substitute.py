@@ -27,10 +27,10 @@ from rocmforge.cache.manifest import Manifest, ManifestProblem, parse_manifest
 from rocmforge.cache.transfer import copy_hashing
 from rocmforge.cache.urls import open_backend
 from rocmforge.errors import RocmforgeError, StoreError
-from rocmforge.signing import PublicKey, trusted_keys, verify_envelope
 from rocmforge.store import layout
 from rocmforge.store.entry import Entry, input_hash, read_derivation
 from rocmforge.store.store import Store
+from rocmforge.trust.signing import PublicKey, trusted_keys, verify_envelope
 from rocmforge.util.hashing import file_digests
 from rocmforge.util.progress import Reporter
 

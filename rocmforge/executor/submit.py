@@ -1,6 +1,6 @@
 """Realize a derivation graph on Slurm: one job per missing node, the whole graph queued at once.
 
-:func:`submit_graph` hashes every node (:func:`~rocmforge.graph.plan_graph`); a node the local
+:func:`submit_graph` hashes every node (:func:`~rocmforge.plan.graph.plan_graph`); a node the local
 store has is ``cached``, one the shared cache has is ``in cache``; every other node becomes an
 sbatch job that runs ``rocmforge realize`` of exactly that recipe into a store on its compute
 node (its dependencies substituted from the cache) and ``rocmforge push`` of exactly that input
@@ -30,7 +30,7 @@ from typing import Any
 from rocmforge.errors import BuildError, Diagnosis, RocmforgeError, UsageError
 from rocmforge.executor import slurm
 from rocmforge.executor.slurm import JobInfo, JobRequest, Outcome, SlurmOptions
-from rocmforge.graph import Graph, plan_graph
+from rocmforge.plan.graph import Graph, plan_graph
 from rocmforge.sources.requirements import Fetcher
 from rocmforge.store import layout
 from rocmforge.store.store import Store
@@ -429,7 +429,7 @@ class _Run:
                 d.detail = f"resubmitted after {end.kind}" if f == n.file else "resubmitted"
 
     def _fail(self, n: _Node, end: Outcome, tail: list[str], text: str) -> None:
-        from rocmforge.diagnose import diagnose_lines
+        from rocmforge.build.diagnose import diagnose_lines
 
         if end.kind == "dependency":
             n.state, n.kind = "not built", end.kind

@@ -4,7 +4,7 @@
 of ``*.toml`` recipe globs). The file records what it was resolved from — the specifiers exactly as
 the recipe writes them, ``build-system`` and the Python version — and one ``[[package]]`` per
 locked wheel: the normalised (PEP 503) name, the exact version, the wheel file name and its sha256.
-``rocmforge lock`` writes it (:mod:`rocmforge.lock`); loading a recipe applies it
+``rocmforge lock`` writes it (:mod:`rocmforge.lock.locker`); loading a recipe applies it
 (:func:`apply_lock`), so a build installs exactly the locked closure and nothing is resolved at
 build time.
 

@@ -12,7 +12,7 @@ and its ``env`` variable names that path. Only the content, the name, ``env`` an
 the derivation — never a path or URL.
 An input with ``crates = true`` is a directory of crate sources (``cargo vendor`` output, or
 Debian's ``/usr/share/cargo/registry``) that the build's private cargo config puts in place of
-crates.io (see :func:`rocmforge.build.cargo_config`).
+crates.io (see :func:`rocmforge.build.builder.cargo_config`).
 """
 
 from __future__ import annotations

@@ -288,7 +288,7 @@ def _table(value: Any) -> Mapping[str, Any] | None:
 class DerivationDoc:
     """Typed read access to a derivation document (``derivation.json``, or a wheel's stamp).
 
-    The document is written by :func:`rocmforge.derivation.make_derivation`. Each accessor
+    The document is written by :func:`rocmforge.plan.derivation.make_derivation`. Each accessor
     returns None when its part is absent or not of the documented type, so a document from an
     untrusted wheel can be read without trusting its shape.
     """

@@ -1,7 +1,8 @@
 """The store's on-disk layout: every file and directory name, the input hash and entry names.
 
 This module is the one owner of those facts; every other module spells them through it. It
-imports nothing (not even ``re``): the realize memo's fast path (:mod:`rocmforge.memo`) imports
+imports nothing (not even ``re``): the realize memo's fast path (:mod:`rocmforge.pipeline.memo`)
+imports
 it before anything else is loaded, and the source modules (``rocmforge.sources``) may import it
 too although they sit above the store. Checks use plain ``str`` methods.
 

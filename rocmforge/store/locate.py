@@ -11,7 +11,8 @@ Order (the first that applies wins):
 4. the per-user store ``$XDG_DATA_HOME/rocmforge/store`` (``~/.local/share/rocmforge/store``).
 
 Imports only ``os`` and the import-free layout module: the realize memo's fast path
-(:mod:`rocmforge.memo`) must pick the same store as the full CLI, before anything heavy loads.
+(:mod:`rocmforge.pipeline.memo`) must pick the same store as the full CLI, before anything heavy
+loads.
 """
 
 from __future__ import annotations

@@ -1,12 +1,13 @@
 """Lean measures of a store directory and the text ``rocmforge du`` prints.
 
 The one implementation of ``du``'s sums and text, shared by the full command
-(:mod:`rocmforge.commands.du` through :mod:`rocmforge.store.usage`, :mod:`rocmforge.store.failed`
-and :mod:`rocmforge.ccache`) and the console's read path (:mod:`rocmforge.fastread`), which must
-answer ``du`` before anything heavy loads. So this module takes paths as strings, imports only
-``os`` and the import-free :mod:`rocmforge.store.layout` (:mod:`rocmforge.util.leanjson` inside
-the one function that reads JSON), and raises plain :class:`OSError` / :class:`ValueError`:
-callers turn those into their own errors.
+(:mod:`rocmforge.cli.commands.du` through :mod:`rocmforge.store.usage`,
+:mod:`rocmforge.store.failed` and :mod:`rocmforge.build.ccache`) and the console's read path
+(:mod:`rocmforge.cli.fastread`), which must answer ``du`` before anything heavy loads. So this
+module takes paths as strings, imports only ``os`` and the import-free
+:mod:`rocmforge.store.layout` (:mod:`rocmforge.util.leanjson` inside the one function that reads
+JSON), and raises plain :class:`OSError` / :class:`ValueError`: callers turn those into their own
+errors.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 :class:`rocmforge.store.entry.EntryMeta` builds its records from what :func:`meta_fields`
 returns (and turns a :class:`MetaProblem` into a ``StoreError`` with the same words); the
-console's read path (:mod:`rocmforge.fastread`) calls it to know that an entry's ``meta.json`` is
+console's read path (:mod:`rocmforge.cli.fastread`) calls it to know that an entry's ``meta.json``
+is
 one the full commands accept, before it prints from it. Imports only the import-free
 :mod:`rocmforge.store.layout`.
 """

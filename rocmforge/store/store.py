@@ -864,7 +864,8 @@ class Store:
 
     def used_times(self) -> dict[str, float]:
         """Return the last-use time of each entry hash marked under ``used/`` (every cache hit,
-        the memo's included, touches ``used/<hash>``; see :func:`rocmforge.memo.touch_used`)."""
+        the memo's included, touches ``used/<hash>``; see
+        :func:`rocmforge.pipeline.memo.touch_used`)."""
         from rocmforge.store.scan import used_times
 
         try:

@@ -1,6 +1,6 @@
 """Sizes and ages as ``du`` and ``gc`` print them, and the size of a directory tree.
 
-Imports only ``os``: the console's read path (:mod:`rocmforge.fastread`) prints ``du`` from
+Imports only ``os``: the console's read path (:mod:`rocmforge.cli.fastread`) prints ``du`` from
 the same code as the full command.
 """
 

@@ -1,6 +1,6 @@
 """The entry table of ``list`` and ``query``: sizes, UTC minutes and aligned columns.
 
-Imports only ``time``: the console's read path (:mod:`rocmforge.fastread`) prints the same
+Imports only ``time``: the console's read path (:mod:`rocmforge.cli.fastread`) prints the same
 table as the full commands, byte for byte, from the same code.
 """
 

@@ -1,0 +1,1 @@
+"""The cli wing (see README, "Layout")."""

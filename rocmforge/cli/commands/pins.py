@@ -1,0 +1,29 @@
+"""``rocmforge pins``: list the named gc roots."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from rocmforge.cli.commands._common import add_json_option, add_store_option, emit_json, open_store
+
+
+def register(sub: Any) -> None:
+    """Add the ``pins`` command."""
+    p = sub.add_parser("pins", help="list pins")
+    add_store_option(p)
+    add_json_option(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """``rocmforge pins``: print ``NAME -> ENTRY`` for every pin."""
+    from rocmforge.store.roots import pins
+
+    found = pins(open_store(args))
+    if args.json:
+        emit_json([{"name": p.name, "entry": p.entry, "path": str(p.path)} for p in found])
+    else:
+        for p in found:
+            print(f"{p.name} -> {p.entry or '(dangling)'}")
+    return 0

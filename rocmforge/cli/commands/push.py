@@ -1,0 +1,77 @@
+"""``rocmforge push CACHE [TARGET...]``: upload store entries to a binary cache.
+
+Without TARGETs every sound entry of the store is pushed. A TARGET brings its closure (what it
+was built against; for a graph recipe or a stack, every node), dependencies first, unless
+``--no-closure``. Only what the cache lacks goes up (an
+entry whose manifest the cache has is skipped without reading it); blobs are written before the
+manifest, each with a no-replace rename, so a concurrent push of the same hash is safe.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from rocmforge.cli.commands._common import (
+    ConsoleReporter,
+    add_json_option,
+    add_store_option,
+    emit_json,
+    entry_of,
+    open_store,
+    resolve_targets,
+)
+
+
+def register(sub: Any) -> None:
+    """Add the ``push`` command."""
+    p = sub.add_parser(
+        "push",
+        help="upload store entries to a binary cache (only what it lacks)",
+        description="Push entries (by recipe, hash, entry name or path; default: all) to CACHE "
+        "(file://DIR or oci://HOST/REPO), with their signed provenance; see docs/sharing.md.",
+    )
+    p.add_argument("cache", metavar="CACHE", help="cache URL: file://DIR or oci://HOST[:PORT]/REPO")
+    p.add_argument("targets", nargs="*", metavar="TARGET", help="entries to push (default: all)")
+    p.add_argument(
+        "--closure",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="push what each TARGET was built against too, dependencies first (default: on)",
+    )
+    add_store_option(p)
+    add_json_option(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """``rocmforge push CACHE [TARGET...]``."""
+    from rocmforge.cache.push import push_entries, with_closure
+    from rocmforge.cache.urls import open_backend
+
+    backend = open_backend(args.cache)
+    store = open_store(args)
+    with store.shared_lock():
+        if not args.targets:
+            entries = list(store.sound_entries())
+        elif args.closure:
+            entries = [e for t in args.targets for e in resolve_targets(store, t)]
+        else:
+            entries = [entry_of(store, t) for t in args.targets]
+        if args.closure:
+            entries = with_closure(store, entries)
+        reporter = ConsoleReporter(sys.stderr, label="push")
+        try:
+            pushed = push_entries(backend, entries, reporter=reporter)
+        finally:
+            reporter.close()
+    if args.json:
+        emit_json({"cache": backend.url, "entries": [p.to_json() for p in pushed]})
+        return 0
+    for p in pushed:
+        how = "already there" if p.present else f"{p.blobs} blobs, {p.bytes} bytes"
+        unsigned = "" if p.signed else " (unsigned: caches refuse it)"
+        print(f"{p.name} {p.version} {p.hash}: {how}{unsigned}")
+    print(f"pushed {sum(not p.present for p in pushed)} of {len(pushed)} to {backend.url}")
+    return 0

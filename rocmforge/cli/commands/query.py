@@ -1,0 +1,77 @@
+"""``rocmforge query``: find entries by name, version, env flag or age (from the index)."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from typing import Any
+
+from rocmforge.cli.commands._common import add_json_option, add_store_option, emit_json, open_store
+
+
+def register(sub: Any) -> None:
+    """Add the ``query`` command."""
+    p = sub.add_parser("query", help="find store entries by name, version, env flag or age")
+    p.add_argument("--name", help="package name (matched as pip does: case, -, _ and . alike)")
+    p.add_argument("--version", help="exact package version")
+    p.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE|KEY~SUBSTR",
+        help="hashed env flag equal to VALUE, or containing SUBSTR (repeatable: all must match)",
+    )
+    p.add_argument("--since", metavar="WHEN", help="built since: a duration (7d, 12h) or a date")
+    p.add_argument(
+        "--built-against",
+        metavar="HASH",
+        help="entries built against this entry (hash, prefix or path), directly or transitively",
+    )
+    add_store_option(p)
+    add_json_option(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """``rocmforge query``: print the matching entries (one line each); 0 even if none match."""
+    from rocmforge.store.query import parse_env_filter, parse_since, query_entries
+
+    filters = [parse_env_filter(e) for e in args.env]
+    since = parse_since(args.since) if args.since else None
+    store = open_store(args)
+    found = query_entries(
+        store,
+        name=args.name,
+        version=args.version,
+        env=filters,
+        since=since,
+        built_against=args.built_against,
+    )
+    if args.json:
+        emit_json([e.to_json() for e in found])
+    else:
+        print_table(found, env_keys=list(dict.fromkeys(f.key for f in filters)))
+    return 0
+
+
+def print_table(entries: Sequence[Any], env_keys: Sequence[str] = ()) -> None:
+    """Print entries as ``list`` does (:func:`rocmforge.util.table.format_summary`), then one
+    column per ``env_keys`` (the values ``query --env`` matched on)."""
+    import sys
+
+    from rocmforge.util.table import format_summary
+
+    rows = (
+        (
+            e.row.hash,
+            e.row.name,
+            e.row.version,
+            e.row.size,
+            e.row.created,
+            e.last_used,
+            len(e.roots),
+            *(e.env.get(k, "-") for k in env_keys),
+        )
+        for e in entries
+    )
+    sys.stdout.write(format_summary(rows, env_keys))

@@ -1,0 +1,330 @@
+"""``rocmforge realize TARGET...``: build (or reuse) a recipe graph and print the wheel paths."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from rocmforge.cli.commands._common import (
+    HEARTBEAT_SECONDS,
+    ConsoleReporter,
+    add_json_option,
+    add_store_option,
+    add_substitute_options,
+    count,
+    emit_json,
+    open_store,
+    substitution_of,
+)
+
+
+def register(sub: Any) -> None:
+    """Add the ``realize`` command."""
+    p = sub.add_parser("realize", help="build a recipe (or reuse the cached build)")
+    p.add_argument("recipes", nargs="+", metavar="RECIPE")
+    add_store_option(p)
+    p.add_argument("-o", "--out-link", metavar="LINK", help="make LINK point at the store entry")
+    p.add_argument(
+        "--keep-failed", action="store_true", help="keep the build dir of a failed build"
+    )
+    p.add_argument(
+        "--sandbox",
+        choices=("auto", "bwrap", "none"),
+        default=None,
+        help="sandbox level (default auto: bwrap, or an error; 'none' only when asked for)",
+    )
+    p.add_argument(
+        "--verify",
+        action="store_true",
+        help="re-hash a cached entry's wheels before returning them (default: size and mtime)",
+    )
+    p.add_argument(
+        "--no-compiler-cache",
+        action="store_true",
+        help="build without the compiler cache (ccache); the hash and the wheel are the same",
+    )
+    add_substitute_options(p)
+    p.add_argument(
+        "--push",
+        metavar="CACHE",
+        help="after a successful realize, push every entry realized (the targets and their "
+        "closure, built or substituted) to CACHE; only what it lacks goes up",
+    )
+    p.add_argument("-v", "--verbose", action="store_true", help="echo build output (non-TTY)")
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="rebuild the cached build in a fresh sandbox and compare the wheels byte for byte "
+        "(exit 1 if they differ, listing the files inside the wheel that differ)",
+    )
+    p.add_argument(
+        "--heartbeat",
+        type=float,
+        default=HEARTBEAT_SECONDS,
+        metavar="SECONDS",
+        help=f"off a terminal, print a progress line every SECONDS (default {HEARTBEAT_SECONDS:.0f}"
+        "; 0: never)",
+    )
+    p.add_argument(
+        "-j", "--jobs", type=count, default=1, metavar="N",
+        help="build up to N independent recipes of the graph at once (default 1)",
+    )  # fmt: skip
+    p.add_argument(
+        "--keep-going", action="store_true",
+        help="after a failure, still build what does not depend on it",
+    )  # fmt: skip
+    p.add_argument("--all", action="store_true", help="print the wheels of every dependency too")
+    p.add_argument(
+        "--matrix", action="append", metavar="KEY=v1,v2",
+        help="realize each target once per value (an [env] override; repeatable: every "
+        "combination), each cell its own derivation; prints a table of cells",
+    )  # fmt: skip
+    from rocmforge.cli.commands._cluster import add_cluster_options
+
+    add_cluster_options(p)
+    add_json_option(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """``rocmforge realize TARGET...``: build (or fetch from the store) and print wheel paths.
+
+    Each TARGET is a recipe or a stack file; every recipe they are built against
+    (``[requirements] recipes``) is realized first, in topological order.
+    """
+    from rocmforge.cli.commands._cluster import wants_matrix
+    from rocmforge.pipeline.graph import realize_graph
+    from rocmforge.pipeline.realize import check_link, check_locked, lint, realize
+    from rocmforge.plan.graph import lint_facts_for, load_graph
+
+    if args.check and args.push:
+        from rocmforge.errors import UsageError
+
+        error = UsageError("--push does not go with --check (a check publishes nothing)")
+        error.about_recipe = False
+        raise error
+    cells = None
+    if wants_matrix(args):
+        from rocmforge.cli.commands._cluster import matrix_cells
+
+        cells = matrix_cells(args)
+        graph = load_graph([c.file for c in cells])
+    else:
+        graph = load_graph(args.recipes)  # every recipe is checked before any build
+    # Error lints of any recipe stop all of them; realize reports the warnings, without linting
+    # (or probing the machine) again.
+    lints = {
+        f: lint(graph.recipes[f], lint_facts_for(graph, f)) for f in graph.closure_of_targets()
+    }
+    for f in graph.closure_of_targets():  # nothing unlocked anywhere, else stop before any build
+        check_locked(graph.recipes[f])
+    links: dict[Path, Path] = {}
+    if args.out_link:
+        links = {f: _link(args.out_link, i) for i, f in enumerate(graph.targets)}
+    for out in links.values():  # a bad -o LINK stops before any build, not after
+        check_link(out)
+    store = open_store(args, create=True)
+    from rocmforge.sources.requirements import PipFetcher
+
+    def runner_factory() -> Any:
+        from rocmforge.build.sandbox import detect_runner
+        from rocmforge.store import layout
+
+        return detect_runner(args.sandbox, probe_cache=store.cache_dir / layout.CACHE_BWRAP)
+
+    if args.check:
+        return _check(args, graph, store, PipFetcher(), runner_factory)
+    if args.executor == "slurm":
+        from rocmforge.cli.commands._cluster import run_slurm
+
+        return run_slurm(args, graph, store, lints, runner_factory, cells, links)
+
+    def reporter_factory(recipe: Any) -> ConsoleReporter:
+        return ConsoleReporter(
+            sys.stderr, label=recipe.package.name, verbose=args.verbose, heartbeat=args.heartbeat
+        )
+
+    def on_done(report: Any) -> None:
+        if not args.json:
+            how = (
+                "cached" if report.cached else f"built in {report.seconds:.1f} s ({report.sandbox})"
+            )
+            if report.substituted:
+                how = f"substituted from {report.substituted} in {report.seconds:.1f} s"
+            how += _cache_note(report)
+            sys.stderr.write(f"rocmforge: {report.name} {report.version} {report.hash} {how}\n")
+
+    from rocmforge.store.roots import TempRoots
+
+    settings, caches, trusted = substitution_of(args)
+    push = None
+    if args.push:
+        from rocmforge.cache.urls import open_backend
+
+        push = open_backend(args.push)  # a bad URL stops before any build
+    # Every entry printed stays rooted until the output is out (the flock dies with us anyway).
+    temp_roots = TempRoots(store)
+    result = realize_graph(
+        graph,
+        realize=realize,
+        store=store,
+        fetcher=PipFetcher(),
+        runner_factory=runner_factory,
+        reporter_factory=reporter_factory,
+        lints=lints,
+        temp_roots=temp_roots,
+        jobs=max(1, args.jobs),
+        keep_going=args.keep_going,
+        keep_failed=args.keep_failed,
+        links=links,
+        sandbox="none" if args.sandbox == "none" else "bwrap",
+        sandbox_option=args.sandbox,
+        on_done=on_done,
+        options={
+            "verify": args.verify,
+            "compiler_cache": not args.no_compiler_cache,
+            "caches": caches,
+            "require_substitute": settings.require_substitute,
+            "trusted": trusted,
+        },
+        child_args=[
+            *(["--verify"] if args.verify else []),
+            *(["--no-compiler-cache"] if args.no_compiler_cache else []),
+            # the settings resolved here, so a child reads no other project file
+            "--config",
+            str(settings.project_file or ""),
+            "--substitute" if settings.substitute else "--no-substitute",
+            *(a for url in (args.cache or []) for a in ("--cache", url)),
+            *(["--require-substitute"] if settings.require_substitute else []),
+        ],
+    )
+    if not result.ok:
+        for f in result.order:
+            why = result.failed.get(f) or result.skipped.get(f)
+            if why is not None:
+                name = graph.recipes[f].package.name
+                print(f"rocmforge: {name} ({f.name}): {why}", file=sys.stderr)
+        if result.errors:
+            raise result.errors[0]
+        from rocmforge.errors import BuildError
+
+        raise BuildError(f"{len(result.failed)} of {len(result.order)} recipes failed to build")
+    if graph.stacks:
+        from rocmforge.pipeline import memo
+
+        for stack in graph.stacks:
+            memo.record_stack(str(store.root), str(stack.file), [str(r) for r in stack.recipes])
+    pushed = None
+    if push is not None:
+        pushed = _push(push, store, [result.reports[f] for f in result.order])
+    if cells is not None:
+        from rocmforge.cli.commands._cluster import print_cells
+
+        return print_cells(args, cells, result.reports, {}, temp_roots)
+    shown = list(graph.targets)
+    if args.all:
+        shown = [f for f in result.order if f not in graph.targets] + shown
+    reports = [result.reports[f] for f in shown]
+    if pushed is not None:
+        print(pushed, file=sys.stderr)
+    if args.json:
+        emit_json([r.to_json() for r in reports])
+    else:
+        for r in reports:
+            for w in r.wheels:
+                print(w)
+    sys.stdout.flush()
+    temp_roots.close()
+    return 0
+
+
+def _push(backend: Any, store: Any, reports: list[Any]) -> str:
+    """Push the entries of ``reports`` (a realized closure) to ``backend``; return a summary."""
+    from rocmforge.cache.push import push_entries
+
+    with store.shared_lock():
+        entries = [store.load(r.path) for r in reports]
+        reporter = ConsoleReporter(sys.stderr, label="push")
+        try:
+            pushed = push_entries(backend, entries, reporter=reporter)
+        finally:
+            reporter.close()
+    for p in pushed:
+        if not p.signed:
+            print(
+                f"warning: pushed {p.name} {p.version} unsigned: caches refuse it "
+                "(rocmforge key generate)",
+                file=sys.stderr,
+            )
+    sent = [p for p in pushed if not p.present]
+    return (
+        f"rocmforge: pushed {len(sent)} of {len(pushed)} entries to {backend.url} "
+        f"({sum(p.bytes for p in sent)} bytes; the others were there)"
+    )
+
+
+def _cache_note(report: Any) -> str:
+    """``, ccache 120/121 hits (99%), ...`` for a build that used the compiler cache."""
+    if report.cached:
+        return ""
+    from rocmforge.build.ccache import stats_from_json
+    from rocmforge.store.entry import read_meta
+
+    meta = read_meta(report.path)
+    if meta is None or meta.compiler_cache is None:
+        return ""
+    return ", " + stats_from_json(meta.compiler_cache).summary()
+
+
+def _link(out_link: str, i: int) -> Path:
+    """The result link of the ``i``-th recipe: LINK, LINK-2, LINK-3 ..."""
+    return Path(out_link if i == 0 else f"{out_link}-{i + 1}")
+
+
+def _check(
+    args: argparse.Namespace, graph: Any, store: Any, fetcher: Any, runner_factory: Any
+) -> int:
+    """``realize --check``: rebuild each cached target, compare, exit 1 on any difference.
+
+    A target built against other recipes is rebuilt against their stored entries.
+    """
+    from rocmforge.pipeline.graph import built_dependencies
+    from rocmforge.pipeline.realize import check_rebuild
+
+    reports = []
+    for file in graph.targets:
+        recipe = graph.recipes[file]
+        dependencies = built_dependencies(graph, file, store=store, fetcher=fetcher)
+        reporter = ConsoleReporter(sys.stderr, label=recipe.package.name, verbose=args.verbose)
+        try:
+            report = check_rebuild(
+                recipe,
+                store=store,
+                fetcher=fetcher,
+                runner_factory=runner_factory,
+                reporter=reporter,
+                dependencies=dependencies,
+            )
+        finally:
+            reporter.close()
+        reports.append(report)
+        if args.json:
+            continue
+        head = f"rocmforge: {report.name} {report.version} {report.hash}"
+        if report.identical:
+            print(f"{head} rebuilt in {report.seconds:.1f} s: byte-identical", file=sys.stderr)
+            continue
+        print(
+            f"{head} rebuilt in {report.seconds:.1f} s: DIFFERS from the stored build",
+            file=sys.stderr,
+        )
+        for wheel, members in report.differences.items():
+            print(f"  {wheel}")
+            for member in members:
+                print(f"    {member}")
+    if args.json:
+        emit_json([r.to_json() for r in reports])
+    sys.stdout.flush()
+    return 0 if all(r.identical for r in reports) else 1

@@ -1,0 +1,51 @@
+"""``rocmforge show TARGET``: everything about one store entry."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import TYPE_CHECKING, Any
+
+from rocmforge.cli.commands._common import add_json_option, add_store_option, emit_json, open_store
+
+if TYPE_CHECKING:
+    from rocmforge.store.query import EntryDetails
+
+
+def register(sub: Any) -> None:
+    """Add the ``show`` command."""
+    p = sub.add_parser("show", help="show everything about one store entry")
+    p.add_argument(
+        "target", metavar="TARGET", help="input hash (prefix), entry name or path, or a wheel"
+    )
+    add_store_option(p)
+    add_json_option(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """``rocmforge show TARGET``: print the entry's identity, files, inputs and run facts
+    (:func:`rocmforge.store.showtext.show_text`, which the console's read path prints too)."""
+    from rocmforge.store.showtext import show_text
+
+    info = _show(args)
+    if args.json:
+        emit_json(info.to_json())
+        return 0
+    text = show_text(
+        os.fspath(info.entry.path),
+        info.entry.meta.to_json(),
+        info.derivation,
+        info.provenance,
+        indexed=info.indexed,
+        last_used=info.last_used,
+        roots=info.roots,
+    )
+    print(text, end="")
+    return 0
+
+
+def _show(args: argparse.Namespace) -> EntryDetails:
+    from rocmforge.store.query import show_entry
+
+    return show_entry(open_store(args), args.target)

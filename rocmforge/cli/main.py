@@ -1,0 +1,177 @@
+"""The command line: parse, call one core function, render text or ``--json``, map errors.
+
+Only the CLI prints. Each command lives in ``rocmforge/cli/commands/NAME.py``. Exit codes: 0 ok,
+1 build or check failed, 2 bad input (recipe, usage), 3 environment (store, sandbox, fetch),
+4 internal error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from rocmforge import __version__
+from rocmforge.cli.commands import COMMANDS
+from rocmforge.cli.commands._common import add_global_options, store_root
+from rocmforge.errors import (
+    EXIT_BAD_INPUT,
+    EXIT_INTERNAL,
+    BuildError,
+    DiskFullError,
+    RecipeError,
+    RocmforgeError,
+)
+from rocmforge.util.fsutil import disk_full_error, is_disk_full
+
+EXIT_BROKEN_PIPE = 141
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """Return the argument parser of the ``rocmforge`` command.
+
+    With ``argv``, only the commands named by one of its words are registered (the command run
+    is always one of them): importing and building all sixteen sub-parsers costs every command
+    start. Without a command word (``--help``, a typo) every command is registered.
+    """
+    named = [n for n in COMMANDS if argv is not None and n in argv]
+    parser = argparse.ArgumentParser(
+        prog="rocmforge", description="Reproducible, content-addressed builds of Python wheels."
+    )
+    parser.add_argument("--version", action="version", version=f"rocmforge {__version__}")
+    add_global_options(parser)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name in named or COMMANDS:
+        importlib.import_module(f"rocmforge.cli.commands.{name}").register(sub)
+    return parser
+
+
+MAX_PROBLEM_CHARS = 500
+
+
+def _short(text: str) -> str:
+    """Cut one problem to :data:`MAX_PROBLEM_CHARS` (a recipe can quote a 100k-character key)."""
+    if len(text) <= MAX_PROBLEM_CHARS:
+        return text
+    return f"{text[:MAX_PROBLEM_CHARS]}... ({len(text) - MAX_PROBLEM_CHARS} more characters)"
+
+
+def _recipe_named(exc: RocmforgeError, args: argparse.Namespace) -> str | None:
+    """For bad input that does not name it, the recipe the user ran (absolute), else None."""
+    if exc.exit_code != EXIT_BAD_INPUT or getattr(exc, "note", None) or not exc.about_recipe:
+        return None
+    recipe: Path | str | None = exc.recipe_file
+    if recipe is None:
+        given = getattr(args, "recipes", None) or [getattr(args, "recipe", None)]
+        recipe = given[0] if len(given) == 1 else None
+    if recipe is None:
+        return None
+    shown = os.path.abspath(recipe)
+    text = "\n".join([str(exc), *map(str, getattr(exc, "problems", ()))])
+    return None if shown in text else shown
+
+
+def _render_error(exc: RocmforgeError, args: argparse.Namespace | None = None) -> None:
+    recipe = _recipe_named(exc, args) if args is not None else None
+    if isinstance(exc, RecipeError):
+        if recipe:  # e.g. a problem found in a base recipe by a later stage
+            exc.note = f"in recipe {recipe}"
+        for problem in exc.problems:
+            print(f"error: {_short(str(problem))}", file=sys.stderr)
+        for problem in getattr(exc, "warnings", ()):  # a lint error's warnings, shown at once
+            print(f"warning: {_short(str(problem))}", file=sys.stderr)
+        if exc.note:
+            print(f"note: {exc.note}", file=sys.stderr)
+        return
+    print(f"error: {recipe + ': ' if recipe else ''}{exc}", file=sys.stderr)
+    note = getattr(exc, "note", None)
+    if note:
+        print(f"note: {note}", file=sys.stderr)
+    if isinstance(exc, BuildError):
+        if exc.log_tail:
+            print(f"--- last {len(exc.log_tail)} lines of the build log ---", file=sys.stderr)
+            for line in exc.log_tail:
+                print(line, file=sys.stderr)
+            print("---", file=sys.stderr)
+        for d in exc.diagnosis:
+            where = f" (log line {d.line})" if d.line else ""
+            print(f"cause: {d.cause}{where}", file=sys.stderr)
+            print(f"  fix: {d.fix}", file=sys.stderr)
+        if exc.log_path:
+            print(f"full log: {exc.log_path}  (rocmforge log FILE or zstdcat)", file=sys.stderr)
+        if exc.kept_dir:
+            print(f"build directory kept: {exc.kept_dir}", file=sys.stderr)
+
+
+def _store_of(args: argparse.Namespace) -> Path:
+    return store_root(args)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line with ``argv``; return the exit code."""
+    try:
+        if argv is None:
+            argv = sys.argv[1:]
+        parser = build_parser(argv)
+        args = parser.parse_args(argv)
+        if args.json and not getattr(args, "json_supported", False):
+            parser.error(f"{args.command} has no --json")
+        return _run(args)
+    except BrokenPipeError:
+        return quiet_broken_pipe()
+
+
+def quiet_broken_pipe() -> int:
+    """The reader of stdout went away (``| head``): stop quietly, like other Unix tools.
+
+    stdout is pointed at ``/dev/null`` so the interpreter's final flush does not complain again.
+    Returns 141 (128 + SIGPIPE), what a shell reports for a tool killed by SIGPIPE.
+    """
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    return EXIT_BROKEN_PIPE
+
+
+def _run(args: argparse.Namespace) -> int:
+    try:
+        return int(args.func(args))
+    except BrokenPipeError:
+        raise
+    except RocmforgeError as exc:
+        if is_disk_full(exc) and not isinstance(exc, DiskFullError):
+            exc = disk_full_error(exc, store=_store_of(args), what=str(exc))
+        _render_error(exc, args)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except OSError as exc:
+        if not is_disk_full(exc):
+            return _internal(exc)
+        full = disk_full_error(exc, store=_store_of(args))
+        _render_error(full)
+        return full.exit_code
+    except Exception as exc:
+        return _internal(exc)
+
+
+def _internal(exc: Exception) -> int:
+    """Report an unexpected exception (re-raise it under ``ROCMFORGE_DEBUG``)."""
+    if os.environ.get("ROCMFORGE_DEBUG"):
+        raise exc
+    print(
+        f"internal error: {type(exc).__name__}: {exc} (set ROCMFORGE_DEBUG=1 for a traceback)",
+        file=sys.stderr,
+    )
+    return EXIT_INTERNAL
+
+
+def main_entry() -> None:
+    """Console-script entry point."""
+    sys.exit(main())

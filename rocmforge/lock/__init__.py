@@ -1,0 +1,1 @@
+"""The lock wing (see README, "Layout")."""

@@ -1,0 +1,1 @@
+"""The pipeline wing (see README, "Layout")."""

@@ -1,0 +1,1 @@
+"""The plan wing (see README, "Layout")."""

@@ -1,0 +1,1 @@
+"""The trust wing (see README, "Layout")."""

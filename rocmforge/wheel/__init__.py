@@ -1,0 +1,1 @@
+"""The wheel wing (see README, "Layout")."""
