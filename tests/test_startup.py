@@ -45,7 +45,7 @@ def test_a_read_command_registers_only_its_own_sub_parser(command: str, store: P
 
     open_store(store).close()  # read commands never create a store: make an empty one
     mods = _loaded(command, "--store", store)
-    commands = {m for m in mods if m.startswith("rocmforge.cli.commands.") and m[19:] != "_common"}
+    commands = {m for m in mods if m.startswith("rocmforge.cli.commands.") and m[23:] != "_common"}
     assert commands <= {f"rocmforge.cli.commands.{command}", "rocmforge.cli.commands.query"}
 
 
