@@ -58,8 +58,9 @@ def main() -> int:
         return 0
     sys.path.insert(0, str(REPO))
     from rocmforge.errors import RequirementError
+    from rocmforge.wheel.install import install_wheels
+    from rocmforge.wheel.venv import create_venv
     from rocmforge.wheel.wheelcache import install_linked
-    from rocmforge.wheel.wheels import create_venv, install_wheels
 
     uv = shutil.which("uv", path=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}")
     tmp = Path(tempfile.mkdtemp(prefix="rf-install-"))

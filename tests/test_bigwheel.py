@@ -33,7 +33,7 @@ POSTPROCESS = """
 import json, resource, sys
 from pathlib import Path
 from rocmforge.wheel.stamp import STAMP_NAME, stamp_bytes
-from rocmforge.wheel.wheels import normalize_wheel
+from rocmforge.wheel.writer import normalize_wheel
 w, dest = Path(sys.argv[1]), Path(sys.argv[2])
 stamp = stamp_bytes("0" * 64, {"name": "bigwheel"})
 digests = normalize_wheel(  # as build.py does
@@ -105,7 +105,7 @@ def _eocd64(wheel: Path) -> bool:
 
 @pytest.mark.slow
 def test_post_processing_a_wheel_over_4_gib_streams_and_installs(tmp_path: Path) -> None:
-    from rocmforge.wheel.wheels import wheel_digests
+    from rocmforge.wheel.digests import wheel_digests
 
     if shutil.disk_usage(tmp_path).free < 4 * BIG + (2 << 30):
         pytest.skip("needs ~18 GiB free for the wheel, its temp copy and two installs")
@@ -168,7 +168,9 @@ def test_post_processing_a_wheel_over_4_gib_streams_and_installs(tmp_path: Path)
 
 @pytest.mark.slow
 def test_big_incompressible_member_is_stored_reproducibly(tmp_path: Path) -> None:
-    from rocmforge.wheel.wheels import STORE_PROBE_MIN, differing_members, normalize_wheel
+    from rocmforge.wheel.bigmembers import STORE_PROBE_MIN
+    from rocmforge.wheel.compare import differing_members
+    from rocmforge.wheel.writer import normalize_wheel
 
     one = make_big_wheel(tmp_path, big=STORE_PROBE_MIN, small=5)
     two = tmp_path / "two" / one.name
@@ -184,7 +186,8 @@ def test_big_incompressible_member_is_stored_reproducibly(tmp_path: Path) -> Non
 
 
 def test_big_compressible_member_is_deflated(tmp_path: Path) -> None:
-    from rocmforge.wheel.wheels import STORE_PROBE_MIN, normalize_wheel
+    from rocmforge.wheel.bigmembers import STORE_PROBE_MIN
+    from rocmforge.wheel.writer import normalize_wheel
 
     wheel = make_big_wheel(tmp_path, big=STORE_PROBE_MIN, small=1, block=b"\0" * (1 << 20))
     normalize_wheel(wheel, epoch=0)
@@ -194,8 +197,9 @@ def test_big_compressible_member_is_deflated(tmp_path: Path) -> None:
 
 
 def test_stamping_while_normalizing_equals_stamping_first(tmp_path: Path) -> None:
+    from rocmforge.wheel.install import install_wheels
     from rocmforge.wheel.stamp import STAMP_NAME, read_wheel_stamp, stamp_bytes, stamp_wheel
-    from rocmforge.wheel.wheels import install_wheels, normalize_wheel
+    from rocmforge.wheel.writer import normalize_wheel
 
     one = make_big_wheel(tmp_path, big=1 << 16, small=20)
     two = tmp_path / "two" / one.name
@@ -225,7 +229,7 @@ def _fake_venv(venv: Path) -> None:
 def test_a_record_that_is_not_utf8_is_a_check_error(tmp_path: Path) -> None:
     from rocmforge.errors import CheckError
     from rocmforge.wheel.stamp import STAMP_NAME
-    from rocmforge.wheel.wheels import normalize_wheel
+    from rocmforge.wheel.writer import normalize_wheel
 
     wheel = tmp_path / f"{NAME}-{VERSION}-py3-none-any.whl"
     with zipfile.ZipFile(wheel, "w") as zf:
@@ -253,8 +257,9 @@ def _rezip(src: Path, dest: Path, *, big: int, record: bytes | None = None) -> P
 
 def test_normalize_returns_the_digests_of_what_it_wrote(tmp_path: Path) -> None:
     from rocmforge.util.hashing import file_digests
+    from rocmforge.wheel.bigmembers import STORE_PROBE_MIN
     from rocmforge.wheel.stamp import STAMP_NAME, stamp_bytes
-    from rocmforge.wheel.wheels import STORE_PROBE_MIN, normalize_wheel
+    from rocmforge.wheel.writer import normalize_wheel
 
     # a big stored member (copied directly, hashed as written) and small ones (read back)
     big = make_big_wheel(tmp_path, big=STORE_PROBE_MIN + 12345, small=40)
@@ -272,7 +277,8 @@ def test_normalize_returns_the_digests_of_what_it_wrote(tmp_path: Path) -> None:
 def test_a_big_stored_member_copied_directly_gives_the_bytes_of_the_zipfile_path(
     tmp_path: Path,
 ) -> None:
-    from rocmforge.wheel.wheels import STORE_PROBE_MIN, normalize_wheel
+    from rocmforge.wheel.bigmembers import STORE_PROBE_MIN
+    from rocmforge.wheel.writer import normalize_wheel
 
     stored = make_big_wheel(tmp_path, big=STORE_PROBE_MIN + 1, small=20)
     (tmp_path / "deflated").mkdir()
@@ -319,7 +325,8 @@ def _lying_record(wheel: Path) -> bytes:
 @pytest.mark.slow
 def test_a_big_stored_member_with_a_bad_crc_is_a_check_error(tmp_path: Path) -> None:
     from rocmforge.errors import CheckError
-    from rocmforge.wheel.wheels import STORE_PROBE_MIN, normalize_wheel
+    from rocmforge.wheel.bigmembers import STORE_PROBE_MIN
+    from rocmforge.wheel.writer import normalize_wheel
 
     wheel = make_big_wheel(tmp_path, big=STORE_PROBE_MIN, small=2)
     raw = _flip_crc(wheel)
@@ -328,7 +335,7 @@ def test_a_big_stored_member_with_a_bad_crc_is_a_check_error(tmp_path: Path) -> 
     assert wheel.read_bytes() == raw
     assert not list(tmp_path.glob(".*.tmp"))
     # realize's way (rehash_big=False) leaves the CRC to the check's install, which refuses it
-    from rocmforge.wheel.wheels import install_wheels
+    from rocmforge.wheel.install import install_wheels
 
     normalize_wheel(wheel, epoch=0, rehash_big=False)
     venv = tmp_path / "venv"
@@ -339,7 +346,8 @@ def test_a_big_stored_member_with_a_bad_crc_is_a_check_error(tmp_path: Path) -> 
 
 def test_a_big_stored_member_that_differs_from_record_is_a_check_error(tmp_path: Path) -> None:
     from rocmforge.errors import CheckError
-    from rocmforge.wheel.wheels import STORE_PROBE_MIN, normalize_wheel
+    from rocmforge.wheel.bigmembers import STORE_PROBE_MIN
+    from rocmforge.wheel.writer import normalize_wheel
 
     wheel = make_big_wheel(tmp_path, big=STORE_PROBE_MIN, small=2)
     (tmp_path / "bad").mkdir()
@@ -355,7 +363,8 @@ def test_where_the_kernel_cannot_copy_the_member_is_read_and_written(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from rocmforge.util.hashing import file_digests
-    from rocmforge.wheel.wheels import STORE_PROBE_MIN, normalize_wheel
+    from rocmforge.wheel.bigmembers import STORE_PROBE_MIN
+    from rocmforge.wheel.writer import normalize_wheel
 
     one = make_big_wheel(tmp_path, big=STORE_PROBE_MIN + 7, small=5)
     two = tmp_path / "two" / one.name
@@ -401,7 +410,7 @@ def test_a_big_member_is_verified_against_record_once_by_the_check(
     wheel whose RECORD lies about that member fails the build and publishes nothing."""
     from conftest import TINY_RECIPE, rf
 
-    from rocmforge.wheel.wheels import STORE_PROBE_MIN
+    from rocmforge.wheel.bigmembers import STORE_PROBE_MIN
 
     (tiny_src / "tiny" / "big.bin").write_bytes(os.urandom(STORE_PROBE_MIN))
     (tiny_src / "lie.py").write_text(LIE)
@@ -447,8 +456,10 @@ def test_a_big_member_to_deflate_is_deflated_in_blocks_alike_on_any_number_of_th
     """A big compressible member (a torch library) is deflated in 1 MiB blocks on several
     threads: the bytes do not depend on how many, the member reads back whole (its CRC checked)
     and installs with RECORD verified; it is not zlib's one-stream output (the old path)."""
-    from rocmforge.wheel import wheels
-    from rocmforge.wheel.wheels import STORE_PROBE_MIN, install_wheels, normalize_wheel
+    from rocmforge.wheel import bigmembers
+    from rocmforge.wheel.bigmembers import STORE_PROBE_MIN
+    from rocmforge.wheel.install import install_wheels
+    from rocmforge.wheel.writer import normalize_wheel
 
     block = _text_block()
     size = STORE_PROBE_MIN + 12345
@@ -457,9 +468,9 @@ def test_a_big_member_to_deflate_is_deflated_in_blocks_alike_on_any_number_of_th
     (tmp_path / "four").mkdir()
     one = _rezip(made, tmp_path / "one" / made.name, big=1)  # deflated at level 1 in the source
     four = shutil.copyfile(one, tmp_path / "four" / made.name)
-    monkeypatch.setattr(wheels, "_DEFLATERS", 1)
+    monkeypatch.setattr(bigmembers, "_DEFLATERS", 1)
     first = normalize_wheel(one, epoch=0)
-    monkeypatch.setattr(wheels, "_DEFLATERS", 4)
+    monkeypatch.setattr(bigmembers, "_DEFLATERS", 4)
     second = normalize_wheel(four, epoch=0)
     assert one.read_bytes() == four.read_bytes() and first == second
     content = (block * (size // len(block) + 1))[:size]
@@ -469,7 +480,7 @@ def test_a_big_member_to_deflate_is_deflated_in_blocks_alike_on_any_number_of_th
         assert zf.read(info) == content
         raw = one.read_bytes()
         start = info.header_offset + 30 + len(info.filename.encode())
-        deflater = zlib.compressobj(wheels.COMPRESS_LEVEL, zlib.DEFLATED, -15)
+        deflater = zlib.compressobj(bigmembers.COMPRESS_LEVEL, zlib.DEFLATED, -15)
         single = deflater.compress(content) + deflater.flush()
         assert raw[start : start + info.compress_size] != single  # blocks: sync flushes
     _fake_venv(tmp_path / "venv")
@@ -481,7 +492,9 @@ def test_a_big_deflated_member_with_a_bad_crc_or_a_lying_record_is_refused(
     tmp_path: Path,
 ) -> None:
     from rocmforge.errors import CheckError
-    from rocmforge.wheel.wheels import STORE_PROBE_MIN, install_wheels, normalize_wheel
+    from rocmforge.wheel.bigmembers import STORE_PROBE_MIN
+    from rocmforge.wheel.install import install_wheels
+    from rocmforge.wheel.writer import normalize_wheel
 
     made = make_big_wheel(tmp_path, big=STORE_PROBE_MIN, small=2, block=_text_block())
     (tmp_path / "lie").mkdir()

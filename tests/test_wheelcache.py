@@ -20,8 +20,9 @@ import pytest
 
 from rocmforge.errors import RequirementError
 from rocmforge.store.gc import SourceItem, SourceRefs, plan_sources
+from rocmforge.wheel.install import install_wheels
+from rocmforge.wheel.venv import create_venv
 from rocmforge.wheel.wheelcache import install_linked, tree_name
-from rocmforge.wheel.wheels import create_venv, install_wheels
 
 SETUPTOOLS_WHEEL = "setuptools-75.6.0-py3-none-any.whl"
 XY = f"{sys.version_info.major}.{sys.version_info.minor}"

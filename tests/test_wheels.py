@@ -1,4 +1,5 @@
-"""Tests for rocmforge.wheel.wheels against a real wheel built from examples/demo by setuptools."""
+"""Tests for rocmforge.wheel (names, venvs, installs, the writer) against a real wheel
+built from examples/demo by setuptools."""
 
 from __future__ import annotations
 
@@ -19,15 +20,11 @@ import pytest
 from installer.sources import WheelFile
 
 from rocmforge.errors import CheckError, RequirementError, ToolchainError
-from rocmforge.wheel.wheels import (
-    WheelName,
-    create_venv,
-    install_wheels,
-    normalize_wheel,
-    parse_wheel_name,
-    venv_site_packages,
-    wheel_digests,
-)
+from rocmforge.wheel.digests import wheel_digests
+from rocmforge.wheel.install import install_wheels
+from rocmforge.wheel.names import WheelName, parse_wheel_name
+from rocmforge.wheel.venv import create_venv, venv_site_packages
+from rocmforge.wheel.writer import normalize_wheel
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO = REPO / "examples" / "demo"
@@ -351,7 +348,7 @@ def test_install_needs_no_network(demo: Demo, tmp_path: Path) -> None:
     code = (
         "import socket, sys\n"
         "from pathlib import Path\n"
-        "from rocmforge.wheel.wheels import install_wheels\n"
+        "from rocmforge.wheel.install import install_wheels\n"
         "try:\n"
         "    socket.create_connection(('1.1.1.1', 443), timeout=2)\n"
         "    sys.exit('network is reachable: the test proves nothing')\n"

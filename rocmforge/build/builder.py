@@ -52,8 +52,10 @@ from rocmforge.util.fsutil import (
 )
 from rocmforge.util.hashing import file_blake3
 from rocmforge.util.progress import Reporter
+from rocmforge.wheel.install import install_wheels
 from rocmforge.wheel.stamp import STAMP_NAME, stamp_bytes
-from rocmforge.wheel.wheels import create_venv, install_wheels, normalize_wheel
+from rocmforge.wheel.venv import create_venv
+from rocmforge.wheel.writer import normalize_wheel
 
 TAIL_LINES = 30
 

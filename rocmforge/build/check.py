@@ -15,8 +15,10 @@ from rocmforge.build.sandbox import Mount, Runner, compose_mounts
 from rocmforge.errors import CheckError, RequirementError
 from rocmforge.recipe.model import Recipe
 from rocmforge.toolchain.probe import Toolchain
+from rocmforge.wheel.install import install_wheels
 from rocmforge.wheel.metadata import requires_dist
-from rocmforge.wheel.wheels import create_venv, install_wheels, parse_wheel_name
+from rocmforge.wheel.names import parse_wheel_name
+from rocmforge.wheel.venv import create_venv
 
 
 def _normal(name: str) -> str:
@@ -114,8 +116,8 @@ def check_wheels(
     mount = Mount(host=venv, inside="/check/venv")
     inside = runner.sandbox_path(mount)
     if extra_trees:
+        from rocmforge.wheel.venv import venv_site_packages
         from rocmforge.wheel.wheelcache import link_tree
-        from rocmforge.wheel.wheels import venv_site_packages
 
         site = venv_site_packages(venv)
         for tree in extra_trees:

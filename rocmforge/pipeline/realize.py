@@ -603,7 +603,7 @@ def check_rebuild(
     from rocmforge.build.builder import closure_wheels, rebuild
     from rocmforge.errors import UsageError
     from rocmforge.util.hashing import file_blake3
-    from rocmforge.wheel.wheels import differing_members
+    from rocmforge.wheel.compare import differing_members
 
     reporter = reporter or NullReporter()
     started = time.monotonic()

@@ -93,7 +93,7 @@ def stamp_wheel(path: Path, *, input_hash: str, derivation: Mapping[str, Any]) -
     """Add (or replace) the stamp in the wheel at ``path`` in place; return the member name.
 
     The wheel is rewritten uncompressed into a temp file beside it and renamed over it;
-    :func:`rocmforge.wheel.wheels.normalize_wheel` then gives it its final, reproducible form.
+    :func:`rocmforge.wheel.writer.normalize_wheel` then gives it its final, reproducible form.
     """
     data = stamp_bytes(input_hash, derivation)
     fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".stamp")

@@ -55,7 +55,7 @@ def tree_name(wheel: Path, sha256: str, *, python_xy: str, interpreter: str) -> 
 
 def _install_tree(wheel: Path, prefix: Path, *, xy: str, interpreter: str) -> None:
     """Install ``wheel`` into the venv-shaped tree ``prefix`` with pypa/installer."""
-    from rocmforge.wheel.wheels import install_wheel
+    from rocmforge.wheel.install import install_wheel
 
     install_wheel(wheel, prefix, xy=xy, interpreter=interpreter, error=RequirementError)
 
