@@ -8,10 +8,6 @@ builds of one derivation still give byte-identical wheels.
 
 from __future__ import annotations
 
-import base64
-import csv
-import hashlib
-import io
 import json
 import os
 import shutil
@@ -28,6 +24,7 @@ from rocmforge import __version__
 from rocmforge.errors import EXIT_BAD_INPUT, CheckError, RocmforgeError
 from rocmforge.store.entry import input_hash
 from rocmforge.util.fsutil import open_regular
+from rocmforge.wheel.record import record_with
 
 STAMP_NAME = "rocmforge.json"
 STAMP_FORMAT = 1
@@ -72,23 +69,6 @@ def dist_info_dir(names: list[str], wheel: Path) -> str:
     return found[0]
 
 
-def _record_hash(data: bytes) -> str:
-    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-    return f"sha256={digest}"
-
-
-def _with_stamp(record: str, member: str, data: bytes) -> str:
-    """Return RECORD text with the stamp's row (replacing an older one), RECORD's row last."""
-    rows = [r for r in csv.reader(record.splitlines()) if r and r[0] != member]
-    record_rows = [r for r in rows if r[0].endswith(".dist-info/RECORD")]
-    rows = [r for r in rows if r not in record_rows]
-    rows.append([member, _record_hash(data), str(len(data))])
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerows([*rows, *record_rows])
-    return out.getvalue()
-
-
 def stamp_wheel(path: Path, *, input_hash: str, derivation: Mapping[str, Any]) -> str:
     """Add (or replace) the stamp in the wheel at ``path`` in place; return the member name.
 
@@ -131,7 +111,7 @@ def stamp_wheel(path: Path, *, input_hash: str, derivation: Mapping[str, Any]) -
                 dst.writestr(extra, data)
                 rec = zipfile.ZipInfo(record_name, date_time=(1980, 1, 1, 0, 0, 0))
                 rec.external_attr = (stat.S_IFREG | 0o644) << 16
-                dst.writestr(rec, _with_stamp(record, member, data).encode("utf-8"))
+                dst.writestr(rec, record_with(record, {member: data}).encode("utf-8"))
         os.chmod(tmp, mode)
         os.replace(tmp, path)
     except (OSError, zipfile.BadZipFile, UnicodeDecodeError) as exc:
