@@ -15,6 +15,7 @@ from rocmforge.errors import PatchError, SourceError
 from rocmforge.recipe.model import SourceSpec
 from rocmforge.sources import git as source_git
 from rocmforge.sources import tree as source_path
+from rocmforge.sources import treecache
 from rocmforge.sources.git import resolve_url
 from rocmforge.sources.identity import SourceIdentity, identify_source, materialize_source
 
@@ -586,13 +587,13 @@ def test_parallel_scan_hashes_like_the_serial_one(
     make_pinned_tree(src / "pinned")
     serial = source_path.tree_digest(src, cache=tmp_path / "c1")
     listing = source_path.tree_listing(src, cache=tmp_path / "c1")
-    serial_files = {k: v[source_path.REC_KIND :] for k, v in listing.items()}
+    serial_files = {k: v[treecache.REC_KIND :] for k, v in listing.items()}
     monkeypatch.setattr(source_path, "PARALLEL_MIN_ENTRIES", 8)
     monkeypatch.setattr(source_path, "BIG_FILE", 4096)
     monkeypatch.setattr(source_path, "_workers", lambda: 3)
     assert source_path.tree_digest(src, cache=tmp_path / "c2") == serial
     listing = source_path.tree_listing(src, cache=tmp_path / "c2")
-    assert {k: v[source_path.REC_KIND :] for k, v in listing.items()} == serial_files
+    assert {k: v[treecache.REC_KIND :] for k, v in listing.items()} == serial_files
     assert source_path.tree_digest(src / "pinned", cache=tmp_path / "c2") == PINNED_TREE_DIGEST
 
 
@@ -603,7 +604,7 @@ def test_parallel_warm_scan_loads_no_table_and_sees_edits(tmp_path: Path) -> Non
     cache = tmp_path / "cache"
     settle()
     first = source_path.tree_digest(src, cache=cache)
-    _, files_dir = source_path._record_paths(src, cache)
+    _, files_dir = treecache.record_paths(src, cache)
     shutil.rmtree(files_dir)  # an unchanged tree is answered from the head: no table needed
     assert source_path.tree_digest(src, cache=cache) == first
     target = src / "d3" / "s3" / "f3.c"  # 291 bytes, rewritten with the same size

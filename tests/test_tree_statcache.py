@@ -19,7 +19,7 @@ import pytest
 from conftest import commit_all, git
 
 from rocmforge.pipeline import memo
-from rocmforge.sources import gitlisting
+from rocmforge.sources import gitlisting, treecache
 from rocmforge.sources import tree as source_path
 
 
@@ -64,7 +64,7 @@ def edit_one_byte_keep_mtime(path: Path) -> None:
 def mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Run with the tree scanned in this process, and by forked workers (small 'big' files)."""
     monkeypatch.setattr(source_path, "RACY_SLACK_NS", 20_000_000)
-    monkeypatch.setattr(source_path, "BUCKET_DIRS", 2)  # many buckets even for a small tree
+    monkeypatch.setattr(treecache, "BUCKET_DIRS", 2)  # many buckets even for a small tree
     if request.param == "parallel":
         monkeypatch.setattr(source_path, "PARALLEL_MIN_ENTRIES", 8)
         monkeypatch.setattr(source_path, "BIG_FILE", 300)
@@ -73,7 +73,7 @@ def mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str
 
 
 def bucket_inodes(root: Path, cache: Path) -> dict[str, int]:
-    _, files_dir = source_path._record_paths(root, cache)
+    _, files_dir = treecache.record_paths(root, cache)
     return {p.name: p.stat().st_ino for p in files_dir.iterdir()}
 
 
@@ -109,7 +109,7 @@ def test_an_unchanged_tree_reads_no_bucket_and_a_lost_bucket_is_rebuilt(
     cache = tmp_path / "cache"
     settle()
     first = source_path.tree_digest(src, cache=cache)
-    _, files_dir = source_path._record_paths(src, cache)
+    _, files_dir = treecache.record_paths(src, cache)
     shutil.rmtree(files_dir)
     assert source_path.tree_digest(src, cache=cache) == first  # the head alone answers
     settle()
@@ -222,7 +222,7 @@ def test_git_tree_edit_in_a_directory_whose_bucket_was_lost(
     source_path.tree_digest(repo, cache=cache)
     settle()
     source_path.tree_digest(repo, cache=cache)
-    for p in source_path._record_paths(repo, cache)[1].iterdir():
+    for p in treecache.record_paths(repo, cache)[1].iterdir():
         p.unlink()  # every bucket lost: the head alone cannot say what the other files hold
     edit_one_byte_keep_mtime(repo / "a0" / "b0" / "c" / "d0" / "f0.txt")
     assert source_path.tree_digest(repo, cache=cache) == fresh(repo, tmp_path)
@@ -324,7 +324,7 @@ def test_a_bucket_directory_made_by_another_process_meanwhile_is_used(
     cache = tmp_path / "cache"
     settle()
     first = source_path.tree_digest(src, cache=cache)
-    head, files_dir = source_path._record_paths(src, cache)
+    head, files_dir = treecache.record_paths(src, cache)
     head.unlink()  # the next scan starts afresh and writes every bucket
     real = Path.is_dir
     asked: list[Path] = []

@@ -87,7 +87,7 @@ def _git_refs(build: BuildInputs, sources_dir: Path) -> list[str]:
 
 
 def _tree_ref(root: Path, sources_dir: Path) -> str | None:
-    from rocmforge.sources.tree import record_stem
+    from rocmforge.sources.treecache import record_stem
 
     return _under(record_stem(root, sources_dir), sources_dir)
 

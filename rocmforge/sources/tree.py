@@ -1,4 +1,4 @@
-"""Path sources: a canonical blake3 content hash of a directory tree, a stat cache, and copying it.
+"""Path sources: a canonical blake3 content hash of a directory tree, and copying it.
 
 The hash covers, for every listed file in POSIX byte order of its relative path, the path, its type
 (``f`` file, ``x`` executable file, ``l`` symlink) and the blake3 of its content (or the link
@@ -6,13 +6,9 @@ target); mtimes, owners and where the directory lives do not count. Inside a git
 listing is git's (tracked plus untracked-not-ignored files, checked-out submodules recursed into);
 elsewhere it is every file except ``.git``.
 
-The stat cache under ``cache/trees`` keeps, per directory of the tree, each file's
-``(size, mtime_ns, ino, ctime_ns)`` with its digest, and that directory's share of the hashed text
-already rendered; the directories are spread over bucket files (``<id>.files/<k>``, about
-:data:`BUCKET_DIRS` directories each) and a small head (``<id>.head``) holds the digest and, per
-directory, a blake3 signature of its stat facts. A re-hash reads and rewrites only the buckets of
-directories that changed; of the others only the rendered text is read (``<k>``, not the
-records in ``<k>.r``).
+What a hash found is kept in a stat cache (:mod:`rocmforge.sources.treecache`: per directory,
+its files' records and its share of the hashed text, in bucket files under a small head), so a
+re-hash looks again only at what may have changed.
 
 Which directories changed: in a plain tree every directory is listed and every file stat'ed (a
 file's content can change without its directory's mtime moving, so nothing less is sound; it
@@ -31,19 +27,16 @@ The worker pool is :mod:`rocmforge.sources.forkmap`; the git listing is
 
 from __future__ import annotations
 
-import contextlib
-import marshal
 import os
 import select
 import shutil
 import stat
 import threading
 import time
-import zlib
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
 import blake3
 
@@ -67,40 +60,36 @@ from rocmforge.sources.gitlisting import (
     index_stat,
     split_z,
 )
-from rocmforge.store import layout
-from rocmforge.util.fsutil import write_atomic
-from rocmforge.util.hashing import blake3_hex
+from rocmforge.sources.treecache import (
+    REC_CONTENT,
+    REC_CTIME,
+    REC_INO,
+    REC_KIND,
+    REC_MTIME,
+    REC_SIZE,
+    Dir,
+    FileRec,
+    Parts,
+    Stale,
+    Table,
+    bucket_of,
+    commit,
+    dir_signature,
+    load_head,
+    record_paths,
+)
 
-RECORD_VERSION = 4
 TREE_TAG = b"rocmforge-tree-v1\0"
 BIG_FILE = 1 << 22
 # Timestamps this close to the scan start may hide a same-tick rewrite; such digests are not reused.
 RACY_SLACK_NS = 50_000_000
 # Below this many entries a scan stays in this process: a fork costs more than it saves.
 PARALLEL_MIN_ENTRIES = 4096
-# Directories per bucket file of the table, on average, and the most bucket files of one tree.
-BUCKET_DIRS = 32
-MAX_BUCKETS = 256
-
-# rel -> (size, mtime_ns, ino, ctime_ns, kind, digest-or-link-target); size -1 marks "do not trust".
-# Plain tuples (the table is marshal'd, and loads as tuples), read by these positions:
-FileRec = tuple[int, int, int, int, str, str]
-REC_SIZE: Final = 0
-REC_MTIME: Final = 1
-REC_INO: Final = 2
-REC_CTIME: Final = 3
-REC_KIND: Final = 4
-REC_CONTENT: Final = 5
 # What a scan records of one file before reading it: (name, size, mtime_ns, ino, ctime_ns, mode);
 # the name is relative to its directory (to the root in a big-file message).
 _Stat = tuple[str, int, int, int, int, int]
-# A directory's share of the hashed text, in order: rendered lines (bytes) and child prefixes (str).
-Parts = tuple[bytes | str, ...]
-# What a scan found in one directory: prefix, stat signature (None: do not trust), its files'
-# records by name, its subdirectory names (None in a listing: derived from the prefixes).
-_Dir = tuple[str, bytes | None, dict[str, FileRec], list[str] | None]
 # A worker's outcome: prefixes of directories seen, directories changed, big files left to hash.
-_PartResult = tuple[list[str], list[_Dir], list[tuple[_Stat, str]]]
+_PartResult = tuple[list[str], list[Dir], list[tuple[_Stat, str]]]
 _S_IFMT, _S_IFREG, _S_IFLNK = 0o170000, 0o100000, 0o120000
 
 _local = threading.local()
@@ -140,116 +129,6 @@ def digest_file(path: str, size: int) -> str:
     return str(blake3.blake3(view[:n]).hexdigest())
 
 
-def record_stem(root: Path, cache: Path) -> Path:
-    """Return the stem of the stat cache record of the tree at ``root`` (``.head``, ``.files``)."""
-    return cache / layout.SOURCES_TREES / blake3_hex(os.fsencode(os.path.abspath(root)))[:24]
-
-
-def _record_paths(root: Path, cache: Path) -> tuple[Path, Path]:
-    """Return the record's small head and the directory of its table's bucket files."""
-    stem = record_stem(root, cache)
-    return stem.with_suffix(layout.TREE_HEAD_SUFFIX), stem.with_suffix(layout.TREE_FILES_SUFFIX)
-
-
-def _load(path: Path) -> Any:
-    try:
-        return marshal.loads(path.read_bytes())
-    except (OSError, ValueError, EOFError, TypeError):
-        return None
-
-
-def _load_head(path: Path, root: Path, mode: str) -> dict[str, Any]:
-    data = _load(path)
-    if (
-        not isinstance(data, dict)
-        or data.get("v") != RECORD_VERSION
-        or data.get("root") != os.fspath(root)
-        or data.get("mode") != mode
-    ):
-        return {}
-    return data
-
-
-def _write_atomic(path: Path, payload: bytes) -> None:
-    try:
-        write_atomic(path, payload)
-    except OSError as exc:
-        raise SourceError(f"cannot write stat cache {path}: {exc}") from exc
-
-
-def _parent(prefix: str) -> str:
-    """Return the prefix of the directory above directory ``prefix`` (``"a/b/"`` -> ``"a/"``)."""
-    return prefix[: prefix.rfind("/", 0, len(prefix) - 1) + 1]
-
-
-def _bucket_of(prefix: str, buckets: int) -> int:
-    return zlib.crc32(os.fsencode(prefix)) % buckets
-
-
-class _Table:
-    """The recorded table of one tree, split by directory into bucket files read on demand.
-
-    The head holds, per directory prefix, the signature of its stat facts (plain trees). Each
-    bucket ``k`` is two files: ``k`` holds its directories' rendered parts of the hashed text
-    (all a digest needs) and ``k.r`` their marshal'd file records (read only for directories
-    that changed); a file whose token is not the head's is not used.
-    """
-
-    def __init__(self, head: dict[str, Any], files_dir: Path) -> None:
-        self.head = head
-        self.files_dir = files_dir
-        self.sigs: dict[str, bytes | None] = head.get("dirs", {}) if head else {}
-        self.buckets: int = head.get("buckets", 1) if head else 1
-        self.tokens: list[str] = head.get("tokens", []) if head else []
-        self._loaded: dict[str, dict[str, Any] | None] = {}
-
-    def _file(self, name: str, k: int) -> dict[str, Any] | None:
-        if name not in self._loaded:
-            data = _load(self.files_dir / name)
-            ok = (
-                isinstance(data, tuple)
-                and len(data) == 2
-                and k < len(self.tokens)
-                and data[0] == self.tokens[k]
-                and isinstance(data[1], dict)
-            )
-            self._loaded[name] = data[1] if ok else None
-        return self._loaded[name]
-
-    def bucket(self, k: int) -> dict[str, Parts] | None:
-        """Return the parts of bucket ``k`` (prefix -> parts), or None if unusable."""
-        return self._file(f"{k}", k)
-
-    def rec_bucket(self, k: int) -> dict[str, bytes] | None:
-        """Return the records of bucket ``k`` (prefix -> marshal'd records), or None."""
-        return self._file(f"{k}.r", k)
-
-    def entry(self, prefix: str) -> Parts | None:
-        """Return the recorded parts of directory ``prefix``, or None."""
-        if prefix not in self.sigs:
-            return None
-        b = self.bucket(_bucket_of(prefix, self.buckets))
-        return None if b is None else b.get(prefix)
-
-    def recs(self, prefix: str) -> dict[str, FileRec]:
-        """Return the recorded file records of directory ``prefix`` by name ({} if none)."""
-        if prefix not in self.sigs:
-            return {}
-        b = self.rec_bucket(_bucket_of(prefix, self.buckets))
-        blob = None if b is None else b.get(prefix)
-        if blob is None:
-            return {}
-        try:
-            recs = marshal.loads(blob)
-        except (ValueError, EOFError, TypeError):
-            return {}
-        return recs if isinstance(recs, dict) else {}
-
-
-class _Stale(Exception):
-    """A bucket the head relies on is missing or damaged: scan again from scratch."""
-
-
 class _Job:
     """One share of a scan: directories or listed files to stat, and the table to compare with."""
 
@@ -259,7 +138,7 @@ class _Job:
         self,
         *,
         base: str,
-        table: _Table,
+        table: Table,
         cutoff: int,
         shallow: Sequence[str] = (),
         deep: Sequence[str] = (),
@@ -330,7 +209,7 @@ def _scan_dirs(job: _Job, big_fd: int | None = None) -> _PartResult:
     """
     base, table, cutoff = job.base, job.table, job.cutoff
     seen: list[str] = []
-    changed: list[_Dir] = []
+    changed: list[Dir] = []
     big: list[tuple[_Stat, str]] = []
     todo = [(p, False) for p in job.shallow] + [(p, True) for p in job.deep]
     sigs = table.sigs
@@ -345,9 +224,7 @@ def _scan_dirs(job: _Job, big_fd: int | None = None) -> _PartResult:
             facts, subs = _list_dir(top, base, prefix, flags)
             if deep:
                 todo.extend((prefix + name + "/", True) for name in subs)
-            # marshal version 2 has neither references nor interning flags: equal facts, equal
-            # bytes in any process
-            sig = blake3.blake3(marshal.dumps((facts, subs), 2)).digest()[:16]
+            sig = dir_signature(facts, subs)
             seen.append(prefix)
             if sigs.get(prefix) == sig:
                 continue
@@ -414,7 +291,7 @@ def _scan_rels(job: _Job, big_fd: int | None = None) -> _PartResult:
             i = rel.rfind("/") + 1
             fact = (rel[i:], st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns, mode)
             groups.setdefault(rel[:i], []).append(fact)
-    changed: list[_Dir] = []
+    changed: list[Dir] = []
     big: list[tuple[_Stat, str]] = []
     for prefix, facts in groups.items():
         recs, _ = _make_recs(base, prefix, facts, table.recs(prefix), cutoff, big_fd, big)
@@ -629,7 +506,6 @@ def _scan_tree(
     if not stat.S_ISDIR(st.st_mode):
         raise SourceError(f"path source {root}: not a directory")
     root = Path(os.path.abspath(root))
-    head_path, files_dir = _record_paths(root, cache)
     mode = "git" if find_gitdir(root) is not None else "plain"
     own: list[str] | None = None
     if own_ignores and mode == "git":
@@ -638,11 +514,11 @@ def _scan_tree(
         if is_enclosed(root):  # the enclosing repository's rules must not apply: own rules only
             own = own_rules_listing(root)
             mode = "own"
-            head_path, files_dir = (p.with_name(p.name + "-own") for p in (head_path, files_dir))
-    head = _load_head(head_path, root, mode)
+    head_path, files_dir = record_paths(root, cache, own=mode == "own")
+    head = load_head(head_path, root, mode)
     try:
         return _scan(root, head, head_path, files_dir, mode, own, need_files)
-    except _Stale:  # a bucket went missing: scan as if nothing were recorded
+    except Stale:  # a bucket went missing: scan as if nothing were recorded
         return _scan(root, {}, head_path, files_dir, mode, own, need_files)
 
 
@@ -656,11 +532,11 @@ def _scan(
     need_files: bool,
 ) -> tuple[str, dict[str, FileRec]]:
     base = os.path.join(os.fspath(root), "")
-    table = _Table(head, files_dir)
+    table = Table(head, files_dir)
     workers = _workers()
     cutoff = time.time_ns() - RACY_SLACK_NS
     git_state: dict[str, dict[str, Any]] = {}
-    found: list[_Dir]
+    found: list[Dir]
     complete = True  # found holds every directory (else: only those that changed)
     seen: list[str] | None = None
     if mode == "plain":
@@ -689,8 +565,9 @@ def _scan(
             jobs = [_Job(base=base, table=table, cutoff=cutoff, rels=c) for c in chunks]
             results, big = _run(_scan_rels, jobs, base, cutoff, warm=bool(head))
     found = [d for r in results for d in r[1]]
-    return _commit(
-        root, table, head_path, files_dir, mode, found, big, seen, complete, git_state, need_files
+    return commit(
+        root, table, head_path, files_dir, mode, found, big, seen, complete, git_state, need_files,
+        render=_render, digest_of=_digest_of,
     )
 
 
@@ -729,7 +606,7 @@ def _hash_left(
 
 
 def _look_again(
-    base: str, table: _Table, cutoff: int, look: set[str], gone: set[str]
+    base: str, table: Table, cutoff: int, look: set[str], gone: set[str]
 ) -> _PartResult:
     """Git work tree with an unchanged index: re-stat the files git names (and the ones not
     trusted last time), reusing or making their records, directory by directory."""
@@ -737,14 +614,14 @@ def _look_again(
     for rel in look | set(table.head.get("racy", ())):
         i = rel.rfind("/") + 1
         by_dir.setdefault(rel[:i], []).append(rel[i:])
-    changed: list[_Dir] = []
+    changed: list[Dir] = []
     big: list[tuple[_Stat, str]] = []
     for prefix, names in by_dir.items():
         if prefix in table.sigs and (
             table.entry(prefix) is None
-            or table.rec_bucket(_bucket_of(prefix, table.buckets)) is None
+            or table.rec_bucket(bucket_of(prefix, table.buckets)) is None
         ):
-            raise _Stale  # its other files' records are lost: the listing must be made anew
+            raise Stale  # its other files' records are lost: the listing must be made anew
         old = table.recs(prefix)
         recs = dict(old)
         facts: list[_Stat] = []
@@ -767,173 +644,6 @@ def _look_again(
         if recs != old or prefix not in table.sigs:
             changed.append((prefix, None, recs, None))
     return [], changed, big
-
-
-def _link_ancestors(dirs: dict[str, list[Any]], table: _Table, complete: bool) -> None:
-    """Give a listed tree's directories their children: every ancestor of a listed file is a
-    directory of the table. ``complete``: ``dirs`` holds every directory with files; else only
-    the changed ones, and a new directory is linked into its recorded ancestors."""
-    if complete:
-        kids: dict[str, set[str]] = {"": set()}
-        for p in list(dirs):
-            q = p
-            while q:
-                up = _parent(q)
-                known = kids.setdefault(up, set())
-                if q in known:
-                    break
-                known.add(q)
-                q = up
-        for p in kids:
-            dirs.setdefault(p, [None, {}, None])
-        for p, d in dirs.items():
-            d[2] = sorted(kids.get(p, ()))
-        return
-    for p in [p for p in dirs if p not in table.sigs]:
-        q = p
-        while q:
-            up = _parent(q)
-            if up not in dirs:
-                dirs[up] = [None, table.recs(up) if up in table.sigs else {}, None]
-            d = dirs[up]
-            if d[2] is None:
-                entry = table.entry(up)
-                if up in table.sigs and entry is None:
-                    raise _Stale
-                d[2] = [x for x in entry if isinstance(x, str)] if entry else []
-            if q not in d[2]:
-                d[2].append(q)
-            if up in table.sigs:
-                break
-            q = up
-
-
-def _commit(
-    root: Path,
-    table: _Table,
-    head_path: Path,
-    files_dir: Path,
-    mode: str,
-    found: list[_Dir],
-    big: dict[str, FileRec],
-    seen: list[str] | None,
-    complete: bool,
-    git_state: dict[str, dict[str, Any]],
-    need_files: bool,
-) -> tuple[str, dict[str, FileRec]]:
-    """Fold what a scan found into the recorded table, write the buckets that changed and the
-    head, and return the digest (and, with ``need_files``, every file's record)."""
-    head = table.head
-    dirs: dict[str, list[Any]] = {}  # prefix -> [sig, recs, child prefixes or None]
-    for prefix, sig, recs, subs in found:
-        if prefix in dirs:  # a directory split between two shares of a listing
-            dirs[prefix][1].update(recs)
-            continue
-        children = None if subs is None else [prefix + s + "/" for s in subs]
-        dirs[prefix] = [sig, recs, children]
-    for rel, rec in big.items():
-        i = rel.rfind("/") + 1
-        d = dirs[rel[:i]]
-        d[1][rel[i:]] = rec
-        if rec[REC_SIZE] < 0:
-            d[0] = None
-    removed: set[str] = set()
-    if seen is not None and not complete:  # plain tree: a directory not seen is gone
-        now = set(seen)
-        removed = {p for p in table.sigs if p not in now}
-    if mode != "plain":  # listed trees: the directories are the listed files' ancestors
-        _link_ancestors(dirs, table, complete)
-    racy = sorted(
-        prefix + name for prefix, d in dirs.items() for name, rec in d[1].items() if rec[0] < 0
-    )
-    if not complete:  # records not looked at again keep their mark
-        racy = sorted(
-            {*racy, *(r for r in head.get("racy", ()) if r[: r.rfind("/") + 1] not in dirs)}
-        )
-    if (
-        not complete
-        and not (dirs or removed or need_files)
-        and head.get("git", {}) == git_state
-        and head.get("racy", []) == racy
-    ):
-        return str(head["digest"]), {}
-    sigs: dict[str, bytes | None] = {} if complete else dict(table.sigs)
-    for p in removed:
-        del sigs[p]
-    for p, d in dirs.items():
-        sigs[p] = d[0]
-    contents: dict[int, dict[str, Parts]]  # per bucket, its directories' parts
-    rec_contents: dict[int, dict[str, bytes]]  # per bucket rewritten, its records
-    if complete:
-        want = max(1, min(MAX_BUCKETS, len(sigs) // BUCKET_DIRS))
-        same = bool(head) and want // 2 <= table.buckets <= want * 2
-        buckets = table.buckets if same else want
-        tokens = list(table.tokens) if same and len(table.tokens) == buckets else [""] * buckets
-        contents = {k: {} for k in range(buckets)}
-        rec_contents = {k: {} for k in range(buckets)}
-        touched = set(range(buckets))
-    else:
-        buckets, tokens = table.buckets, list(table.tokens)
-        if len(tokens) != buckets:
-            raise _Stale
-        touched = {_bucket_of(p, buckets) for p in (*dirs, *removed)}
-        contents, rec_contents = {}, {}
-        for k in range(buckets):
-            b = table.bucket(k)
-            r = table.rec_bucket(k) if k in touched or need_files else {}
-            if b is None or r is None:
-                raise _Stale  # the head names its directories; the record is not whole
-            contents[k] = dict(b) if k in touched else b
-            if k in touched or need_files:
-                rec_contents[k] = dict(r) if k in touched else r
-        for p in removed:
-            contents[_bucket_of(p, buckets)].pop(p, None)
-            rec_contents[_bucket_of(p, buckets)].pop(p, None)
-    for p, (_, recs, children) in dirs.items():
-        k = _bucket_of(p, buckets)
-        if children is None:  # a changed listed directory keeps the children it had
-            prev = contents[k].get(p)
-            children = [x for x in prev if isinstance(x, str)] if prev else []
-        contents[k][p] = _render(p, recs, children)
-        rec_contents[k][p] = marshal.dumps(recs)
-    digest = _digest_of({p: parts for b in contents.values() for p, parts in b.items()})
-    if complete and head:  # a full listing: rewrite only the buckets that differ
-        touched = {
-            k
-            for k in touched
-            if not tokens[k]
-            or table.bucket(k) != contents[k]
-            or table.rec_bucket(k) != rec_contents[k]
-        }
-    if touched and not files_dir.is_dir():
-        # the one-file table of an older record; another process scanning the same tree may
-        # have made the directory since the check (realize -j of two recipes on one source)
-        with contextlib.suppress(FileNotFoundError, IsADirectoryError):
-            files_dir.unlink()
-    for k in sorted(touched):
-        tokens[k] = blake3_hex(os.urandom(16))
-        _write_atomic(files_dir / f"{k}.r", marshal.dumps((tokens[k], rec_contents[k])))
-        _write_atomic(files_dir / f"{k}", marshal.dumps((tokens[k], contents[k])))
-    new_head = {
-        "v": RECORD_VERSION,
-        "root": os.fspath(root),
-        "mode": mode,
-        "digest": digest,
-        "git": git_state,
-        "racy": racy,
-        "dirs": sigs,
-        "buckets": buckets,
-        "tokens": tokens,
-    }
-    if new_head != head:
-        _write_atomic(head_path, marshal.dumps(new_head))
-    files: dict[str, FileRec] = {}
-    if need_files:
-        for rb in rec_contents.values():
-            for p, blob in rb.items():
-                recs = marshal.loads(blob)
-                files.update({p + n: r for n, r in recs.items()} if p else recs)
-    return digest, files
 
 
 def tree_digest(root: Path, *, cache: Path, own_ignores: bool = False) -> str:

@@ -14,7 +14,8 @@ import os
 from pathlib import Path
 
 from rocmforge.errors import SourceError
-from rocmforge.sources.tree import REC_CONTENT, REC_KIND, tree_listing
+from rocmforge.sources.tree import tree_listing
+from rocmforge.sources.treecache import REC_CONTENT, REC_KIND
 
 TREE_SHA256_TAG = b"rocmforge-tree-sha256-v1\0"
 _CHUNK = 1 << 20

@@ -13,9 +13,10 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import time
 import urllib.parse
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -488,3 +489,47 @@ class Index:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def set_aside(index_path: Path, root: Path) -> Path:
+    """Rename a corrupt ``index.sqlite`` (and its -wal, -shm) out of the way; return its new
+    path (``index.sqlite.corrupt-<time>-<rand>`` in ``root``)."""
+    aside = root / f"{layout.INDEX}.corrupt-{int(time.time())}-{os.urandom(3).hex()}"
+    try:
+        os.rename(index_path, aside)
+        for suffix in ("-wal", "-shm"):
+            with suppress(FileNotFoundError):
+                os.rename(f"{index_path}{suffix}", f"{aside}{suffix}")
+    except OSError as e:
+        raise StoreError(f"cannot set the corrupt index {index_path} aside: {e}") from e
+    return aside
+
+
+def open_index(
+    index_path: Path, root: Path, *, writable: bool, notice: Callable[[str, Path, str], None]
+) -> tuple[Index, bool]:
+    """Open the store's index; return it and whether it must be rebuilt from ``entries/``.
+
+    A corrupt index is set aside (:func:`set_aside`) and made anew; a read-only store opens it
+    read-only and, when that is impossible (corrupt, missing), uses one in memory. Each repair
+    is told to ``notice`` as ``(kind, path, detail)``.
+    """
+    try:
+        return Index(index_path, read_only=not writable, root=root), False
+    except IndexCorruptError as e:
+        if writable:
+            aside = set_aside(index_path, root)
+            notice(
+                "corrupt-index",
+                index_path,
+                f"{e}; set aside as {aside.name} and rebuilt from {layout.ENTRIES}/",
+            )
+            return Index(index_path, root=root), True
+        notice(
+            "corrupt-index", index_path, f"{e}; read-only store: using an index rebuilt in memory"
+        )
+        return Index(None, root=root), True
+    except StoreError:
+        if writable:
+            raise
+        return Index(None, root=root), True  # a read-only store without an index

@@ -9,7 +9,7 @@ Layout under the store root::
     roots/live/<pid>-<rand>          temp roots of a running realize: ``root <hash>`` lines and a
                                      ``busy`` line while it resolves or builds; flock held for the
                                      process's lifetime, so an unheld file is stale
-    tmp/<hash>.<pid>.<rand>.lock     (store.py) a held lock is a build in progress
+    tmp/<hash>.<pid>.<rand>.lock     (builddir.py) a held lock is a build in progress
 
 The names are owned by :mod:`rocmforge.store.layout`. Every write here happens under
 :meth:`Store.shared_lock` and gc reads under :meth:`Store.exclusive_lock`, so gc never sees half

@@ -1,10 +1,14 @@
 """The content-addressed store: published entries, in-progress builds, locks and the index.
 
-The layout under the store root is described (and every name in it owned) by
-:mod:`rocmforge.store.layout`; an entry and its ``meta.json`` by :mod:`rocmforge.store.entry`.
-``tmp/<hash>.<pid>.<rand>/`` are builds in progress, each guarded by a held flock on
-``tmp/<same>.lock``; ``locks/<hash>.lock`` are per-hash build locks (filelock); ``gc.lock`` is
-the store-wide read/write lock (flock SH for realize, EX for gc).
+:class:`Store` is the façade the other wings use; the work is done in the store's modules. The
+layout under the store root is described (and every name in it owned) by
+:mod:`rocmforge.store.layout`; an entry and its ``meta.json`` by :mod:`rocmforge.store.entry`;
+reading entries, checking their wheels and moving damage aside by
+:mod:`rocmforge.store.entries`; staging and sealing a publish by :mod:`rocmforge.store.publish`;
+the index by :mod:`rocmforge.store.index`. ``tmp/<hash>.<pid>.<rand>/`` are builds in progress
+(:mod:`rocmforge.store.builddir`), each guarded by a held flock on ``tmp/<same>.lock``;
+``locks/<hash>.lock`` are per-hash build locks (filelock); ``gc.lock`` is the store-wide
+read/write lock (flock SH for realize, EX for gc); both in :mod:`rocmforge.store.locks`.
 
 ``entries/`` is the source of truth; the index may lag behind it. :meth:`Store.lookup` is the
 cache-hit hot path: it only stats and reads ``meta.json`` and never imports ``sqlite3`` or
@@ -24,32 +28,27 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
-import stat
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager, suppress
-from dataclasses import dataclass, replace
+from contextlib import AbstractContextManager, suppress
+from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from rocmforge.errors import RocmforgeError, StoreError, UsageError
-from rocmforge.store import layout
-from rocmforge.store.entry import (
-    Entry,
-    EntryMeta,
-    WheelRecord,
-    complete_fields,
-    listed_wheel_files,
-    read_derivation,
+from rocmforge.store import builddir, layout, locks
+from rocmforge.store import publish as publishing
+from rocmforge.store.builddir import BuildDir
+from rocmforge.store.entries import (
+    entry_from_meta,
+    load_entry,
+    move_to_quarantine,
+    wheel_problem,
 )
-from rocmforge.util.fsutil import fsync_path, json_bytes, remove_tree, write_atomic
+from rocmforge.store.entry import Entry, read_derivation
+from rocmforge.util.fsutil import write_atomic
 
 if TYPE_CHECKING:
     from rocmforge.store.index import Index
-
-FILE_MODE = 0o444
-DIR_MODE = 0o555
 
 
 def _check_hash(hash: str) -> None:
@@ -63,140 +62,6 @@ def _check_entry(hash: str, name: str, version: str) -> None:
     problem = layout.entry_problem(hash, name, version)
     if problem is not None:
         raise StoreError(problem)
-
-
-def wheel_problem(entry: Entry, *, rehash: bool = False) -> str | None:
-    """Return what is wrong with the wheels of ``entry``, or None.
-
-    Each wheel must be a regular file with the size and mtime recorded at publish; one whose
-    mtime moved (a copy that did not keep times) is re-hashed and passes if its digest still
-    matches. ``rehash`` re-hashes every wheel. Entries published before mtimes were recorded
-    get the size check only.
-    """
-    for record, wheel in zip(entry.meta.wheels, entry.wheels, strict=True):
-        try:
-            st = os.lstat(wheel)
-        except FileNotFoundError:
-            return f"wheel missing: {wheel.name}"
-        except OSError as e:
-            return f"cannot stat wheel {wheel.name}: {e}"
-        if not stat.S_ISREG(st.st_mode):
-            return f"wheel is not a regular file: {wheel.name}"
-        if record.size is not None and st.st_size != record.size:
-            return f"wheel {wheel.name} has size {st.st_size}, not {record.size} as published"
-        if rehash or (record.mtime_ns is not None and st.st_mtime_ns != record.mtime_ns):
-            from rocmforge.util.hashing import file_blake3
-
-            try:
-                digest = file_blake3(wheel)
-            except OSError as e:
-                return f"cannot read wheel {wheel.name}: {e}"
-            if digest != record.blake3:
-                return f"wheel {wheel.name} was modified after publishing (blake3 differs)"
-    return None
-
-
-def _open_locked_nb(lock_path: Path) -> int | None:
-    """Return an fd holding LOCK_EX on ``lock_path``, or None if it is held or gone.
-
-    Verifies the locked inode is still the one at ``lock_path`` (it may have been unlinked and
-    replaced between open and flock).
-    """
-    try:
-        fd = os.open(lock_path, os.O_RDWR | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return None
-    except BaseException:
-        os.close(fd)
-        raise
-    try:
-        same = os.stat(lock_path).st_ino == os.fstat(fd).st_ino
-    except FileNotFoundError:
-        same = False
-    if not same:
-        os.close(fd)
-        return None
-    return fd
-
-
-class BuildDir:
-    """A private directory under ``tmp/`` for one build, guarded by a held flock.
-
-    ``with store.new_build_dir(h) as bd:`` creates and locks ``tmp/<hash>.<pid>.<rand>.lock``,
-    then creates ``bd.path`` (empty). On exit the directory is removed (unless ``bd.keep`` was
-    set, e.g. for ``--keep-failed``) and the lock file is removed, releasing the lock. A process
-    that dies leaves the lock file unheld, which is how :meth:`Store.clean_leftovers` tells a
-    crashed build from a running one. Not re-entrant.
-    """
-
-    __slots__ = ("_fd", "keep", "lock_path", "path")
-
-    def __init__(self, path: Path, lock_path: Path) -> None:
-        self.path = path
-        self.lock_path = lock_path
-        self.keep = False
-        self._fd: int | None = None
-
-    def __enter__(self) -> BuildDir:
-        if self._fd is not None:
-            raise StoreError(f"build directory already in use: {self.path}")
-        try:
-            while True:
-                fd = os.open(
-                    self.lock_path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644
-                )
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX)
-                    try:
-                        same = os.stat(self.lock_path).st_ino == os.fstat(fd).st_ino
-                    except FileNotFoundError:
-                        same = False
-                except BaseException:
-                    os.close(fd)
-                    raise
-                if same:
-                    break
-                # A concurrent clean_leftovers took it for an orphan and unlinked it; retry.
-                os.close(fd)
-            self._fd = fd
-            os.write(fd, f"{os.getpid()}\n".encode())
-            os.mkdir(self.path, 0o755)
-        except OSError as e:
-            self._release(unlink=True)
-            raise StoreError(f"cannot create build directory {self.path}: {e}") from e
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if self.keep:
-            self._release(unlink=True)
-            return
-        try:
-            remove_tree(self.path)
-        except OSError as e:
-            # Keep the lock file: once released it marks the directory as a leftover to clean.
-            self._release(unlink=False)
-            if exc_type is None:
-                raise StoreError(f"cannot remove build directory {self.path}: {e}") from e
-            return
-        self._release(unlink=True)
-
-    def _release(self, *, unlink: bool) -> None:
-        if unlink:
-            with suppress(FileNotFoundError):
-                os.unlink(self.lock_path)
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -289,7 +154,7 @@ class Store:
                 return self._damaged(path, f"{layout.META} is not a file")
             raise StoreError(f"cannot read {meta_path}: {e}") from e
         try:
-            entry = self._entry_from_meta(path, raw)
+            entry = entry_from_meta(path, raw)
         except StoreError as e:
             return self._damaged(path, str(e))
         if entry.meta.seal_broken:
@@ -327,23 +192,7 @@ class Store:
 
         gc removes the quarantine. Raises OSError when it cannot be moved (read-only store).
         """
-        qdir = self.root / layout.QUARANTINE
-        os.makedirs(qdir, exist_ok=True)
-        dest = qdir / f"{path.name}.{int(time.time())}.{os.urandom(3).hex()}"
-        st = os.lstat(path)
-        if stat.S_ISDIR(st.st_mode):
-            # Renaming a directory needs write access to it (its "..").
-            os.chmod(path, stat.S_IMODE(st.st_mode) | 0o700)
-        parent_mode = None
-        if path.parent != self.entries_dir:  # a stray file inside a (read-only) entry
-            parent_mode = stat.S_IMODE(os.stat(path.parent).st_mode)
-            os.chmod(path.parent, parent_mode | 0o700)
-        try:
-            os.rename(path, dest)
-        finally:
-            if parent_mode is not None:
-                os.chmod(path.parent, parent_mode)
-        fsync_path(path.parent, directory=True)
+        dest = move_to_quarantine(self.root, self.entries_dir, path)
         if path.parent == self.entries_dir and layout.is_entry_name(path.name):
             with suppress(StoreError):
                 row = self.index.get(path.name[: layout.HASH_LEN])
@@ -362,7 +211,7 @@ class Store:
         """
         marker = self.root / layout.PENDING / dirname
         try:
-            fd = _open_locked_nb(marker)
+            fd = locks.open_locked_nb(marker)
         except OSError:
             return False
         if fd is None:
@@ -404,28 +253,16 @@ class Store:
     def reset_index(self, why: str) -> int:
         """Set the index file aside (it is damaged: ``why``) and rebuild it from ``entries/``;
         return the entry count."""
+        from rocmforge.store.index import set_aside
+
         self.close()
-        aside = self._set_index_aside()
+        aside = set_aside(self.index_path, self.root)
         self._notice("corrupt-index", self.index_path, f"{why}; set aside as {aside.name}")
         return self.rebuild_index()
 
-    @staticmethod
-    def _entry_from_meta(path: Path, raw: bytes) -> Entry:
-        """Parse ``meta.json`` bytes of the entry directory ``path``; its name must match."""
-        meta = EntryMeta.from_bytes(raw, file=path / layout.META)
-        if path.name != meta.dirname:
-            raise StoreError(f"{path / layout.META}: records {meta.dirname}, not {path.name}")
-        return Entry.from_meta(path, meta)
-
     def load(self, path: Path) -> Entry:
         """Load the entry in directory ``path``, checking its name against its ``meta.json``."""
-        try:
-            raw = (path / layout.META).read_bytes()
-        except OSError as e:
-            raise StoreError(
-                f"damaged store entry (cannot read {layout.META}): {path}: {e}"
-            ) from e
-        return self._entry_from_meta(path, raw)
+        return load_entry(path)
 
     def entry_names(self) -> list[str]:
         """Return the directory names of the entries in ``entries/``, sorted (no parsing)."""
@@ -519,68 +356,17 @@ class Store:
 
     # -- locks ------------------------------------------------------------------------------------
 
-    @contextmanager
-    def _gc_flock(self, op: int) -> Iterator[None]:
-        try:
-            fd = os.open(self.gc_lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        except OSError as e:
-            if op != fcntl.LOCK_SH or e.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
-                raise StoreError(f"cannot open {self.gc_lock_path}: {e}") from e
-            # A read-only store: a shared flock works on a read-only descriptor; without the
-            # file nobody can gc this store through us either, so reading goes on unlocked.
-            try:
-                fd = os.open(self.gc_lock_path, os.O_RDONLY | os.O_CLOEXEC)
-            except OSError:
-                yield
-                return
-        try:
-            try:
-                fcntl.flock(fd, op)
-            except OSError as e:
-                raise StoreError(f"cannot lock {self.gc_lock_path}: {e}") from e
-            yield
-        finally:
-            os.close(fd)
-
     def shared_lock(self) -> AbstractContextManager[None]:
         """Hold the store-wide lock shared (realize): gc cannot run meanwhile. Blocks.
 
         Each call opens its own descriptor, so do not nest it with :meth:`exclusive_lock`
         in one process (that would deadlock).
         """
-        return self._gc_flock(fcntl.LOCK_SH)
+        return locks.store_flock(self.gc_lock_path, fcntl.LOCK_SH)
 
     def exclusive_lock(self) -> AbstractContextManager[None]:
         """Hold the store-wide lock exclusively (gc): waits for every realize. Blocks."""
-        return self._gc_flock(fcntl.LOCK_EX)
-
-    @contextmanager
-    def _build_lock(
-        self, hash: str, on_busy: Callable[[], None] | None, poll: float
-    ) -> Iterator[None]:
-        import filelock
-
-        lock = filelock.FileLock(str(self.locks_dir / f"{hash}{layout.LOCK_SUFFIX}"))
-        try:
-            if on_busy is None:
-                lock.acquire()
-            else:
-                try:
-                    lock.acquire(timeout=0)
-                except filelock.Timeout:
-                    while True:
-                        on_busy()  # another process builds this hash: let the caller tell
-                        try:
-                            lock.acquire(timeout=poll)
-                            break
-                        except filelock.Timeout:
-                            continue
-        except OSError as e:
-            raise StoreError(f"cannot take build lock {lock.lock_file}: {e}") from e
-        try:
-            yield
-        finally:
-            lock.release()
+        return locks.store_flock(self.gc_lock_path, fcntl.LOCK_EX)
 
     def build_lock(
         self, hash: str, *, on_busy: Callable[[], None] | None = None, poll: float = 1.0
@@ -591,15 +377,14 @@ class Store:
         ``poll`` seconds, so the caller can say what it waits for.
         """
         _check_hash(hash)
-        return self._build_lock(hash, on_busy, poll)
+        return locks.build_flock(self.locks_dir / f"{hash}{layout.LOCK_SUFFIX}", on_busy, poll)
 
     # -- building and publishing ------------------------------------------------------------------
 
     def new_build_dir(self, hash: str) -> BuildDir:
         """Return a :class:`BuildDir` for ``tmp/<hash>.<pid>.<rand>/``; use it with ``with``."""
         _check_hash(hash)
-        base = layout.build_dir_name(hash, os.getpid(), os.urandom(6).hex())
-        return BuildDir(self.tmp_dir / base, self.tmp_dir / f"{base}{layout.LOCK_SUFFIX}")
+        return builddir.new_build_dir(self.tmp_dir, hash)
 
     def clean_leftovers(self, *, include_kept: bool = False) -> list[Path]:
         """Remove build dirs of dead processes from ``tmp/``; return what was removed.
@@ -608,42 +393,7 @@ class Store:
         an unheld lock file without a dir is removed too. A dir without any lock file was kept
         on purpose (``BuildDir.keep``) and is removed only with ``include_kept``.
         """
-        try:
-            names = os.listdir(self.tmp_dir)
-        except FileNotFoundError:
-            return []
-        except OSError as e:
-            raise StoreError(f"cannot list {self.tmp_dir}: {e}") from e
-        removed: list[Path] = []
-        present = set(names)
-        lock = layout.LOCK_SUFFIX
-        try:
-            for n in sorted(names):
-                if n.endswith(lock) and layout.parse_build_dir_name(n.removesuffix(lock)):
-                    lock_path = self.tmp_dir / n
-                    fd = _open_locked_nb(lock_path)
-                    if fd is None:
-                        continue
-                    try:
-                        d = self.tmp_dir / n.removesuffix(lock)
-                        if os.path.lexists(d):
-                            remove_tree(d)
-                            removed.append(d)
-                        os.unlink(lock_path)
-                    finally:
-                        os.close(fd)
-                elif (
-                    include_kept
-                    and layout.parse_build_dir_name(n)
-                    and f"{n}{lock}" not in present
-                ):
-                    d = self.tmp_dir / n
-                    if not os.path.lexists(f"{d}{lock}"):
-                        remove_tree(d)
-                        removed.append(d)
-        except OSError as e:
-            raise StoreError(f"cannot clean leftovers in {self.tmp_dir}: {e}") from e
-        return removed
+        return builddir.clean_leftovers(self.tmp_dir, include_kept=include_kept)
 
     def publish(
         self,
@@ -667,10 +417,10 @@ class Store:
         final = self.entry_dir(hash, name, version)
         existing = self.lookup(hash, name, version)
         if existing is not None:
-            self._discard(staged)
+            publishing.discard(staged)
             return existing
-        derivation = self._stage(staged, final, hash, name, version, meta)
-        marker = self._take_marker(final.name)
+        derivation = publishing.stage(staged, final, hash, name, version, meta)
+        marker = publishing.take_marker(self.root / layout.PENDING / final.name)
         try:
             try:
                 os.rename(staged, final)
@@ -680,15 +430,9 @@ class Store:
                 winner = self.lookup(hash, name, version)
                 if winner is None:
                     raise StoreError(f"cannot publish {staged} as {final}: {e}") from e
-                self._discard(staged)
+                publishing.discard(staged)
                 return winner
-            try:
-                # After the rename: moving a directory needs write access to it (its "..").
-                os.chmod(final, DIR_MODE)
-                fsync_path(final, directory=True)
-                fsync_path(self.entries_dir, directory=True)
-            except OSError as e:
-                raise StoreError(f"cannot seal published entry {final}: {e}") from e
+            publishing.seal_published(final, self.entries_dir)
             entry = self.load(final)
             self.index.add(entry, derivation)
             # Indexed: the marker goes. On any failure above it stays, unheld, for heal_pending.
@@ -697,30 +441,6 @@ class Store:
             return entry
         finally:
             os.close(marker)
-
-    def _take_marker(self, dirname: str) -> int:
-        """Create and flock ``pending/<dirname>`` durably; return the held descriptor."""
-        path = self.root / layout.PENDING / dirname
-        try:
-            os.makedirs(path.parent, exist_ok=True)
-            while True:
-                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX)
-                    try:
-                        same = os.stat(path).st_ino == os.fstat(fd).st_ino
-                    except FileNotFoundError:
-                        same = False
-                except BaseException:
-                    os.close(fd)
-                    raise
-                if same:
-                    break
-                os.close(fd)  # a concurrent publisher or healer removed it meanwhile: retry
-            fsync_path(path.parent, directory=True)
-        except OSError as e:
-            raise StoreError(f"cannot create publish marker {path}: {e}") from e
-        return fd
 
     def replace(
         self,
@@ -740,127 +460,14 @@ class Store:
         The old entry, now at ``staged``, is removed. Without an existing entry this is
         :meth:`publish`. Call under :meth:`build_lock` for ``hash``.
         """
-        from rocmforge.util.fsutil import exchange
-
         final = self.entry_dir(hash, name, version)
         if not os.path.lexists(final):
             return self.publish(staged, hash=hash, name=name, version=version, meta=meta)
-        derivation = self._stage(staged, final, hash, name, version, meta)
-        try:
-            # Moving a directory needs write access to it (its ".."): both are swapped.
-            os.chmod(final, 0o755)
-            os.chmod(staged, 0o755)
-            exchange(staged, final)
-            os.chmod(final, DIR_MODE)
-            fsync_path(final, directory=True)
-            fsync_path(self.entries_dir, directory=True)
-            remove_tree(staged)
-        except OSError as e:
-            raise StoreError(f"cannot replace {final} with the rebuilt {staged}: {e}") from e
+        derivation = publishing.stage(staged, final, hash, name, version, meta)
+        publishing.swap_in(staged, final, self.entries_dir)
         entry = self.load(final)
         self.index.add(entry, derivation)
         return entry
-
-    def _stage(
-        self,
-        staged: Path,
-        final: Path,
-        hash: str,
-        name: str,
-        version: str,
-        meta: Mapping[str, Any],
-    ) -> dict[str, Any]:
-        """Write ``meta.json`` into ``staged`` and seal it; return its derivation document."""
-        try:
-            derivation, full_meta = self._prepare(staged, hash, name, version, meta)
-            write_atomic(staged / layout.META, json_bytes(full_meta.to_json()), durable=False)
-            self._seal(staged)
-        except OSError as e:
-            raise StoreError(f"cannot stage {staged} for publishing as {final.name}: {e}") from e
-        return derivation
-
-    def _discard(self, staged: Path) -> None:
-        try:
-            remove_tree(staged)
-        except OSError as e:
-            raise StoreError(f"cannot discard staged directory {staged}: {e}") from e
-
-    def _prepare(
-        self, staged: Path, hash: str, name: str, version: str, meta: Mapping[str, Any]
-    ) -> tuple[dict[str, Any], EntryMeta]:
-        """Read the derivation, check the wheels, and return (derivation, full meta).
-
-        ``meta`` holds the fields of :class:`EntryMeta` the caller knows (by their JSON keys);
-        ``hash``, ``name``, ``version``, ``created``, ``size`` and (when absent) ``wheels`` are
-        added here, and the result is checked field by field.
-        """
-        if not staged.is_dir():
-            raise StoreError(f"staged build output is not a directory: {staged}")
-        if not os.path.isfile(staged / layout.DERIVATION):
-            raise StoreError(f"staged build output has no {layout.DERIVATION}: {staged}")
-        derivation = read_derivation(staged)
-        wheel_files = sorted(n for n in os.listdir(staged) if n.endswith(layout.WHEEL_SUFFIX))
-        if not wheel_files:
-            raise StoreError(f"staged build output has no wheel: {staged}")
-        listed = listed_wheel_files(meta, what=f"meta for {hash}")
-        records: list[WheelRecord] | None = None
-        if listed is not None:
-            missing = sorted(set(listed) ^ set(wheel_files))
-            if missing:
-                raise StoreError(
-                    f"meta for {hash}: 'wheels' does not match the wheels in {staged}: "
-                    + ", ".join(missing)
-                )
-        else:
-            from rocmforge.util.hashing import file_digests
-
-            records = []
-            for w in wheel_files:
-                b3, sha = file_digests(staged / w)
-                size = os.stat(staged / w).st_size
-                records.append(WheelRecord(file=w, sha256=sha, blake3=b3, size=size))
-        size = 0
-        for dirpath, _, filenames in os.walk(staged):
-            for f in filenames:
-                p = os.path.join(dirpath, f)
-                if p != os.path.join(staged, layout.META):
-                    size += os.lstat(p).st_size
-        full = complete_fields(
-            meta,
-            hash=hash,
-            name=name,
-            version=version,
-            created=time.time(),
-            size=size,
-            wheels=records,
-        )
-        parsed = EntryMeta.from_json(full, file=staged / layout.META)
-        stamped: list[WheelRecord] = []
-        for record in parsed.wheels:
-            st = os.stat(staged / record.file)
-            stamped.append(replace(record, size=st.st_size, mtime_ns=st.st_mtime_ns))
-        return derivation, replace(parsed, wheels=tuple(stamped)).sealed()
-
-    @staticmethod
-    def _seal(staged: Path) -> None:
-        """Fsync every file and directory below ``staged`` and make them read-only.
-
-        ``staged`` itself is fsynced but made read-only only after it has been renamed.
-        """
-        for dirpath, dirnames, filenames in os.walk(staged, topdown=False):
-            for f in filenames:
-                p = os.path.join(dirpath, f)
-                if stat.S_ISLNK(os.lstat(p).st_mode):
-                    continue
-                fsync_path(p)
-                os.chmod(p, FILE_MODE)
-            for d in dirnames:
-                p = os.path.join(dirpath, d)
-                if stat.S_ISLNK(os.lstat(p).st_mode):
-                    continue
-                fsync_path(p, directory=True)
-                os.chmod(p, DIR_MODE)
-        fsync_path(staged, directory=True)
 
     def used_times(self) -> dict[str, float]:
         """Return the last-use time of each entry hash marked under ``used/`` (every cache hit,
@@ -890,50 +497,15 @@ class Store:
         missing) the index is rebuilt in memory for this process.
         """
         if self._index is None:
-            from rocmforge.store.index import Index, IndexCorruptError
+            from rocmforge.store.index import open_index
 
-            writable = self.writable
-            rebuild = False
-            try:
-                index = Index(self.index_path, read_only=not writable, root=self.root)
-            except IndexCorruptError as e:
-                if writable:
-                    aside = self._set_index_aside()
-                    self._notice(
-                        "corrupt-index",
-                        self.index_path,
-                        f"{e}; set aside as {aside.name} and rebuilt from {layout.ENTRIES}/",
-                    )
-                    index = Index(self.index_path, root=self.root)
-                else:
-                    self._notice(
-                        "corrupt-index",
-                        self.index_path,
-                        f"{e}; read-only store: using an index rebuilt in memory",
-                    )
-                    index = Index(None, root=self.root)
-                rebuild = True
-            except StoreError:
-                if writable:
-                    raise
-                index = Index(None, root=self.root)  # a read-only store without an index
-                rebuild = True
+            index, rebuild = open_index(
+                self.index_path, self.root, writable=self.writable, notice=self._notice
+            )
             self._index = index
             if rebuild or (index.created and self._entry_names()):
                 self.rebuild_index()
         return self._index
-
-    def _set_index_aside(self) -> Path:
-        """Rename a corrupt ``index.sqlite`` (and its -wal, -shm) out of the way."""
-        aside = self.root / f"{layout.INDEX}.corrupt-{int(time.time())}-{os.urandom(3).hex()}"
-        try:
-            os.rename(self.index_path, aside)
-            for suffix in ("-wal", "-shm"):
-                with suppress(FileNotFoundError):
-                    os.rename(f"{self.index_path}{suffix}", f"{aside}{suffix}")
-        except OSError as e:
-            raise StoreError(f"cannot set the corrupt index {self.index_path} aside: {e}") from e
-        return aside
 
     def rebuild_index(self) -> int:
         """Refill the index from ``entries/`` (the source of truth); return the entry count.
