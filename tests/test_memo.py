@@ -417,7 +417,7 @@ def test_code_change_is_seen(tiny_recipe: Path, tmp_path: Path, store: Path) -> 
         ignore=shutil.ignore_patterns("__pycache__"),
     )
     env = {"PYTHONPATH": str(copy.parent)}  # the helpers run from the recipe's directory
-    derivation = copy / "derivation.py"
+    derivation = copy / "plan" / "derivation.py"
     text = derivation.read_text()
     assert 'BUILDER = "rocmforge-build/1"' in text
 
