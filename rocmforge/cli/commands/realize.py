@@ -7,7 +7,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rocmforge.cli.commands._common import (
     ConsoleReporter,
@@ -19,10 +19,7 @@ from rocmforge.cli.commands._common import (
     open_store,
     substitution_of,
 )
-from rocmforge.pipeline.options import HEARTBEAT_SECONDS
-
-if TYPE_CHECKING:
-    from rocmforge.pipeline.options import RealizeOptions
+from rocmforge.pipeline.options import HEARTBEAT_SECONDS, RealizeOptions
 
 
 def register(sub: Any) -> None:
@@ -97,8 +94,6 @@ def options_of(args: argparse.Namespace) -> RealizeOptions:
     """The one :class:`~rocmforge.pipeline.options.RealizeOptions` of a parsed ``realize``
     command line and the configuration (the substitution settings resolved here, once; a
     ``--check`` asks no cache, so it resolves none)."""
-    from rocmforge.pipeline.options import RealizeOptions
-
     flags = RealizeOptions(
         sandbox=args.sandbox,
         keep_failed=args.keep_failed,
