@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import sys
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
+if TYPE_CHECKING:
+    from rocmforge.pipeline.memo import MemoAnswer
+
 
 def main_entry() -> None:
     """Run ``rocmforge``; a memoised cache hit, the plan of a remembered recipe and the plain
@@ -12,10 +16,16 @@ def main_entry() -> None:
     from rocmforge.pipeline.memo import fast_plan, fast_realize
 
     try:
-        code = fast_realize(argv)
-        if code is None:
-            code = fast_plan(argv)
-        if code is None:  # not on the memo's hit path
+        code = None
+        answer = fast_realize(argv)
+        if answer is None:
+            answer = fast_plan(argv)
+        if answer is not None:
+            try:
+                code = render_memo(answer)
+            finally:
+                answer.close()
+        else:  # not on the memo's hit path
             from rocmforge.cli.fastread import fast_read
 
             code = fast_read(argv)
@@ -28,3 +38,24 @@ def main_entry() -> None:
 
         code = main(argv)
     sys.exit(code)
+
+
+def render_memo(answer: MemoAnswer) -> int:
+    """Print the memo's answer as the full ``realize`` or ``plan`` prints it; return 0."""
+    plan = answer.plan
+    if plan is not None:
+        sys.stderr.write(plan.warnings)
+        sys.stderr.flush()
+        sys.stdout.write(
+            f"name:    {plan.name} {plan.version}\n"
+            f"hash:    {plan.hash}\n"
+            f"cached:  yes, {plan.path}\n"
+            f"derivation:\n{plan.text}"
+        )
+        sys.stdout.flush()
+        return 0
+    for name, version, hash, _ in answer.rows:
+        sys.stderr.write(f"rocmforge: {name} {version} {hash} cached\n")
+    sys.stdout.write("".join(f"{w}\n" for *_, wheels in answer.rows for w in wheels))
+    sys.stdout.flush()
+    return 0

@@ -244,7 +244,8 @@ def submit_graph(
     on_update: Callable[[Sequence[NodeStatus], Sequence[NodeStatus]], None] | None = None,
 ) -> ClusterReport:
     """Queue every node of ``graph``'s targets that neither ``store`` nor ``cache`` has, watch the
-    jobs to their end, and report. ``realize_args`` are passed to each job's realize.
+    jobs to their end, and report. ``realize_args`` are passed to each job's realize: the
+    option arguments a local child gets too (:func:`rocmforge.pipeline.graph.child_command`).
 
     ``on_update(all, changed)`` is called after each poll (``changed``: nodes whose state or
     detail moved). SIGINT or SIGTERM cancels every job this run submitted or attached to (unless

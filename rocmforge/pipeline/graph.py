@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rocmforge.errors import BuildError, RocmforgeError, UsageError
+from rocmforge.pipeline.options import RealizeOptions
 from rocmforge.plan.derivation import Dependency
 from rocmforge.plan.graph import Graph, dependency
 from rocmforge.plan.resolve import resolve
@@ -111,27 +112,21 @@ def realize_graph(
     reporter_factory: Callable[[Recipe], Reporter],
     lints: Mapping[Path, tuple[Finding, ...]],
     temp_roots: TempRoots,
-    jobs: int = 1,
-    keep_going: bool = False,
-    keep_failed: bool = False,
+    options: RealizeOptions,
     links: Mapping[Path, Path] | None = None,
-    sandbox: str = "bwrap",
-    sandbox_option: str | None = None,
     on_done: Callable[[RealizeReport], None] | None = None,
-    options: Mapping[str, Any] | None = None,
-    child_args: Sequence[str] = (),
 ) -> GraphReport:
     """Realize the targets of ``graph`` and everything they need, dependencies first.
 
     ``realize`` is :func:`rocmforge.pipeline.realize.realize` (passed in: this module sits beside
-    it).
+    it); each node is realized with ``options``.
 
-    With ``jobs`` > 1, up to that many independent nodes are built at once, each by a child
-    ``rocmforge realize`` of that one recipe (its dependencies are cached by then), with
+    With ``options.jobs`` > 1, up to that many independent nodes are built at once, each by a
+    child ``rocmforge realize`` of that one recipe (its dependencies are cached by then) with the
+    arguments :meth:`RealizeOptions.to_argv` of :meth:`RealizeOptions.for_child`, and
     ``MAX_JOBS`` defaulting to its share of the cores. A failed node stops its dependents; the
-    others stop being started unless ``keep_going``. Build errors are collected in the report;
-    any other error (bad input, environment) is raised. ``options`` are more keyword arguments
-    for ``realize`` (verify, compiler_cache); ``child_args`` the same for a child realize.
+    others stop being started unless ``options.keep_going``. Build errors are collected in the
+    report; any other error (bad input, environment) is raised.
     """
     order = graph.closure_of_targets()
     links = links or {}
@@ -151,13 +146,11 @@ def realize_graph(
                 fetcher=fetcher,
                 runner_factory=runner_factory,
                 reporter=reporter,
-                keep_failed=keep_failed,
+                options=options,
                 link=links.get(file),
                 lints=lints.get(file),
                 temp_roots=temp_roots,
-                sandbox=sandbox,
                 dependencies=tuple(done[f] for f in graph.closure(file)),
-                **(options or {}),
             )
         except RocmforgeError as exc:
             if exc.recipe_file is None:
@@ -182,8 +175,9 @@ def realize_graph(
                 return f"not built: its dependency {name} ({os.path.basename(f)}) was not built"
         return None
 
+    keep_going = options.keep_going
     pending = list(order)
-    if jobs <= 1:
+    if options.jobs <= 1:
         for file in pending:
             why = blocked(file)
             if why is not None:
@@ -201,10 +195,16 @@ def realize_graph(
             reports=reports, failed=failed, skipped=skipped, order=order, errors=tuple(errors)
         )
     return _realize_parallel(
-        graph, order, store=store, jobs=jobs, keep_going=keep_going, keep_failed=keep_failed,
-        links=links, sandbox_option=sandbox_option, one=one, finished=finished,
-        blocked=blocked, failed=failed, skipped=skipped, reports=reports, child_args=child_args,
+        graph, order, store=store, jobs=options.jobs, keep_going=keep_going,
+        child_args=child_command(options), one=one, finished=finished,
+        blocked=blocked, failed=failed, skipped=skipped, reports=reports,
     )  # fmt: skip
+
+
+def child_command(options: RealizeOptions) -> list[str]:
+    """The option arguments of every child realize of one node (a local one of ``-j N`` or a
+    Slurm job): :meth:`RealizeOptions.to_argv` of :meth:`RealizeOptions.for_child`."""
+    return options.for_child().to_argv()
 
 
 def _realize_parallel(
@@ -214,16 +214,13 @@ def _realize_parallel(
     store: Store,
     jobs: int,
     keep_going: bool,
-    keep_failed: bool,
-    links: Mapping[Path, Path],
-    sandbox_option: str | None,
+    child_args: Sequence[str],
     one: Callable[[Path], RealizeReport],
     finished: Callable[[Path, RealizeReport], None],
     blocked: Callable[[Path], str | None],
     failed: dict[Path, str],
     skipped: dict[Path, str],
     reports: dict[Path, RealizeReport],
-    child_args: Sequence[str] = (),
 ) -> GraphReport:
     """Build up to ``jobs`` ready nodes at once as child processes, then collect each result."""
     share = max(1, (os.cpu_count() or 1) // jobs)
@@ -248,12 +245,7 @@ def _realize_parallel(
                 continue  # a dependency is still building
             pending.remove(file)
             argv = [sys.executable, "-m", "rocmforge", "realize", str(file), "--store",
-                    str(store.root), "-j", "1"]  # fmt: skip
-            if sandbox_option:
-                argv += ["--sandbox", sandbox_option]
-            if keep_failed:
-                argv.append("--keep-failed")
-            argv += child_args
+                    str(store.root), "-j", "1", *child_args]  # fmt: skip
             running[file] = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL)
         if not running:
             continue

@@ -491,7 +491,53 @@ def record_plan(store_root: str, recipe: str, *, hash: str, warnings: str, text:
         _write_item(store_root, key, item)
 
 
-def fast_plan(argv: Sequence[str]) -> int | None:
+class MemoAnswer:
+    """What the memo answers for a command, for its caller to print: ``rows`` (realize: per
+    entry its name, version, hash and wheel paths) or ``plan`` (the remembered plan).
+
+    The store's gc lock stays held shared until :meth:`close` (gc cannot delete what is about
+    to be printed): the caller prints, then closes. A plain class: ``dataclasses`` costs
+    start-up time.
+    """
+
+    __slots__ = ("_lock", "plan", "rows")
+
+    def __init__(
+        self,
+        lock: int,
+        *,
+        rows: list[tuple[str, str, str, list[str]]] | None = None,
+        plan: PlanAnswer | None = None,
+    ) -> None:
+        self._lock = lock
+        self.rows = rows or []
+        self.plan = plan
+
+    def close(self) -> None:
+        """Release the store's gc lock."""
+        if self._lock >= 0:
+            os.close(self._lock)
+            self._lock = -1
+
+
+class PlanAnswer:
+    """The remembered ``plan RECIPE`` of a cached recipe: its warnings (stderr), the entry
+    and the derivation text."""
+
+    __slots__ = ("hash", "name", "path", "text", "version", "warnings")
+
+    def __init__(
+        self, *, name: str, version: str, hash: str, path: str, warnings: str, text: str
+    ) -> None:
+        self.name = name
+        self.version = version
+        self.hash = hash
+        self.path = path
+        self.warnings = warnings
+        self.text = text
+
+
+def fast_plan(argv: Sequence[str]) -> MemoAnswer | None:
     """Answer ``plan RECIPE [--store DIR]`` of a cached, remembered recipe from the memo, or
     return None to fall through to the full CLI."""
     parsed = _parse(argv, "plan")
@@ -514,25 +560,23 @@ def fast_plan(argv: Sequence[str]) -> int | None:
     lock = _gc_lock_shared(store)
     if lock is None:
         return None
-    try:
-        if _entry_wheels(root, result) is None:
-            return None
-        sys.stderr.write(warnings)
-        sys.stderr.flush()
-        sys.stdout.write(
-            f"name:    {result['name']} {result['version']}\n"
-            f"hash:    {result['hash']}\n"
-            f"cached:  yes, {os.path.join(root, str(result['path']))}\n"
-            f"derivation:\n{text}"
-        )
-        sys.stdout.flush()
-        return 0
-    finally:
+    if _entry_wheels(root, result) is None:
         os.close(lock)
+        return None
+    answer = PlanAnswer(
+        name=str(result["name"]),
+        version=str(result["version"]),
+        hash=str(result["hash"]),
+        path=os.path.join(root, str(result["path"])),
+        warnings=warnings,
+        text=text,
+    )
+    return MemoAnswer(lock, plan=answer)
 
 
-def fast_realize(argv: Sequence[str]) -> int | None:
-    """Answer ``realize RECIPE... [--store DIR]`` from the memo, or return None to fall through."""
+def fast_realize(argv: Sequence[str]) -> MemoAnswer | None:
+    """Answer ``realize RECIPE... [--store DIR]`` from the memo (recording each entry's use),
+    or return None to fall through."""
     parsed = _parse(argv)
     if parsed is None:
         return None
@@ -563,19 +607,13 @@ def fast_realize(argv: Sequence[str]) -> int | None:
     lock = _gc_lock_shared(store)
     if lock is None:
         return None
-    try:
-        lines = []
-        for r in results:
-            paths = _entry_wheels(root, r)
-            if paths is None:
-                return None
-            lines.append((r, paths))
-        for r, _ in lines:
-            touch_used(store, str(r["hash"]))
-        for r, _ in lines:
-            sys.stderr.write(f"rocmforge: {r['name']} {r['version']} {r['hash']} cached\n")
-        sys.stdout.write("".join(f"{w}\n" for _, wheels in lines for w in wheels))
-        sys.stdout.flush()
-        return 0
-    finally:
-        os.close(lock)
+    rows = []
+    for r in results:
+        paths = _entry_wheels(root, r)
+        if paths is None:
+            os.close(lock)
+            return None
+        rows.append((str(r["name"]), str(r["version"]), str(r["hash"]), paths))
+    for row in rows:
+        touch_used(store, row[2])
+    return MemoAnswer(lock, rows=rows)

@@ -13,11 +13,12 @@ import stat
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rocmforge.errors import UsageError
+from rocmforge.pipeline.options import RealizeOptions
 from rocmforge.plan.derivation import Dependency
 from rocmforge.plan.resolve import Resolved, resolve
 from rocmforge.recipe.lints import Finding, LintFacts, describe, preflight
@@ -34,7 +35,9 @@ from rocmforge.util.progress import NullReporter, Reporter
 if TYPE_CHECKING:
     from rocmforge.build.sandbox import Runner
     from rocmforge.trust.explain import Nearest
-    from rocmforge.trust.signing import PublicKey
+
+#: The options of a plain ``rocmforge realize RECIPE``.
+DEFAULT_OPTIONS = RealizeOptions()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -347,42 +350,164 @@ def waiting_reporter(store: Store, drv: Any, reporter: Reporter) -> Callable[[],
     return on_busy
 
 
-def _finish(
-    store: Store,
-    r: Resolved,
-    entry: Entry,
-    roots: TempRoots,
-    link: Path | None,
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Outcome:
+    """How a realize got its entry: looked up (both None), substituted from ``substituted``
+    (a cache URL) or built under ``sandbox``."""
+
+    entry: Entry
+    sandbox: str | None = None
+    substituted: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Run:
+    """What every step of one realize shares: the resolved recipe, the store and the roots
+    protecting it, and when the realize began."""
+
+    r: Resolved
+    store: Store
+    roots: TempRoots
+    reporter: Reporter
+    options: RealizeOptions
+    started: float
+    since_ns: int
+
+
+def lookup(run: _Run) -> Entry | None:
+    """Step 1: the store's entry of the derivation if it may answer (built at a level the
+    options accept); on a miss, protect the hash about to be built. Call under the shared lock.
+
+    Raises :class:`~rocmforge.errors.StoreError` on a miss in a read-only store.
+    """
+    store, drv = run.store, run.r.derivation
+    entry = store.lookup(drv.hash, drv.name, drv.version, verify=run.options.verify)
+    if entry is not None and satisfies(entry.meta.sandbox, run.options.level):
+        return entry
+    if not store.writable:
+        from rocmforge.errors import StoreError
+
+        raise StoreError(
+            f"{drv.name} {drv.version} ({drv.hash}) is not in the store and the store "
+            f"{store.root} is read-only: it can serve cache hits only (build it into a "
+            "writable store)"
+        )
+    run.roots.add(drv.hash)  # what we are about to build and publish
+    return None
+
+
+def substitution(run: _Run) -> Outcome | None:
+    """Step 2: the entry from the first binary cache of the options that has it, or None (or
+    :class:`~rocmforge.errors.SubstituteError` with ``require_substitute``). Call under the
+    build lock; does nothing when no cache is asked."""
+    options = run.options
+    if not (options.caches or options.require_substitute):
+        return None
+    from rocmforge.cache.substitute import Wanted, substitute
+
+    store, roots, drv = run.store, run.roots, run.r.derivation
+    want = Wanted(drv.hash, drv.name, drv.version)
+
+    def protect(hash: str) -> None:  # a dependency substituted with it
+        with store.shared_lock():
+            roots.add(hash)
+
+    entry = substitute(
+        store,
+        options.caches,
+        want,
+        run.reporter,
+        require=options.require_substitute,
+        trusted=options.trusted,
+        protect=protect,
+    )
+    if entry is None:
+        return None
+    origin = entry.meta.origin
+    return Outcome(entry=entry, substituted=str(origin["cache"]) if origin is not None else None)
+
+
+def build_step(
+    run: _Run,
     *,
-    started: float,
-    since_ns: int,
-    sandbox: str | None,
-    substituted: str | None = None,
-) -> RealizeReport:
-    """Protect, link, remember and report ``entry``; call under the shared lock."""
+    fetcher: Fetcher,
+    runner_factory: Callable[[], Runner],
+    replacing: Entry | None = None,
+) -> Outcome:
+    """Step 3: build the derivation in the sandbox and publish it into the store (``replacing``
+    the entry built under a weaker sandbox, if any). Call under the build lock."""
+    from rocmforge.build.builder import build, closure_wheels
+
+    store, r, reporter, options = run.store, run.r, run.reporter, run.options
+    wanted = options.level
+    store.clean_leftovers()
+    if replacing is not None:
+        reporter.warning(_weaker_note(replacing, wanted))
+    else:
+        _explain_miss(store, r.derivation.data, reporter)
+    runner = runner_factory()
+    if not satisfies(runner.level, wanted):
+        from rocmforge.errors import SandboxError
+
+        raise SandboxError(
+            f"sandbox level {runner.level!r} is weaker than the requested {wanted!r}"
+        )
+    warning = getattr(runner, "warning", None)
+    if warning:
+        reporter.warning(warning)
+    check_reqs = resolve_requirements(
+        r.recipe.check.requirements,
+        python_version=r.toolchain.python_version,
+        wheel_dir=store.sources_dir / layout.SOURCES_WHEELS,
+        cache_dir=store.cache_dir,
+        fetcher=fetcher,
+    )
+    check_wheels(
+        (*r.requirements, *check_reqs),
+        python_version=r.toolchain.python_version,
+        fetcher=fetcher,
+        quarantine=store.quarantine,
+    )
+    outcome = build(
+        r,
+        store=store,
+        runner=runner,
+        reporter=reporter,
+        keep_failed=options.keep_failed,
+        check_requirements=tuple(closure_wheels([q.wheel for q in check_reqs], r)),
+        replace=replacing is not None,
+        compiler_cache=options.compiler_cache,
+    )
+    return Outcome(entry=outcome.entry, sandbox=outcome.sandbox)
+
+
+def publish(run: _Run, got: Outcome, link: Path | None) -> RealizeReport:
+    """Step 4: protect the entry, make the result link, remember the result in the memo and
+    report it; call under the shared lock."""
     from rocmforge.pipeline import memo
     from rocmforge.store.roots import register_link
 
+    store, roots, entry = run.store, run.roots, got.entry
     roots.add(entry.hash)
     roots.set_busy(False)
     made = None
     if link is not None:
         made = make_link(link, entry.path)
         register_link(store, made)
-    _remember(store, r, entry, since_ns)
+    _remember(store, run.r, entry, run.since_ns)
     memo.touch_used(str(store.root), entry.hash)
-    drv = r.derivation
+    drv = run.r.derivation
     return RealizeReport(
-        recipe=r.recipe.file,
+        recipe=run.r.recipe.file,
         hash=drv.hash,
         name=drv.name,
         version=drv.version,
         path=entry.path,
         wheels=entry.wheels,
-        cached=sandbox is None and substituted is None,
-        sandbox=sandbox,
-        substituted=substituted,
-        seconds=time.monotonic() - started,
+        cached=got.sandbox is None and got.substituted is None,
+        sandbox=got.sandbox,
+        substituted=got.substituted,
+        seconds=time.monotonic() - run.started,
         link=made,
     )
 
@@ -394,19 +519,16 @@ def realize(
     fetcher: Fetcher,
     runner_factory: Callable[[], Runner],
     reporter: Reporter | None = None,
-    keep_failed: bool = False,
+    options: RealizeOptions = DEFAULT_OPTIONS,
     link: Path | None = None,
     lints: tuple[Finding, ...] | None = None,
     temp_roots: TempRoots | None = None,
-    sandbox: str = "bwrap",
-    verify: bool = False,
-    compiler_cache: bool = True,
     dependencies: Sequence[Dependency] = (),
-    caches: Sequence[str] = (),
-    require_substitute: bool = False,
-    trusted: Mapping[str, PublicKey] | None = None,
 ) -> RealizeReport:
     """Return the store entry for ``recipe``, building it in the sandbox on a miss.
+
+    The steps, each a function: :func:`lookup` (the store), :func:`substitution` (the binary
+    caches of ``options``), :func:`build_step` and :func:`publish` (link, roots, memo).
 
     ``dependencies`` are the built entries of the recipes it is built against (its closure, in
     the order :mod:`rocmforge.plan.graph` realized them); they are hashed into its derivation and
@@ -416,22 +538,22 @@ def realize(
     recipe before building any); without them, the recipe is linted here. Either way the
     unacknowledged warnings are reported once, here.
 
-    ``sandbox`` is the weakest sandbox level the caller accepts (``runner_factory`` gives that
-    level or a stronger one). A cached entry built under a weaker level is not returned: it is
-    rebuilt, with a warning, and the new build replaces it in the store atomically.
+    ``options.level`` is the weakest sandbox level the caller accepts (``runner_factory`` gives
+    that level or a stronger one). A cached entry built under a weaker level is not returned: it
+    is rebuilt, with a warning, and the new build replaces it in the store atomically.
 
     The entry is protected from gc until ``temp_roots`` is closed (the CLI keeps one open until
     it exits); without one, only until this call returns. The store's shared lock is held only
     around the lookup and the return, never across a build: while resolving and building, this
     process's temp roots mark the hash as rooted and the source caches as busy instead.
-    A cache hit checks the wheels' size and mtime against publish (``verify``: re-hashes them);
-    a damaged entry is quarantined and rebuilt (:meth:`Store.lookup`).
+    A cache hit checks the wheels' size and mtime against publish (``options.verify``: re-hashes
+    them); a damaged entry is quarantined and rebuilt (:meth:`Store.lookup`).
 
-    ``compiler_cache`` False builds without the compiler cache (it never changes the hash).
-    ``caches`` (URLs) are asked in order on a miss before building (:mod:`rocmforge.cache`);
-    ``require_substitute`` fails instead of building when none provides the entry;
-    ``trusted`` are the keys a substituted entry must be signed with (default: the trusted-keys
-    file or ``$ROCMFORGE_TRUSTED_KEYS``).
+    ``options.compiler_cache`` False builds without the compiler cache (it never changes the
+    hash). ``options.caches`` (URLs) are asked in order on a miss before building
+    (:mod:`rocmforge.cache`); ``options.require_substitute`` fails instead of building when none
+    provides the entry; ``options.trusted`` are the keys a substituted entry must be signed with
+    (default: the trusted-keys file or ``$ROCMFORGE_TRUSTED_KEYS``).
     """
     reporter = reporter or NullReporter()
     if lints is None:
@@ -445,103 +567,29 @@ def realize(
         with store.shared_lock():
             roots.set_busy(True)  # gc leaves source caches alone while we resolve and build
         r = resolve(recipe, store=store, fetcher=fetcher, dependencies=dependencies)
+        run = _Run(
+            r=r, store=store, roots=roots, reporter=reporter, options=options,
+            started=started, since_ns=since_ns,
+        )  # fmt: skip
         drv = r.derivation
         with store.shared_lock():
-            entry = store.lookup(drv.hash, drv.name, drv.version, verify=verify)
-            if entry is not None and satisfies(entry.meta.sandbox, sandbox):
-                return _finish(
-                    store, r, entry, roots, link, started=started, since_ns=since_ns, sandbox=None
-                )
-            if not store.writable:
-                from rocmforge.errors import StoreError
-
-                raise StoreError(
-                    f"{drv.name} {drv.version} ({drv.hash}) is not in the store and the store "
-                    f"{store.root} is read-only: it can serve cache hits only (build it into a "
-                    "writable store)"
-                )
-            roots.add(drv.hash)  # what we are about to build and publish
-        wanted = sandbox
-        built: str | None = None
-        fetched: str | None = None
+            hit = lookup(run)
+            if hit is not None:
+                return publish(run, Outcome(entry=hit), link)
         with store.build_lock(drv.hash, on_busy=waiting_reporter(store, drv, reporter)):
-            entry = store.lookup(drv.hash, drv.name, drv.version)
-            if entry is None and (caches or require_substitute):
-                from rocmforge.cache.substitute import Wanted, substitute
-
-                want = Wanted(drv.hash, drv.name, drv.version)
-                def protect(hash: str) -> None:  # a dependency substituted with it
-                    with store.shared_lock():
-                        roots.add(hash)
-
-                entry = substitute(
-                    store,
-                    caches,
-                    want,
-                    reporter,
-                    require=require_substitute,
-                    trusted=trusted,
-                    protect=protect,
-                )
-                if entry is not None and entry.meta.origin is not None:
-                    fetched = str(entry.meta.origin["cache"])
-            weaker = entry is not None and not satisfies(entry.meta.sandbox, wanted)
-            if entry is None or weaker:
-                from rocmforge.build.builder import build, closure_wheels
-
-                store.clean_leftovers()
-                if entry is not None:
-                    reporter.warning(_weaker_note(entry, wanted))
-                else:
-                    _explain_miss(store, drv.data, reporter)
-                runner = runner_factory()
-                if not satisfies(runner.level, wanted):
-                    from rocmforge.errors import SandboxError
-
-                    raise SandboxError(
-                        f"sandbox level {runner.level!r} is weaker than the requested {wanted!r}"
-                    )
-                warning = getattr(runner, "warning", None)
-                if warning:
-                    reporter.warning(warning)
-                check_reqs = resolve_requirements(
-                    recipe.check.requirements,
-                    python_version=r.toolchain.python_version,
-                    wheel_dir=store.sources_dir / layout.SOURCES_WHEELS,
-                    cache_dir=store.cache_dir,
+            entry = store.lookup(drv.hash, drv.name, drv.version)  # another process's build
+            got = Outcome(entry=entry) if entry is not None else substitution(run)
+            if got is None or not satisfies(got.entry.meta.sandbox, options.level):
+                built = build_step(
+                    run,
                     fetcher=fetcher,
+                    runner_factory=runner_factory,
+                    replacing=got.entry if got is not None else None,
                 )
-                check_wheels(
-                    (*r.requirements, *check_reqs),
-                    python_version=r.toolchain.python_version,
-                    fetcher=fetcher,
-                    quarantine=store.quarantine,
-                )
-                outcome = build(
-                    r,
-                    store=store,
-                    runner=runner,
-                    reporter=reporter,
-                    keep_failed=keep_failed,
-                    check_requirements=tuple(
-                        closure_wheels([q.wheel for q in check_reqs], r)
-                    ),
-                    replace=weaker,
-                    compiler_cache=compiler_cache,
-                )
-                entry, built = outcome.entry, outcome.sandbox
+                # a substituted entry rebuilt (weaker sandbox) still reports where it came from
+                got = replace(built, substituted=got.substituted if got is not None else None)
         with store.shared_lock():
-            return _finish(
-                store,
-                r,
-                entry,
-                roots,
-                link,
-                started=started,
-                since_ns=since_ns,
-                sandbox=built,
-                substituted=fetched,
-            )
+            return publish(run, got, link)
     except BaseException:
         if temp_roots is not None:
             with store.shared_lock():

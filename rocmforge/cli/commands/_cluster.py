@@ -21,7 +21,6 @@ from rocmforge.cli.commands._common import (
     emit_json,
     open_store,
     settings_of,
-    substitution_of,
 )
 from rocmforge.errors import UsageError
 
@@ -178,6 +177,7 @@ class StatusPrinter:
 
 def run_slurm(
     args: argparse.Namespace,
+    options: Any,
     graph: Any,
     store: Any,
     lints: Mapping[Path, Any],
@@ -185,32 +185,35 @@ def run_slurm(
     cells: list[Any] | None,
     links: Mapping[Path, Path] | None = None,
 ) -> int:
-    """``realize --executor slurm``: queue the jobs, watch them, substitute what they pushed."""
+    """``realize --executor slurm``: queue the jobs, watch them, substitute what they pushed.
+
+    ``options`` (:class:`~rocmforge.pipeline.options.RealizeOptions`) go to every job as the
+    same child arguments a local ``-j N`` child gets; the ``--executor slurm`` caller refused
+    ``--no-substitute`` already.
+    """
+    from dataclasses import replace
+
     from rocmforge.executor.submit import submit_graph
-    from rocmforge.pipeline.graph import realize_graph
+    from rocmforge.pipeline.graph import child_command, realize_graph
     from rocmforge.pipeline.realize import realize
     from rocmforge.plan.graph import Graph
     from rocmforge.sources.requirements import PipFetcher
     from rocmforge.store.roots import TempRoots
 
-    if args.substitute is False:
-        raise UsageError("--executor slurm substitutes every result from the cache: "
-                         "drop --no-substitute/--offline")  # fmt: skip
-    _, caches, trusted = substitution_of(args)
+    caches = options.caches
     if not caches:
         raise UsageError(
             "--executor slurm needs a cache every node reaches: --cache file://DIR (a shared "
             "filesystem) or oci://HOST/REPO (or $ROCMFORGE_CACHES)"
         )
     opts = slurm_options(args)
-    realize_args = [
-        *(["--sandbox", args.sandbox] if args.sandbox else []),
-        *(["--no-compiler-cache"] if args.no_compiler_cache else []),
-    ]
+    # A job builds its node: what the submitter requires of its own realize (everything from the
+    # cache) is not asked of the job.
+    job_options = replace(options, require_substitute=False)
     fetcher = PipFetcher()
     report = submit_graph(
         graph, store=store, fetcher=fetcher, cache=caches[0], opts=opts,
-        realize_args=realize_args, on_update=StatusPrinter(args.heartbeat),
+        realize_args=child_command(job_options), on_update=StatusPrinter(options.heartbeat),
     )  # fmt: skip
     if report.submitted or report.attached:
         print(
@@ -231,13 +234,15 @@ def run_slurm(
 
         from rocmforge.cli.commands._common import ConsoleReporter
 
+        # Here every node is substituted from the cache (at the default sandbox level), one
+        # at a time: nothing is built.
+        here = replace(options, sandbox=None, keep_failed=False, compiler_cache=True,
+                       require_substitute=True, jobs=1, keep_going=False)  # fmt: skip
         local = realize_graph(
             sub, realize=realize, store=store, fetcher=fetcher, runner_factory=runner_factory,
             reporter_factory=lambda r: ConsoleReporter(sys.stderr, label=r.package.name,
-                                                       heartbeat=args.heartbeat),
-            lints=lints, temp_roots=temp_roots, on_done=on_done, links=links,
-            options={"caches": caches, "require_substitute": True, "verify": args.verify,
-                     "trusted": trusted},
+                                                       heartbeat=options.heartbeat),
+            lints=lints, temp_roots=temp_roots, on_done=on_done, links=links, options=here,
         )  # fmt: skip
         if local.errors:
             raise local.errors[0]

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from rocmforge.errors import StoreError
+from rocmforge.pipeline.options import HEARTBEAT_SECONDS
 
 if TYPE_CHECKING:
     from rocmforge.config import Settings
@@ -258,8 +259,6 @@ def emit_json(data: Any) -> None:
     print(json.dumps(data, indent=2, sort_keys=True))
 
 
-#: Seconds between two heartbeat lines off a terminal (``realize --heartbeat``).
-HEARTBEAT_SECONDS = 60.0
 
 
 class ConsoleReporter:

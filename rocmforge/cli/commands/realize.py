@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from rocmforge.cli.commands._common import (
-    HEARTBEAT_SECONDS,
     ConsoleReporter,
     add_json_option,
     add_store_option,
@@ -18,6 +19,7 @@ from rocmforge.cli.commands._common import (
     open_store,
     substitution_of,
 )
+from rocmforge.pipeline.options import HEARTBEAT_SECONDS, RealizeOptions
 
 
 def register(sub: Any) -> None:
@@ -88,16 +90,44 @@ def register(sub: Any) -> None:
     p.set_defaults(func=run)
 
 
+def options_of(args: argparse.Namespace) -> RealizeOptions:
+    """The one :class:`~rocmforge.pipeline.options.RealizeOptions` of a parsed ``realize``
+    command line and the configuration (the substitution settings resolved here, once; a
+    ``--check`` asks no cache, so it resolves none)."""
+    flags = RealizeOptions(
+        sandbox=args.sandbox,
+        keep_failed=args.keep_failed,
+        verify=args.verify,
+        compiler_cache=not args.no_compiler_cache,
+        verbose=args.verbose,
+        heartbeat=args.heartbeat,
+        push=args.push,
+        check=args.check,
+        out_link=args.out_link,
+        jobs=max(1, args.jobs),
+        keep_going=args.keep_going,
+    )
+    if args.check:
+        return flags
+    settings, caches, trusted = substitution_of(args)
+    return replace(
+        flags,
+        config=str(settings.project_file or ""),
+        substitute=settings.substitute,
+        caches=tuple(caches),
+        require_substitute=settings.require_substitute,
+        trusted=trusted,
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     """``rocmforge realize TARGET...``: build (or fetch from the store) and print wheel paths.
 
     Each TARGET is a recipe or a stack file; every recipe they are built against
     (``[requirements] recipes``) is realized first, in topological order.
     """
-    from rocmforge.cli.commands._cluster import wants_matrix
-    from rocmforge.pipeline.graph import realize_graph
-    from rocmforge.pipeline.realize import check_link, check_locked, lint, realize
-    from rocmforge.plan.graph import lint_facts_for, load_graph
+    from rocmforge.pipeline.realize import check_link, check_locked, lint
+    from rocmforge.plan.graph import lint_facts_for
 
     if args.check and args.push:
         from rocmforge.errors import UsageError
@@ -105,14 +135,7 @@ def run(args: argparse.Namespace) -> int:
         error = UsageError("--push does not go with --check (a check publishes nothing)")
         error.about_recipe = False
         raise error
-    cells = None
-    if wants_matrix(args):
-        from rocmforge.cli.commands._cluster import matrix_cells
-
-        cells = matrix_cells(args)
-        graph = load_graph([c.file for c in cells])
-    else:
-        graph = load_graph(args.recipes)  # every recipe is checked before any build
+    graph, cells = _load(args)
     # Error lints of any recipe stop all of them; realize reports the warnings, without linting
     # (or probing the machine) again.
     lints = {
@@ -126,25 +149,64 @@ def run(args: argparse.Namespace) -> int:
     for out in links.values():  # a bad -o LINK stops before any build, not after
         check_link(out)
     store = open_store(args, create=True)
-    from rocmforge.sources.requirements import PipFetcher
+    if args.executor == "slurm" and not args.check and args.substitute is False:
+        from rocmforge.errors import UsageError
+
+        raise UsageError("--executor slurm substitutes every result from the cache: "
+                         "drop --no-substitute/--offline")  # fmt: skip
+    options = options_of(args)  # the one value every realize of this command is given
 
     def runner_factory() -> Any:
         from rocmforge.build.sandbox import detect_runner
         from rocmforge.store import layout
 
-        return detect_runner(args.sandbox, probe_cache=store.cache_dir / layout.CACHE_BWRAP)
+        return detect_runner(options.sandbox, probe_cache=store.cache_dir / layout.CACHE_BWRAP)
 
-    if args.check:
-        return _check(args, graph, store, PipFetcher(), runner_factory)
+    if options.check:
+        from rocmforge.sources.requirements import PipFetcher
+
+        return _check(options, args.json, graph, store, PipFetcher(), runner_factory)
     if args.executor == "slurm":
         from rocmforge.cli.commands._cluster import run_slurm
 
-        return run_slurm(args, graph, store, lints, runner_factory, cells, links)
+        return run_slurm(args, options, graph, store, lints, runner_factory, cells, links)
+    return _run_local(args, options, graph, store, lints, runner_factory, cells, links)
+
+
+def _load(args: argparse.Namespace) -> tuple[Any, list[Any] | None]:
+    """The graph of the targets (every recipe checked before any build) and the matrix cells,
+    if the command has any."""
+    from rocmforge.cli.commands._cluster import wants_matrix
+    from rocmforge.plan.graph import load_graph
+
+    if wants_matrix(args):
+        from rocmforge.cli.commands._cluster import matrix_cells
+
+        cells = matrix_cells(args)
+        return load_graph([c.file for c in cells]), cells
+    return load_graph(args.recipes), None
+
+
+def _run_local(
+    args: argparse.Namespace,
+    options: RealizeOptions,
+    graph: Any,
+    store: Any,
+    lints: Mapping[Path, Any],
+    runner_factory: Any,
+    cells: list[Any] | None,
+    links: Mapping[Path, Path],
+) -> int:
+    """Realize the graph here (``-j N``: children here) and print what it made."""
+    from rocmforge.pipeline.graph import realize_graph
+    from rocmforge.pipeline.realize import realize
+    from rocmforge.sources.requirements import PipFetcher
 
     def reporter_factory(recipe: Any) -> ConsoleReporter:
         return ConsoleReporter(
-            sys.stderr, label=recipe.package.name, verbose=args.verbose, heartbeat=args.heartbeat
-        )
+            sys.stderr, label=recipe.package.name, verbose=options.verbose,
+            heartbeat=options.heartbeat,
+        )  # fmt: skip
 
     def on_done(report: Any) -> None:
         if not args.json:
@@ -158,12 +220,11 @@ def run(args: argparse.Namespace) -> int:
 
     from rocmforge.store.roots import TempRoots
 
-    settings, caches, trusted = substitution_of(args)
     push = None
-    if args.push:
+    if options.push:
         from rocmforge.cache.urls import open_backend
 
-        push = open_backend(args.push)  # a bad URL stops before any build
+        push = open_backend(options.push)  # a bad URL stops before any build
     # Every entry printed stays rooted until the output is out (the flock dies with us anyway).
     temp_roots = TempRoots(store)
     result = realize_graph(
@@ -175,42 +236,12 @@ def run(args: argparse.Namespace) -> int:
         reporter_factory=reporter_factory,
         lints=lints,
         temp_roots=temp_roots,
-        jobs=max(1, args.jobs),
-        keep_going=args.keep_going,
-        keep_failed=args.keep_failed,
+        options=options,
         links=links,
-        sandbox="none" if args.sandbox == "none" else "bwrap",
-        sandbox_option=args.sandbox,
         on_done=on_done,
-        options={
-            "verify": args.verify,
-            "compiler_cache": not args.no_compiler_cache,
-            "caches": caches,
-            "require_substitute": settings.require_substitute,
-            "trusted": trusted,
-        },
-        child_args=[
-            *(["--verify"] if args.verify else []),
-            *(["--no-compiler-cache"] if args.no_compiler_cache else []),
-            # the settings resolved here, so a child reads no other project file
-            "--config",
-            str(settings.project_file or ""),
-            "--substitute" if settings.substitute else "--no-substitute",
-            *(a for url in (args.cache or []) for a in ("--cache", url)),
-            *(["--require-substitute"] if settings.require_substitute else []),
-        ],
     )
     if not result.ok:
-        for f in result.order:
-            why = result.failed.get(f) or result.skipped.get(f)
-            if why is not None:
-                name = graph.recipes[f].package.name
-                print(f"rocmforge: {name} ({f.name}): {why}", file=sys.stderr)
-        if result.errors:
-            raise result.errors[0]
-        from rocmforge.errors import BuildError
-
-        raise BuildError(f"{len(result.failed)} of {len(result.order)} recipes failed to build")
+        _raise_failed(graph, result)
     if graph.stacks:
         from rocmforge.pipeline import memo
 
@@ -238,6 +269,20 @@ def run(args: argparse.Namespace) -> int:
     sys.stdout.flush()
     temp_roots.close()
     return 0
+
+
+def _raise_failed(graph: Any, result: Any) -> None:
+    """Print why each node was not realized and raise the first build error (or a summary)."""
+    for f in result.order:
+        why = result.failed.get(f) or result.skipped.get(f)
+        if why is not None:
+            name = graph.recipes[f].package.name
+            print(f"rocmforge: {name} ({f.name}): {why}", file=sys.stderr)
+    if result.errors:
+        raise result.errors[0]
+    from rocmforge.errors import BuildError
+
+    raise BuildError(f"{len(result.failed)} of {len(result.order)} recipes failed to build")
 
 
 def _push(backend: Any, store: Any, reports: list[Any]) -> str:
@@ -284,7 +329,8 @@ def _link(out_link: str, i: int) -> Path:
 
 
 def _check(
-    args: argparse.Namespace, graph: Any, store: Any, fetcher: Any, runner_factory: Any
+    options: RealizeOptions, json: bool, graph: Any, store: Any, fetcher: Any,
+    runner_factory: Any,
 ) -> int:
     """``realize --check``: rebuild each cached target, compare, exit 1 on any difference.
 
@@ -297,7 +343,7 @@ def _check(
     for file in graph.targets:
         recipe = graph.recipes[file]
         dependencies = built_dependencies(graph, file, store=store, fetcher=fetcher)
-        reporter = ConsoleReporter(sys.stderr, label=recipe.package.name, verbose=args.verbose)
+        reporter = ConsoleReporter(sys.stderr, label=recipe.package.name, verbose=options.verbose)
         try:
             report = check_rebuild(
                 recipe,
@@ -310,7 +356,7 @@ def _check(
         finally:
             reporter.close()
         reports.append(report)
-        if args.json:
+        if json:
             continue
         head = f"rocmforge: {report.name} {report.version} {report.hash}"
         if report.identical:
@@ -324,7 +370,7 @@ def _check(
             print(f"  {wheel}")
             for member in members:
                 print(f"    {member}")
-    if args.json:
+    if json:
         emit_json([r.to_json() for r in reports])
     sys.stdout.flush()
     return 0 if all(r.identical for r in reports) else 1
