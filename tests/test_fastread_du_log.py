@@ -289,8 +289,15 @@ def test_du_and_log_of_a_real_build(tmp_path: Path) -> None:
     for target in (h, h[:6]):
         fast, (code, out, err) = _both(["log", target, "--store", str(store)], tmp_path)
         assert fast and code == 0 and not err and "tiny" in out
+    # du prints each entry's age ("used 5s ago"): days back, mid-unit, so no count ticks
+    # between the two runs _both compares (a fresh entry's seconds did, under load)
+    s = open_store(store)
+    entry = s.resolve(h)
+    now = time.time()
+    set_times(s, entry, created=now - 2.5 * DAY, used=now - 1.5 * DAY)
+    reindex(s)
     fast, (code, out, _) = _both(["du", "--store", str(store)], tmp_path)
-    assert fast and code == 0 and built["entry"] in out
+    assert fast and code == 0 and built["entry"] in out and "used 1d ago" in out
     assert not _both(["log", str(built["recipe"]), "--store", str(store)], tmp_path)[0]
 
 
