@@ -117,7 +117,8 @@ def test_layout_and_memo_import_nothing_heavy() -> None:
     ).stdout.splitlines()
     assert out[0].split() == ["rocmforge", "rocmforge.store", "rocmforge.store.layout"]
     assert out[1].split() == [
-        "rocmforge", "rocmforge.pipeline.memo", "rocmforge.store", "rocmforge.store.layout"
+        "rocmforge", "rocmforge.pipeline", "rocmforge.pipeline.memo", "rocmforge.store",
+        "rocmforge.store.layout",
     ]  # fmt: skip
 
 

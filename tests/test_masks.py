@@ -177,3 +177,22 @@ def test_usr_local_is_not_masked_whole_when_a_package_owns_files_below_it(
     others = [str(p) for p in Path("/usr/local").iterdir() if p != child and p.is_dir()
               and not p.is_symlink()]
     assert all(o in owning.masked for o in others), (others, owning.masked)
+
+
+@needs_bwrap
+def test_a_shown_path_below_two_nested_hidden_ones(tmp_path: Path) -> None:
+    """Hidden t/a and t/a/a (the inner one needs no mount), shown t/a/a/a: its mount point
+    belongs in t/a's skeleton (found by the property test: bwrap could not mkdir it)."""
+    top = tmp_path / "t"
+    (top / "a" / "a" / "a").mkdir(parents=True)
+    (top / "a" / "a" / "a" / "f").write_text("shown")
+    (top / "a" / "a" / "g").write_text("hidden")
+    base = Mount(host=top, inside=str(top))
+    shown = str(top / "a" / "a" / "a")
+    composed = compose_mounts(
+        [base, Mount(host=Path(shown), inside=shown)],
+        [str(top / "a"), str(top / "a" / "a")],
+        scratch=tmp_path / "scratch",
+    )
+    seen = read_inside([f"{shown}/f", str(top / "a" / "a" / "g")], composed)
+    assert seen[f"{shown}/f"] == "shown" and seen[str(top / "a" / "a" / "g")] is None

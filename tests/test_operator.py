@@ -107,8 +107,8 @@ def test_global_options_before_the_command(tiny_recipe: Path, tmp_path: Path) ->
     assert json.loads(before.stdout)["hash"] == json.loads(after.stdout)["hash"]
     assert rf("--store", store, "list").returncode == 0
     assert rf("--store", tmp_path / "nope", "list").returncode == 3
-    r = rf("--json", "log", "abcd", "--store", store)
-    assert r.returncode == 2 and "log has no --json" in r.stderr
+    r = rf("--json", "unpin", "abcd", "--store", store)
+    assert r.returncode == 2 and "unpin has no --json" in r.stderr
 
 
 SCM_PYPROJECT = """\

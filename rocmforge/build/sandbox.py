@@ -453,6 +453,9 @@ def compose_mounts(
     scratch.mkdir(parents=True, exist_ok=True)
     empty_file = scratch / "empty-file"
     empty_file.touch()
+    # Mount points go into the skeleton of the nearest hidden directory that gets a mount: a
+    # hidden path with no mount of its own (inside another hidden one) holds none.
+    placed = [*shown, *needed]
     for i, path in enumerate(needed):
         if not os.path.isdir(seen(path)):
             out.append(Mount(host=empty_file, inside=path))
@@ -461,7 +464,7 @@ def compose_mounts(
         skeleton.mkdir(exist_ok=True)
         for inside, m in shown.items():
             if inside != path and _within(inside, path) and _deepest(
-                os.path.dirname(inside), tops
+                os.path.dirname(inside), placed
             ) == path:
                 point = skeleton / os.path.relpath(inside, path)
                 if m.host.is_dir():
