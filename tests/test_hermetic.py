@@ -44,8 +44,10 @@ version = "0.1"
 path = "{src}"
 
 [build]
-steps = ["cc -c probe.c -o probe.o", "python mkwheel.py $OUT probe 0.1"]
+steps = [{compile}, "python mkwheel.py $OUT probe 0.1"]
 """
+#: PROBE_RECIPE's compile step for the probe.c tests
+PROBE_COMPILE = '"cc -c probe.c -o probe.o"'
 
 
 def plan_json(recipe: Path, store: Path) -> dict[str, Any]:
@@ -86,7 +88,7 @@ def test_usr_local_header_is_hidden_not_silently_used(tmp_path: Path, store: Pat
     # On the host the header is found: only the sandbox hides it.
     subprocess.run(["cc", "-c", "probe.c", "-o", "/dev/null"], cwd=src, check=True)
     recipe = tmp_path / "probe.toml"
-    recipe.write_text(PROBE_RECIPE.format(src=src))
+    recipe.write_text(PROBE_RECIPE.format(src=src, compile=PROBE_COMPILE))
 
     before = plan_hash(recipe, store)
     Path("/usr/local/include", local_header).write_text("#define RF_PROBE 2\n")
@@ -457,20 +459,8 @@ def test_rocm_root_under_usr_local_is_mounted_and_hashed(tmp_path: Path, tiny_sr
     assert done.returncode == 0, done.stderr  # visible although /usr/local is masked
 
 
-RFTOOL_RECIPE = """\
-schema = 1
-
-[package]
-name = "probe"
-version = "0.1"
-
-[source]
-path = "{src}"
-
-[build]
-steps = ["cc -shared -fPIC -I/usr/local/rftool-1.0/include native.c -o probe/_native.so",
-         "python mkwheel.py $OUT probe 0.1"]
-"""
+#: PROBE_RECIPE's compile step for the rftool test: a C extension that includes the header
+RFTOOL_COMPILE = '"cc -shared -fPIC -I/usr/local/rftool-1.0/include native.c -o probe/_native.so"'
 
 
 @needs_bwrap
@@ -489,7 +479,7 @@ def test_a_package_owning_files_under_usr_local_is_visible_and_hashed(
     dpkg("-i", str(v1))
     src = link_src(tmp_path, "#include <rftool.h>\nint rftool(void) { return RFTOOL; }\n")
     recipe = tmp_path / "probe.toml"
-    recipe.write_text(RFTOOL_RECIPE.format(src=src))
+    recipe.write_text(PROBE_RECIPE.format(src=src, compile=RFTOOL_COMPILE))
     first = plan_json(recipe, store)
     assert first["derivation"]["toolchain"]["packages"][VISIBLE_PKG] == "1.0-1"
     dpkg("-i", str(v2))  # an upgrade: another input hash
