@@ -46,6 +46,26 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     compileall.compile_dir(REPO / "rocmforge", quiet=1)
     # The per-user default store must never be the real one of whoever runs the tests.
     os.environ["XDG_DATA_HOME"] = tempfile.mkdtemp(prefix="rocmforge-test-xdg-")
+    # ... nor its host cache; one for the whole session, shared like a user's: the system
+    # manifest is scanned once, not once per test store.
+    os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="rocmforge-test-xdg-cache-")
+    os.environ.pop("ROCMFORGE_HOST_CACHE", None)
+
+
+def host_cache_dir() -> Path:
+    """The session's host cache (set in :func:`pytest_sessionstart`): tests that resolve the
+    real host's toolchain share its system manifest instead of scanning /usr each."""
+    from rocmforge.store.locate import host_cache
+
+    return Path(host_cache())
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Remove the session's per-user directories (the suite leaves the host as it found it)."""
+    for name in ("XDG_DATA_HOME", "XDG_CACHE_HOME"):
+        where = os.environ.get(name, "")
+        if os.path.basename(where).startswith("rocmforge-test-xdg-"):
+            shutil.rmtree(where, ignore_errors=True)
 
 
 def pip_args(*extra_dirs: Path) -> str:

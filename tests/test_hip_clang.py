@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import TINY_RECIPE, rf
+from conftest import TINY_RECIPE, host_cache_dir, rf
 
 from rocmforge.errors import ToolchainError
 from rocmforge.recipe.model import ToolchainSpec
@@ -76,7 +76,7 @@ def _spec(tmp_path: Path, clang: Path, libs: Path) -> ToolchainSpec:
 def test_probe_fingerprints_clang_tools_and_device_libs(tmp_path: Path) -> None:
     clang = fake_hip_clang(tmp_path)
     libs = fake_device_libs(tmp_path)
-    tc = resolve_toolchain(_spec(tmp_path, clang, libs), cache_dir=tmp_path / "cache")
+    tc = resolve_toolchain(_spec(tmp_path, clang, libs), cache_dir=host_cache_dir())
     rocm = tc.fingerprint["rocm"]
     hip = rocm["hip_clang"]
     assert hip["version"] == "Fake clang version 19.1.7"
@@ -96,7 +96,7 @@ def test_probe_fingerprints_clang_tools_and_device_libs(tmp_path: Path) -> None:
 def test_device_lib_content_changes_the_fingerprint(tmp_path: Path) -> None:
     clang = fake_hip_clang(tmp_path)
     libs = fake_device_libs(tmp_path)
-    cache = tmp_path / "cache"
+    cache = host_cache_dir()
     before = resolve_toolchain(_spec(tmp_path / "a", clang, libs), cache_dir=cache).fingerprint
     (libs / "ocml.bc").write_bytes(b"BC\xc0\xde other ocml")
     after = resolve_toolchain(_spec(tmp_path / "b", clang, libs), cache_dir=cache).fingerprint
@@ -108,21 +108,21 @@ def test_missing_tool_names_its_package(tmp_path: Path) -> None:
     clang = fake_hip_clang(tmp_path, tools=False)
     libs = fake_device_libs(tmp_path)
     with pytest.raises(ToolchainError, match=r"bundler is missing; install clang-tools-19"):
-        resolve_toolchain(_spec(tmp_path, clang, libs), cache_dir=tmp_path / "cache")
+        resolve_toolchain(_spec(tmp_path, clang, libs), cache_dir=host_cache_dir())
 
 
 def test_missing_device_libs_and_clang_are_clear(tmp_path: Path) -> None:
     clang = fake_hip_clang(tmp_path)
     with pytest.raises(ToolchainError, match=r"device-libs: .* does not exist; create it"):
-        resolve_toolchain(_spec(tmp_path, clang, tmp_path / "nope"), cache_dir=tmp_path / "c")
+        resolve_toolchain(_spec(tmp_path, clang, tmp_path / "nope"), cache_dir=host_cache_dir())
     empty = tmp_path / "empty"
     empty.mkdir()
     with pytest.raises(ToolchainError, match="no oclc_isa_version"):
-        resolve_toolchain(_spec(tmp_path / "x", clang, empty), cache_dir=tmp_path / "c")
+        resolve_toolchain(_spec(tmp_path / "x", clang, empty), cache_dir=host_cache_dir())
     with pytest.raises(ToolchainError, match=r"'clang\+\+-99' is not an executable on PATH"):
         resolve_toolchain(
             _spec(tmp_path / "y", Path("clang++-99"), fake_device_libs(tmp_path / "y")),
-            cache_dir=tmp_path / "c",
+            cache_dir=host_cache_dir(),
         )
 
 

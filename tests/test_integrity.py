@@ -333,15 +333,19 @@ def test_a_read_only_store_serves_hits_verify_and_list(built: dict, read_only: P
 
 @pytest.mark.slow
 def test_a_read_only_store_with_stale_probe_caches_still_serves(
-    built: dict, copy: Path, read_only: Path
+    built: dict, copy: Path, read_only: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A store mounted read-only on another machine (or after an apt-get install) cannot keep
-    its probe caches (toolchain, system manifest): they are recomputed in memory, not written."""
+    """A store mounted read-only on another machine (or after an apt-get install), with a
+    read-only home too, cannot keep its probe caches (toolchain, system manifest): they are
+    recomputed in memory, not written."""
     subprocess.run(["mount", "-o", "remount,bind,rw", str(read_only)], check=True)
     for cache in (read_only / "cache").glob("*.json"):
         cache.unlink()
+    (read_only / "host-cache").mkdir()
     subprocess.run(["mount", "-o", "remount,bind,ro", str(read_only)], check=True)
+    monkeypatch.setenv("ROCMFORGE_HOST_CACHE", str(read_only / "host-cache"))
     realize_ok(built, read_only, "--json")  # the full pipeline, every probe from scratch
+    assert not any((read_only / "host-cache").iterdir())
 
 
 def test_a_read_only_store_with_a_corrupt_index_still_lists(

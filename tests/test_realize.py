@@ -318,3 +318,19 @@ def test_check_requirements_are_installed_for_the_import_but_not_hashed(
         for r in (without, with_reqs)
     ]
     assert plans[0]["hash"] == plans[1]["hash"] == report["hash"]
+
+
+def test_a_second_store_reuses_the_host_cache(tiny_recipe: Path, tmp_path: Path) -> None:
+    """Host facts (toolchain probe, system manifest, bwrap trial) are cached per user, not per
+    store: a realize into a fresh store reads them and scans nothing again."""
+    host = tmp_path / "host-cache"
+    env = {"ROCMFORGE_HOST_CACHE": str(host)}
+    first = rf("realize", tiny_recipe, "--store", tmp_path / "a", env=env)
+    assert first.returncode == 0, first.stderr
+    names = {"manifest.json", "toolchain.json", "pyprefix.json", "bwrap.json"}
+    assert names <= {p.name for p in host.iterdir()}
+    assert not names & {p.name for p in (tmp_path / "a" / "cache").iterdir()}
+    before = {p.name: p.stat().st_mtime_ns for p in host.iterdir()}
+    second = rf("realize", tiny_recipe, "--store", tmp_path / "b", env=env)
+    assert second.returncode == 0, second.stderr
+    assert {p.name: p.stat().st_mtime_ns for p in host.iterdir()} == before

@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import rf
+from conftest import host_cache_dir, rf
 
 from rocmforge.errors import ToolchainError
 from rocmforge.recipe.model import ToolchainSpec
@@ -91,7 +91,7 @@ def spec(root: Path, rocm: str) -> ToolchainSpec:
 
 def test_opt_layout_probe(tmp_path: Path) -> None:
     root = opt_root(tmp_path)
-    tc = resolve_toolchain(spec(root, "6.2.4"), cache_dir=tmp_path / "cache")
+    tc = resolve_toolchain(spec(root, "6.2.4"), cache_dir=host_cache_dir())
     fp = tc.fingerprint["rocm"]
     assert tc.fingerprint["kind"] == "rocm"
     assert (fp["version"], fp["version_file"]) == ("6.2.4", "include/rocm-core/rocm_version.h")
@@ -112,13 +112,13 @@ def test_opt_layout_probe(tmp_path: Path) -> None:
 @pytest.mark.parametrize("declared", ["6.2", "6.2.4", "6"])
 def test_declared_prefix_matches(tmp_path: Path, declared: str) -> None:
     root = opt_root(tmp_path)
-    resolve_toolchain(spec(root, declared), cache_dir=tmp_path / "cache")
+    resolve_toolchain(spec(root, declared), cache_dir=host_cache_dir())
 
 
 def test_mismatch_names_both(tmp_path: Path) -> None:
     root = opt_root(tmp_path)
     with pytest.raises(ToolchainError) as exc:
-        resolve_toolchain(spec(root, "6.1.3"), cache_dir=tmp_path / "cache")
+        resolve_toolchain(spec(root, "6.1.3"), cache_dir=host_cache_dir())
     assert "6.1.3" in str(exc.value) and "6.2.4" in str(exc.value)
     assert str(root) in str(exc.value)
 
@@ -128,15 +128,15 @@ def test_debian_layout(tmp_path: Path) -> None:
     found = read_rocm_version(root)
     assert found is not None
     assert (found.version, found.comparable) == ("5.2.21153", "5.2")
-    tc = resolve_toolchain(spec(root, "5.2"), cache_dir=tmp_path / "cache")
+    tc = resolve_toolchain(spec(root, "5.2"), cache_dir=host_cache_dir())
     fp = tc.fingerprint["rocm"]
     assert fp["version_file"] == "include/hip/hip_version.h"
     assert fp["clang"]["version"] == "Debian clang version 15.0.6"
     assert fp["clang"]["blake3"] == file_blake3(root / "lib" / "llvm-15" / "bin" / "clang")
     # hip_version.h's third part is HIP's build number: only major.minor is compared.
-    resolve_toolchain(spec(root, "5.2.3"), cache_dir=tmp_path / "cache")
+    resolve_toolchain(spec(root, "5.2.3"), cache_dir=host_cache_dir())
     with pytest.raises(ToolchainError, match=r"declares ROCm 5\.3 .* holds ROCm 5\.2 \(HIP"):
-        resolve_toolchain(spec(root, "5.3"), cache_dir=tmp_path / "cache")
+        resolve_toolchain(spec(root, "5.3"), cache_dir=host_cache_dir())
 
 
 def test_info_version_fallback(tmp_path: Path) -> None:
@@ -147,27 +147,27 @@ def test_info_version_fallback(tmp_path: Path) -> None:
     shutil.rmtree(root / ".info")
     assert read_rocm_version(root) is None
     with pytest.raises(ToolchainError, match="no ROCm version under"):
-        resolve_toolchain(spec(root, "6.1"), cache_dir=tmp_path / "cache")
+        resolve_toolchain(spec(root, "6.1"), cache_dir=host_cache_dir())
 
 
 @pytest.mark.slow
 def test_probe_is_stat_cached(tmp_path: Path) -> None:
     root = opt_root(tmp_path)
     calls = tmp_path / "calls"
-    a = resolve_toolchain(spec(root, "6.2.4"), cache_dir=tmp_path / "cache")
-    b = resolve_toolchain(spec(root, "6.2.4"), cache_dir=tmp_path / "cache")
+    a = resolve_toolchain(spec(root, "6.2.4"), cache_dir=host_cache_dir())
+    b = resolve_toolchain(spec(root, "6.2.4"), cache_dir=host_cache_dir())
     assert calls.read_text().count("run") == 1
     assert a.fingerprint == b.fingerprint
     # A changed compiler is re-probed and changes the fingerprint (and so the hash).
     clang = root / "llvm" / "bin" / "clang"
     clang.write_text(clang.read_text() + "# rebuilt\n")
-    c = resolve_toolchain(spec(root, "6.2.4"), cache_dir=tmp_path / "cache")
+    c = resolve_toolchain(spec(root, "6.2.4"), cache_dir=host_cache_dir())
     assert c.fingerprint["rocm"]["clang"]["blake3"] != a.fingerprint["rocm"]["clang"]["blake3"]
     # The version header changing (an in-place upgrade) is seen too, and then asserted.
     h = root / "include" / "rocm-core" / "rocm_version.h"
     h.write_text(ROCM_VERSION_H.format(6, 3, 0))
     with pytest.raises(ToolchainError, match=r"6\.3\.0"):
-        resolve_toolchain(spec(root, "6.2.4"), cache_dir=tmp_path / "cache")
+        resolve_toolchain(spec(root, "6.2.4"), cache_dir=host_cache_dir())
 
 
 def test_missing_root_stops_realize_before_any_fetch(tmp_path: Path) -> None:
@@ -195,8 +195,8 @@ def test_missing_root_stops_realize_before_any_fetch(tmp_path: Path) -> None:
 )
 @pytest.mark.slow
 def test_real_debian_rocm(tmp_path: Path) -> None:
-    tc = resolve_toolchain(spec(Path("/usr"), "5.2"), cache_dir=tmp_path / "cache")
+    tc = resolve_toolchain(spec(Path("/usr"), "5.2"), cache_dir=host_cache_dir())
     fp = tc.fingerprint["rocm"]
     assert fp["version"].startswith("5.2.") and fp["version_file"] == "include/hip/hip_version.h"
     assert "clang version 15" in fp["clang"]["version"]
-    assert tc.mounts == resolve_toolchain(ToolchainSpec(), cache_dir=tmp_path / "c2").mounts
+    assert tc.mounts == resolve_toolchain(ToolchainSpec(), cache_dir=host_cache_dir()).mounts

@@ -25,6 +25,7 @@ from rocmforge.sources.inputs import (
 from rocmforge.sources.patches import patch_digests
 from rocmforge.sources.requirements import Fetcher, ResolvedRequirement, resolve_requirements
 from rocmforge.store import layout
+from rocmforge.store.locate import host_cache
 from rocmforge.store.store import Store
 from rocmforge.toolchain.probe import Toolchain
 from rocmforge.toolchain.system import resolve_toolchain
@@ -127,7 +128,7 @@ def resolve(
         raise SourceError(unlocked_message(unlocked[0], recipe.file))
     host_found = True
     try:
-        toolchain = _toolchain(recipe.toolchain, store.cache_dir, toolchains)
+        toolchain = _toolchain(recipe.toolchain, Path(host_cache()), toolchains)
     except ToolchainError as exc:
         if not provisional:
             raise

@@ -99,8 +99,10 @@ SOURCES_WHEELS_UNPACKED = "wheels-unpacked"
 #: digest of the wheels' sha256s (:mod:`rocmforge.toolchain.rocmsdk`); gc collects a tree no
 #: kept entry lists in its ``sources``.
 SOURCES_ROCM_SDK = "rocm-sdk"
-#: Stat caches under ``cache/``: the toolchain probe, the system package manifest, the toolchain
-#: Python's prefix, a non-packaged ROCm root's content, declared views (and their farms).
+#: Stat caches of host facts, in the per-user host cache shared by every store of the user
+#: (:func:`~rocmforge.store.locate.host_cache`): the toolchain probe, the system package
+#: manifest, the toolchain Python's prefix, a non-packaged ROCm root's content, declared views
+#: (their farms are made under the store's ``cache/`` by the build).
 CACHE_TOOLCHAIN = "toolchain.json"
 CACHE_MANIFEST = "manifest.json"
 #: Without a package database (ROCMFORGE_SYSTEM_MANIFEST=content): that manifest, every /usr

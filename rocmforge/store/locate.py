@@ -62,6 +62,30 @@ def user_store(environ: Mapping[str, str]) -> str:
     return os.path.join(os.path.abspath(data), "rocmforge", layout.DEFAULT_NAME)
 
 
+#: Where host facts are cached when ``$ROCMFORGE_HOST_CACHE`` does not say.
+HOST_CACHE_ENV = "ROCMFORGE_HOST_CACHE"
+
+
+def host_cache(environ: Mapping[str, str] | None = None) -> str:
+    """The per-user cache of host facts: ``$ROCMFORGE_HOST_CACHE``, else
+    ``$XDG_CACHE_HOME/rocmforge/host`` (``~/.cache/rocmforge/host``).
+
+    The toolchain probe, the system package manifest, the toolchain Python's prefix and the
+    bwrap trial describe this machine, not a store: every store of the user shares them (a
+    fresh store no longer rescans /usr, about 2 s with 1,000 packages). Each value is guarded
+    by the stat signatures of what it read (:class:`~rocmforge.util.statcache.StatCache`), so
+    a shared home seen from several hosts costs rescans, never a wrong answer.
+    """
+    env = os.environ if environ is None else environ
+    explicit = env.get(HOST_CACHE_ENV)
+    if explicit:
+        return os.path.abspath(explicit)
+    base = env.get("XDG_CACHE_HOME") or os.path.join(
+        env.get("HOME") or os.path.expanduser("~"), ".cache"
+    )
+    return os.path.join(os.path.abspath(base), "rocmforge", "host")
+
+
 def find_store(
     explicit: str | None,
     *,

@@ -159,8 +159,9 @@ def run(args: argparse.Namespace) -> int:
     def runner_factory() -> Any:
         from rocmforge.build.sandbox import detect_runner
         from rocmforge.store import layout
+        from rocmforge.store.locate import host_cache
 
-        return detect_runner(options.sandbox, probe_cache=store.cache_dir / layout.CACHE_BWRAP)
+        return detect_runner(options.sandbox, probe_cache=Path(host_cache()) / layout.CACHE_BWRAP)
 
     if options.check:
         from rocmforge.sources.requirements import PipFetcher
