@@ -68,6 +68,24 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
             shutil.rmtree(where, ignore_errors=True)
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under ``pytest -n N --dist loadgroup`` (scripts/test.sh), keep together the tests of a
+    module that share a module- or session-scoped fixture of that module (a private Slurm, a
+    built store, a cached Debian root): it is made once, on one worker, never twice at a time.
+    Every other test goes to whichever worker is free."""
+    for item in items:
+        infos = getattr(item, "_fixtureinfo", None)
+        defs = infos.name2fixturedefs.values() if infos is not None else ()
+        module = item.nodeid.split("::", 1)[0]
+        if any(
+            d.scope in ("module", "session") and (d.baseid or "").startswith(module)
+            for fixturedefs in defs
+            for d in fixturedefs
+        ):
+            item.add_marker(pytest.mark.xdist_group(module))
+
+
 def pip_args(*extra_dirs: Path) -> str:
     """Return ROCMFORGE_PIP_ARGS that make pip use only local wheel directories."""
     links = " ".join(f"--find-links {d}" for d in (WHEELHOUSE, *extra_dirs))
