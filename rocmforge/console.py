@@ -1,4 +1,4 @@
-"""Console-script entry point: try the realize memo and the read path before the full CLI."""
+"""Console-script entry point: try the realize memo before the command line."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ if TYPE_CHECKING:
 
 
 def main_entry() -> None:
-    """Run ``rocmforge``; a memoised cache hit, the plan of a remembered recipe and the plain
-    read commands (:mod:`rocmforge.cli.fastread`) never import the rest of the package."""
+    """Run ``rocmforge``: a memoised cache hit and the plan of a remembered recipe are answered
+    by the realize memo (:mod:`rocmforge.pipeline.memo`), before the command line loads; every
+    other command line goes to :func:`rocmforge.cli.main.main`."""
     argv = sys.argv[1:]
     from rocmforge.pipeline.memo import fast_plan, fast_realize
 
@@ -25,10 +26,6 @@ def main_entry() -> None:
                 code = render_memo(answer)
             finally:
                 answer.close()
-        else:  # not on the memo's hit path
-            from rocmforge.cli.fastread import fast_read
-
-            code = fast_read(argv)
     except BrokenPipeError:
         from rocmforge.cli.main import quiet_broken_pipe
 

@@ -106,6 +106,17 @@ class StoreError(RocmforgeError):
     """The store is damaged, locked in a way we cannot wait for, or an entry is missing."""
 
 
+class NoStoreError(StoreError):
+    """A command that only reads found no store where it looked (and created none)."""
+
+    def __init__(self, root: Path, how: str) -> None:
+        super().__init__(
+            f"no rocmforge store at {root} ({how}); nothing was created. Pass --store DIR of "
+            "an existing store, or build something there first (rocmforge realize creates it)"
+        )
+        self.root = root
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Diagnosis:
     """A recognised failure: which pattern, its cause and fix, and the log line that showed it."""

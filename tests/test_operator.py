@@ -361,7 +361,7 @@ def test_each_progress_line_reaches_stderr_in_one_write() -> None:
     line the reporter prints is one write ending in a newline."""
     import io
 
-    from rocmforge.cli.commands._common import ConsoleReporter
+    from rocmforge.cli.commands._progress import ConsoleReporter
 
     class Recording(io.StringIO):
         def __init__(self) -> None:

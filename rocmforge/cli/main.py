@@ -1,32 +1,31 @@
 """The command line: parse, call one core function, render text or ``--json``, map errors.
 
-Only the CLI prints. Each command lives in ``rocmforge/cli/commands/NAME.py``. Exit codes: 0 ok,
-1 build or check failed, 2 bad input (recipe, usage), 3 environment (store, sandbox, fetch),
-4 internal error.
+Only the CLI prints. Each verb lives in ``rocmforge/cli/commands/NAME.py`` and is listed in the
+verb table :data:`~rocmforge.cli.commands.COMMANDS`; a command line imports only the module of
+the verb it runs. Exit codes: 0 ok, 1 build or check failed, 2 bad input (recipe, usage),
+3 environment (store, sandbox, fetch), 4 internal error.
+
+Start-up is part of every read command's time: this module imports ``argparse``, ``os`` and
+``sys``; the error classes (``dataclasses``, ``pathlib``) load only when something is raised.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib
 import os
 import sys
-from collections.abc import Sequence
-from pathlib import Path
 
 from rocmforge import __version__
 from rocmforge.cli.commands import COMMANDS
-from rocmforge.cli.commands._common import add_global_options, store_root
-from rocmforge.errors import (
-    EXIT_BAD_INPUT,
-    EXIT_INTERNAL,
-    BuildError,
-    DiskFullError,
-    RecipeError,
-    RocmforgeError,
-)
-from rocmforge.util.fsutil import disk_full_error, is_disk_full
+from rocmforge.cli.commands._common import add_global_options
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from pathlib import Path
+
+    from rocmforge.errors import RocmforgeError
 
 EXIT_BROKEN_PIPE = 141
 
@@ -34,19 +33,22 @@ EXIT_BROKEN_PIPE = 141
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """Return the argument parser of the ``rocmforge`` command.
 
-    With ``argv``, only the commands named by one of its words are registered (the command run
-    is always one of them): importing and building all sixteen sub-parsers costs every command
-    start. Without a command word (``--help``, a typo) every command is registered.
+    With ``argv``, only the verbs named by one of its words get their module imported and their
+    full sub-parser (the verb run is always one of them); every other verb is listed with its
+    summary from the verb table, so ``--help`` and a mistyped verb still show them all.
     """
-    named = [n for n in COMMANDS if argv is not None and n in argv]
+    named = {n for n in COMMANDS if argv is not None and n in argv}
     parser = argparse.ArgumentParser(
         prog="rocmforge", description="Reproducible, content-addressed builds of Python wheels."
     )
     parser.add_argument("--version", action="version", version=f"rocmforge {__version__}")
     add_global_options(parser)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name in named or COMMANDS:
-        importlib.import_module(f"rocmforge.cli.commands.{name}").register(sub)
+    for name, summary in COMMANDS.items():
+        if name in named or argv is None:
+            importlib.import_module(f"rocmforge.cli.commands.{name}").register(sub)
+        else:
+            sub.add_parser(name, help=summary, add_help=False)
     return parser
 
 
@@ -62,6 +64,7 @@ def _short(text: str) -> str:
 
 def _recipe_named(exc: RocmforgeError, args: argparse.Namespace) -> str | None:
     """For bad input that does not name it, the recipe the user ran (absolute), else None."""
+    from rocmforge.errors import EXIT_BAD_INPUT
     if exc.exit_code != EXIT_BAD_INPUT or getattr(exc, "note", None) or not exc.about_recipe:
         return None
     recipe: Path | str | None = exc.recipe_file
@@ -76,6 +79,7 @@ def _recipe_named(exc: RocmforgeError, args: argparse.Namespace) -> str | None:
 
 
 def _render_error(exc: RocmforgeError, args: argparse.Namespace | None = None) -> None:
+    from rocmforge.errors import BuildError, RecipeError
     recipe = _recipe_named(exc, args) if args is not None else None
     if isinstance(exc, RecipeError):
         if recipe:  # e.g. a problem found in a base recipe by a later stage
@@ -108,6 +112,8 @@ def _render_error(exc: RocmforgeError, args: argparse.Namespace | None = None) -
 
 
 def _store_of(args: argparse.Namespace) -> Path:
+    from rocmforge.cli.commands._common import store_root
+
     return store_root(args)
 
 
@@ -131,10 +137,12 @@ def quiet_broken_pipe() -> int:
     stdout is pointed at ``/dev/null`` so the interpreter's final flush does not complain again.
     Returns 141 (128 + SIGPIPE), what a shell reports for a tool killed by SIGPIPE.
     """
-    with contextlib.suppress(OSError, ValueError):
+    try:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)
+    except (OSError, ValueError):
+        pass
     return EXIT_BROKEN_PIPE
 
 
@@ -143,26 +151,33 @@ def _run(args: argparse.Namespace) -> int:
         return int(args.func(args))
     except BrokenPipeError:
         raise
-    except RocmforgeError as exc:
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        return _failed(exc, args)
+
+
+def _failed(exc: Exception, args: argparse.Namespace) -> int:
+    """Report what the command raised; return its exit code."""
+    from rocmforge.errors import DiskFullError, RocmforgeError
+    from rocmforge.util.fsutil import disk_full_error, is_disk_full
+
+    if isinstance(exc, RocmforgeError):
         if is_disk_full(exc) and not isinstance(exc, DiskFullError):
             exc = disk_full_error(exc, store=_store_of(args), what=str(exc))
         _render_error(exc, args)
         return exc.exit_code
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
-    except OSError as exc:
-        if not is_disk_full(exc):
-            return _internal(exc)
-        full = disk_full_error(exc, store=_store_of(args))
-        _render_error(full)
-        return full.exit_code
-    except Exception as exc:
+    if not isinstance(exc, OSError) or not is_disk_full(exc):
         return _internal(exc)
+    full = disk_full_error(exc, store=_store_of(args))
+    _render_error(full)
+    return full.exit_code
 
 
 def _internal(exc: Exception) -> int:
     """Report an unexpected exception (re-raise it under ``ROCMFORGE_DEBUG``)."""
+    from rocmforge.errors import EXIT_INTERNAL
     if os.environ.get("ROCMFORGE_DEBUG"):
         raise exc
     print(

@@ -1,8 +1,8 @@
 """What ``audit`` prints, from plain values: the one renderer of its text, and its statuses.
 
 The full command (:mod:`rocmforge.cli.commands.audit`) renders :meth:`AuditReport.to_json` dicts
-with :func:`audit_text`; the console's read path (:mod:`rocmforge.cli.fastread`) builds the same
-dicts for verified wheels and calls the same function, so both print the same bytes.
+with :func:`audit_text`; ``audit``'s import-light reader (:mod:`rocmforge.store.readers`) builds
+the same dicts for verified wheels and calls the same function, so both print the same bytes.
 :func:`audit_facts` is the one reading of a derivation and provenance statement into the report's
 ``facts``. Imports only :mod:`rocmforge.store.showtext` (and what it imports).
 """

@@ -2,8 +2,8 @@
 
 The one implementation of ``du``'s sums and text, shared by the full command
 (:mod:`rocmforge.cli.commands.du` through :mod:`rocmforge.store.usage`,
-:mod:`rocmforge.store.failed` and :mod:`rocmforge.build.ccache`) and the console's read path
-(:mod:`rocmforge.cli.fastread`), which must answer ``du`` before anything heavy loads. So this
+:mod:`rocmforge.store.failed` and :mod:`rocmforge.build.ccache`) and the read commands' readers
+(:mod:`rocmforge.store.readers`), which must answer ``du`` before anything heavy loads. So this
 module takes paths as strings, imports only ``os`` and the import-free
 :mod:`rocmforge.store.layout` (:mod:`rocmforge.util.leanjson` inside the one function that reads
 JSON), and raises plain :class:`OSError` / :class:`ValueError`: callers turn those into their own

@@ -1,11 +1,10 @@
 """The checks of ``meta.json``'s fields, over plain JSON values: the one parser's rules.
 
 :class:`rocmforge.store.entry.EntryMeta` builds its records from what :func:`meta_fields`
-returns (and turns a :class:`MetaProblem` into a ``StoreError`` with the same words); the
-console's read path (:mod:`rocmforge.cli.fastread`) calls it to know that an entry's ``meta.json``
-is
-one the full commands accept, before it prints from it. Imports only the import-free
-:mod:`rocmforge.store.layout`.
+returns (and turns a :class:`MetaProblem` into a ``StoreError`` with the same words); the read
+commands' import-light readers (:mod:`rocmforge.store.readers`) call it to know that an entry's
+``meta.json`` is one the full commands accept, before they print from it.
+Imports only the import-free :mod:`rocmforge.store.layout`.
 """
 
 from __future__ import annotations

@@ -2,12 +2,13 @@
 entry a target names.
 
 The one implementation of each read, shared by the full commands (through
-:class:`rocmforge.store.store.Store` and :mod:`rocmforge.store.roots`) and by the console's
-read path (:mod:`rocmforge.cli.fastread`), which must answer ``list``, ``pins``, ``query`` and
-``show`` before anything heavy loads. So this module takes the store root as a string, imports
-only ``os`` and ``fcntl`` (``_sqlite3`` inside the one function that opens the index) and the
-import-free :mod:`rocmforge.store.layout`, and raises plain :class:`OSError` /
-``sqlite3.Error``: callers turn those into their own errors.
+:class:`rocmforge.store.store.Store` and :mod:`rocmforge.store.roots`) and by the read
+commands' import-light readers (:mod:`rocmforge.store.readers`), which answer ``list``, ``pins``,
+``query`` and ``show`` without the store classes.
+So this module takes the store root as a string, imports only ``os`` and ``fcntl``
+(``_sqlite3`` inside the one function that opens the index) and the import-free
+:mod:`rocmforge.store.layout`, and raises plain :class:`OSError` / ``sqlite3.Error``: callers
+turn those into their own errors.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """What ``show`` prints about one entry, from plain values: the one renderer of its text.
 
-The full command (:mod:`rocmforge.cli.commands.show`) and the console's read path
-(:mod:`rocmforge.cli.fastread`) both call :func:`show_text`; so do the facts it is made of wherever
+The full command (:mod:`rocmforge.cli.commands.show`) and the read commands' readers
+(:mod:`rocmforge.store.readers`) both call :func:`show_text`; so do the facts it is made of wherever
 else they are printed or reported: :func:`input_facts` (``audit``), :func:`flatten` and
 :func:`show_value` (``explain``), :func:`run_facts` (provenance), :func:`describe_link`
 (``audit``'s links), :func:`cache_summary` (``realize``'s compiler-cache counters). Everything

@@ -1,9 +1,9 @@
 """Where rocmforge's configuration files are, as plain strings: the one place the names live.
 
 :mod:`rocmforge.config` (the full reader, with ``tomllib`` and dataclasses) and
-:mod:`rocmforge.trust.signing` find their files here, and the console's read path
-(:mod:`rocmforge.cli.fastread`) asks the same functions whether any configuration file exists before
-it answers a command that the configuration could change. Imports only ``os``.
+:mod:`rocmforge.trust.signing` find their files here, and the read commands' readers
+(:mod:`rocmforge.store.readers`) ask the same functions whether any configuration file exists
+before they answer a command that the configuration could change. Imports only ``os``.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """A file's blake3 digest with nothing else imported (``os`` and ``blake3``).
 
 :func:`file_blake3` is the one implementation: :mod:`rocmforge.util.hashing` re-exports it, and
-the console's read path (``audit`` in :mod:`rocmforge.cli.fastread`) calls it before the CLI loads.
+``audit``'s reader (:mod:`rocmforge.store.readers`) calls it, the store classes not loaded.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """JSON parsing without ``import json`` (which imports ``re``: ~5.5 ms of start-up).
 
-The console's read path (:mod:`rocmforge.cli.fastread`) reads small JSON files (an entry's
-``meta.json``) before anything heavy loads. :func:`loads` drives the C scanner of the standard
+The read commands' import-light readers (:mod:`rocmforge.store.readers`) read small JSON files
+(an entry's ``meta.json``) without the store classes.
+:func:`loads` drives the C scanner of the standard
 library's own ``_json`` with the settings ``json.loads`` uses by default, so it returns what
 ``json.loads`` returns for every document; a malformed one is handed to ``json.loads`` itself,
 which raises its own error (a :class:`ValueError`).

@@ -1,7 +1,7 @@
 """Sizes and ages as ``du`` and ``gc`` print them, and the size of a directory tree.
 
-Imports only ``os``: the console's read path (:mod:`rocmforge.cli.fastread`) prints ``du`` from
-the same code as the full command.
+Imports only ``os``: ``du``'s import-light reader (:mod:`rocmforge.store.readers`) prints from the
+same code as the full command.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The entry table of ``list`` and ``query``: sizes, UTC minutes and aligned columns.
 
-Imports only ``time``: the console's read path (:mod:`rocmforge.cli.fastread`) prints the same
-table as the full commands, byte for byte, from the same code.
+Imports only ``time``: the import-light reader of ``list`` and ``query``
+(:mod:`rocmforge.store.readers`) prints the same table as their full branches, from the same code.
 """
 
 from __future__ import annotations

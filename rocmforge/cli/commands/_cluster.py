@@ -232,7 +232,7 @@ def run_slurm(
                 how = "cached" if r.cached else f"substituted in {r.seconds:.1f} s"
                 print(f"rocmforge: {r.name} {r.version} {r.hash} {how}", file=sys.stderr)
 
-        from rocmforge.cli.commands._common import ConsoleReporter
+        from rocmforge.cli.commands._progress import ConsoleReporter
 
         # Here every node is substituted from the cache (at the default sandbox level), one
         # at a time: nothing is built.

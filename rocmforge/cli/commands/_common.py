@@ -1,20 +1,21 @@
-"""What every command shares: the store option, opening the store, JSON output, progress."""
+"""What every command shares: the store option, opening the store, JSON output.
+
+Imported by every command, the read commands included: only ``argparse``, ``os`` and ``sys`` at
+the top; the rest (the store, the configuration, ``json``) where a function needs it.
+"""
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
-import threading
-import time
-from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
 
-from rocmforge.errors import StoreError
-from rocmforge.pipeline.options import HEARTBEAT_SECONDS
-
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
 if TYPE_CHECKING:
+    from collections.abc import Callable
+    from pathlib import Path
+    from typing import Any
+
     from rocmforge.config import Settings
     from rocmforge.store.entry import Entry
     from rocmforge.store.store import Store
@@ -72,6 +73,8 @@ def settings_of(
 ) -> Settings:
     """Return the effective configuration of the command (flags given here, the environment,
     the project file, the user file) and print its notes as warnings."""
+    from pathlib import Path
+
     from rocmforge.config import effective_settings
 
     config = getattr(args, "config", None)
@@ -183,10 +186,17 @@ def _recipes_of(args: argparse.Namespace) -> list[str]:
 def store_choice(args: argparse.Namespace) -> tuple[Path, str]:
     """Return the store directory the command uses and how it was chosen
     (:func:`rocmforge.store.locate.find_store`)."""
+    from pathlib import Path
+
+    root, how = store_where(args)
+    return Path(root), how
+
+
+def store_where(args: argparse.Namespace) -> tuple[str, str]:
+    """:func:`store_choice` as a plain string, for the read commands (no :mod:`pathlib`)."""
     from rocmforge.store.locate import find_store
 
-    root, how = find_store(getattr(args, "store", None), recipes=_recipes_of(args))
-    return Path(root), how
+    return find_store(getattr(args, "store", None), recipes=_recipes_of(args))
 
 
 def store_root(args: argparse.Namespace) -> Path:
@@ -207,6 +217,7 @@ def open_store(args: argparse.Namespace, *, create: bool = False) -> Store:
     printed as warnings; entries whose publish died before indexing them are indexed now (cheap
     when there are none).
     """
+    from rocmforge.errors import NoStoreError
     from rocmforge.store.locate import BY_OPTION, is_store
     from rocmforge.store.store import open_store as _open
 
@@ -227,6 +238,8 @@ def entry_of(store: Store, target: str) -> Entry:
     """
     if not is_recipe_target(target):
         return store.resolve(target)
+    from pathlib import Path
+
     from rocmforge.errors import RequirementError, UsageError
     from rocmforge.pipeline.realize import plan
     from rocmforge.recipe.load import load_recipe
@@ -243,136 +256,13 @@ def entry_of(store: Store, target: str) -> Entry:
     return store.load(Path(report.path))
 
 
-class NoStoreError(StoreError):
-    """A command that only reads found no store where it looked (and created none)."""
-
-    def __init__(self, root: Path, how: str) -> None:
-        super().__init__(
-            f"no rocmforge store at {root} ({how}); nothing was created. Pass --store DIR of "
-            "an existing store, or build something there first (rocmforge realize creates it)"
-        )
-        self.root = root
-
-
 def emit_json(data: Any) -> None:
     """Print ``data`` as indented JSON with sorted keys."""
+    import json
+
     print(json.dumps(data, indent=2, sort_keys=True))
 
 
-
-
-class ConsoleReporter:
-    """Progress on stderr: one live status line on a TTY, plain phase lines otherwise.
-
-    Off a terminal (CI logs, nohup, Slurm) a heartbeat line every ``heartbeat`` seconds says the
-    work is alive: phase, elapsed time, the size of the build output so far and its last line.
-    """
-
-    def __init__(
-        self,
-        stream: IO[str],
-        *,
-        label: str,
-        verbose: bool = False,
-        heartbeat: float = HEARTBEAT_SECONDS,
-    ) -> None:
-        self.stream = stream
-        self.label = label
-        self.verbose = verbose
-        self.heartbeat = heartbeat
-        self.log_bytes = 0
-        self.tty = stream.isatty()
-        self.started = time.monotonic()
-        self.current = "resolve"
-        self.last = ""
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._drawn = 0.0
-        self._ticker: threading.Thread | None = None
-        if self.tty:
-            self._ticker = threading.Thread(target=self._tick, daemon=True)
-            self._ticker.start()
-        elif heartbeat > 0:
-            self._ticker = threading.Thread(target=self._beat, daemon=True)
-            self._ticker.start()
-
-    def _elapsed(self) -> str:
-        s = int(time.monotonic() - self.started)
-        return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
-
-    def _draw(self) -> None:
-        try:
-            width = os.get_terminal_size(self.stream.fileno()).columns
-        except OSError:
-            width = 0
-        width = width if width >= 20 else 100
-        text = f"[{self.label} {self.current} {self._elapsed()}] {self.last}"
-        with self._lock:
-            self.stream.write("\r\x1b[K" + text[: max(10, width - 1)])
-            self.stream.flush()
-            self._drawn = time.monotonic()
-
-    def _tick(self) -> None:
-        while not self._stop.wait(1.0):
-            self._draw()
-
-    def _beat(self) -> None:
-        while not self._stop.wait(self.heartbeat):
-            self.beat()
-
-    def beat(self) -> None:
-        """Print one heartbeat line (off a terminal): phase, elapsed, output size, last line."""
-        size = self.log_bytes
-        shown = (f"{size / 1024**2:.1f} MB" if size >= 1024**2
-                 else f"{size / 1024:.1f} kB" if size >= 1024 else f"{size} B")  # fmt: skip
-        last = f"; last: {self.last[:200]}" if self.last else ""
-        with self._lock:
-            self._say(
-                f"rocmforge: {self.label}: {self.current} still running (+{self._elapsed()}); "
-                f"output {shown}{last}"
-            )
-            self.stream.flush()
-
-    def phase(self, name: str) -> None:
-        """Show that a new phase started."""
-        self.current = name
-        if self.tty:
-            self._draw()
-        else:
-            self._say(f"rocmforge: {self.label}: {name} (+{self._elapsed()})")
-
-    def log_line(self, line: str) -> None:
-        """Remember (TTY) or echo (``--verbose``) one line of build output."""
-        self.last = line.strip()
-        self.log_bytes += len(line.encode("utf-8", "replace")) + (not line.endswith("\n"))
-        if self.tty:
-            if time.monotonic() - self._drawn > 0.1:
-                self._draw()
-        elif self.verbose:
-            self._say(f"  | {line.rstrip()}")
-
-    def warning(self, message: str) -> None:
-        """Print a warning on its own line."""
-        self.clear()
-        self._say(f"warning: {message}")
-
-    def _say(self, line: str) -> None:
-        # One write per line: with PYTHONUNBUFFERED print() writes the text and its newline in
-        # two calls, and the children of `realize -j` share one stderr, so another child's
-        # line could start in the middle of this one.
-        self.stream.write(line + "\n")
-
-    def clear(self) -> None:
-        """Erase the live status line."""
-        if self.tty:
-            with self._lock:
-                self.stream.write("\r\x1b[K")
-                self.stream.flush()
-
-    def close(self) -> None:
-        """Stop the ticker (or heartbeat) and erase the status line."""
-        self._stop.set()
-        self.clear()
 
 
 def is_recipe_target(target: str) -> bool:
@@ -407,3 +297,33 @@ def resolve_targets(store: Store, target: str) -> list[Any]:
     if is_recipe_target(target):
         return [entry for _, entry in stack_entries(store, target)]
     return [store.resolve(target)]
+
+
+def print_read(args: argparse.Namespace, read: Callable[[str], str | bytes | None]) -> bool:
+    """Print what ``read(root)`` (one of :mod:`rocmforge.store.readers`) answers for the store
+    the command uses; return whether it answered.
+
+    It answers only when that store is healthy (it needs no creation, repair or indexing) and
+    ``read`` does not return None. Anything unexpected on the way (a damaged file, a name
+    stdout cannot encode) counts as no answer: the command's full branch then runs from the
+    start and reports it, so this can make a command faster, never different.
+    """
+    from rocmforge.store.readers import healthy
+
+    try:
+        root = store_where(args)[0]
+        out = read(root) if healthy(root) else None
+        if isinstance(out, str):
+            out.encode(sys.stdout.encoding or "utf-8", sys.stdout.errors or "strict")
+    except Exception:
+        return False
+    if out is None:
+        return False
+    buffer = getattr(sys.stdout, "buffer", None)  # None: a text stream (a test's capture)
+    if isinstance(out, bytes) and buffer is not None:
+        sys.stdout.flush()
+        buffer.write(out)
+        buffer.flush()
+    else:
+        sys.stdout.write(out if isinstance(out, str) else out.decode(errors="replace"))
+    return True

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
-from typing import Any
 
+from rocmforge.cli.commands import COMMANDS
 from rocmforge.cli.commands._common import (
     add_config_option,
     add_json_option,
@@ -20,9 +19,14 @@ from rocmforge.cli.commands._common import (
     open_store,
     settings_of,
     store_choice,
+    store_where,
     trusted_of,
 )
 from rocmforge.store.audittext import audit_text, banner
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
+if TYPE_CHECKING:
+    from typing import Any
 
 EPILOG = """\
 statuses:
@@ -42,7 +46,7 @@ def register(sub: Any) -> None:
     """Add the ``audit`` command."""
     p = sub.add_parser(
         "audit",
-        help="tell what produced a wheel (verified / claimed / diverged / tampered / unknown)",
+        help=COMMANDS["audit"],
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -55,6 +59,10 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """``rocmforge audit WHEEL...``: print one screen per wheel; exit by the worst status."""
+    if not args.json and args.config is None and _verified_by_the_index(args):
+        return 0
+    from pathlib import Path
+
     from rocmforge.store.locate import is_store
     from rocmforge.trust.audit import audit_wheel, worst_exit_code
 
@@ -68,3 +76,25 @@ def run(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(audit_text([r.to_json() for r in reports]))
     return worst_exit_code(reports)
+
+
+def _verified_by_the_index(args: argparse.Namespace) -> bool:
+    """Print the audit of wheels that are all verified by the index of a healthy store, with no
+    configuration file or trusted key to consult (:func:`rocmforge.store.readers.audit_texts`);
+    return whether it did. Anything else is the full branch's."""
+    from rocmforge.store.readers import audit_texts
+
+    try:
+        root, how = store_where(args)
+        both = audit_texts(root, how, list(args.wheels))
+        if both is not None:
+            for out in both:
+                out.encode(sys.stdout.encoding or "utf-8", sys.stdout.errors or "strict")
+    except Exception:
+        return False
+    if both is None:
+        return False
+    sys.stderr.write(both[0])
+    sys.stderr.flush()
+    sys.stdout.write(both[1])
+    return True

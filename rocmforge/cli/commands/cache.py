@@ -6,12 +6,13 @@ import argparse
 import time
 from typing import Any
 
+from rocmforge.cli.commands import COMMANDS
 from rocmforge.cli.commands._common import add_config_option, add_json_option, emit_json
 
 
 def register(sub: Any) -> None:
     """Add the ``cache`` command with its ``ls`` and ``gc`` actions."""
-    p = sub.add_parser("cache", help="list or prune a binary cache (file://DIR, oci://HOST/REPO)")
+    p = sub.add_parser("cache", help=COMMANDS["cache"])
     actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     ls = actions.add_parser(
         "ls", help="list the entries a cache holds, newest first (default: every configured cache)"

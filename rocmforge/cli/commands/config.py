@@ -10,6 +10,7 @@ import argparse
 import os
 from typing import Any
 
+from rocmforge.cli.commands import COMMANDS
 from rocmforge.cli.commands._common import add_config_option, add_json_option, emit_json
 
 
@@ -17,7 +18,7 @@ def register(sub: Any) -> None:
     """Add the ``config`` command."""
     p = sub.add_parser(
         "config",
-        help="show the effective configuration (caches, trusted keys) and where it came from",
+        help=COMMANDS["config"],
     )
     p.add_argument(
         "recipes", nargs="*", metavar="RECIPE", help="find the project file from these recipes"

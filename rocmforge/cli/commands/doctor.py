@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from rocmforge.cli.commands import COMMANDS
 from rocmforge.cli.commands._common import (
     add_json_option,
     add_store_option,
@@ -18,7 +19,7 @@ from rocmforge.cli.commands._common import (
 def register(sub: Any) -> None:
     """Add the ``doctor`` command."""
     p = sub.add_parser(
-        "doctor", help="show ROCm, GPUs, RAM, cores and sandbox; lint a recipe against them"
+        "doctor", help=COMMANDS["doctor"]
     )
     p.add_argument("recipe", nargs="?", metavar="RECIPE", help="also lint this recipe")
     p.add_argument(

@@ -5,20 +5,25 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from typing import Any
 
+from rocmforge.cli.commands import COMMANDS
 from rocmforge.cli.commands._common import (
     add_json_option,
     add_store_option,
     count,
     emit_json,
     open_store,
+    print_read,
 )
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def register(sub: Any) -> None:
     """Add the ``du`` command."""
-    p = sub.add_parser("du", help="show the store's size by area, package and entry")
+    p = sub.add_parser("du", help=COMMANDS["du"])
     p.add_argument("--top", type=count, default=10, metavar="N", help="show the N biggest entries")
     add_store_option(p)
     add_json_option(p)
@@ -27,6 +32,11 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """``rocmforge du``: print sizes by area, by package and the biggest entries."""
+    if not args.json:
+        from rocmforge.store.readers import du_text
+
+        if print_read(args, lambda root: du_text(root, args.top)):
+            return 0
     from rocmforge.build.ccache import settings
     from rocmforge.build.ccache import usage as cache_usage
     from rocmforge.store.failed import gather_failed
@@ -46,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
             }
         )
         return 0
-    text = format_du(  # the read path (rocmforge.cli.fastread) prints it from the same function
+    text = format_du(  # rocmforge.store.readers.du_text prints it from the same function
         usage.areas,
         usage.packages,
         usage.entries,

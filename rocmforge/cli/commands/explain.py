@@ -6,6 +6,7 @@ import argparse
 import os
 from typing import Any
 
+from rocmforge.cli.commands import COMMANDS
 from rocmforge.cli.commands._common import add_json_option, add_store_option, emit_json, open_store
 
 
@@ -13,7 +14,7 @@ def register(sub: Any) -> None:
     """Add the ``explain`` command."""
     p = sub.add_parser(
         "explain",
-        help="show key by key why two builds differ",
+        help=COMMANDS["explain"],
         description="A and B may each be a recipe file, an input hash (or unique prefix), a "
         "store path or a wheel (its stamp is read). Prints only the key paths that differ.",
     )

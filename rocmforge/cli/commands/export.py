@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from rocmforge.cli.commands import COMMANDS
 from rocmforge.cli.commands._common import (
     add_json_option,
     add_store_option,
@@ -19,7 +20,7 @@ def register(sub: Any) -> None:
     """Add the ``export`` command."""
     p = sub.add_parser(
         "export",
-        help="write a closure's wheels as a simple index, find-links dir and constraints.txt",
+        help=COMMANDS["export"],
     )
     p.add_argument(
         "targets", nargs="+", metavar="TARGET", help="stack or recipe file, hash or entry path"

@@ -6,6 +6,7 @@ import argparse
 import sys
 from typing import Any
 
+from rocmforge.cli.commands import COMMANDS
 from rocmforge.cli.commands._common import (
     add_json_option,
     add_store_option,
@@ -20,7 +21,7 @@ def register(sub: Any) -> None:
     """Add the ``gc`` command."""
     p = sub.add_parser(
         "gc",
-        help="delete unrooted entries (all, or by --keep-last/--older-than/--max-size)",
+        help=COMMANDS["gc"],
         description=(
             "Delete store entries no root keeps (result links of realize -o, pins, running "
             "realizes and builds), then the source caches no kept entry uses. --keep-last and "

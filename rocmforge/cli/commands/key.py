@@ -13,6 +13,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
+from rocmforge.cli.commands import COMMANDS
 from rocmforge.cli.commands._common import add_json_option, emit_json
 
 EPILOG = """\
@@ -26,7 +27,7 @@ def register(sub: Any) -> None:
     """Add the ``key`` command with its ``generate`` and ``public`` actions."""
     p = sub.add_parser(
         "key",
-        help="generate or show the ed25519 key that signs provenance",
+        help=COMMANDS["key"],
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -3,15 +3,25 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
-from rocmforge.cli.commands._common import add_json_option, add_store_option, emit_json, open_store
+from rocmforge.cli.commands import COMMANDS
+from rocmforge.cli.commands._common import (
+    add_json_option,
+    add_store_option,
+    emit_json,
+    open_store,
+    print_read,
+)
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def register(sub: Any) -> None:
     """Add the ``list`` command."""
     p = sub.add_parser(
-        "list", help="list store entries: hash, name, version, size, created, last used, roots"
+        "list", help=COMMANDS["list"]
     )
     add_store_option(p)
     add_json_option(p)
@@ -21,6 +31,10 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """``rocmforge list``: print every indexed entry, oldest first."""
     if not args.json:
+        from rocmforge.store.readers import entry_table
+
+        if print_read(args, entry_table):
+            return 0
         import sys
 
         from rocmforge.store.query import list_summary

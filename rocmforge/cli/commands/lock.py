@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from rocmforge.cli.commands import COMMANDS
 from rocmforge.cli.commands._common import add_json_option, add_store_option, emit_json, open_store
 from rocmforge.errors import UsageError
 
@@ -19,7 +20,7 @@ def register(sub: Any) -> None:
     """Add the ``lock`` command."""
     p = sub.add_parser(
         "lock",
-        help="pin a git ref to a full commit and build requirements to wheel digests",
+        help=COMMANDS["lock"],
         description="Resolve [source] ref to a full commit (written to rev) and the build "
         "requirements to their exact closure of wheels (written to the recipe's lock file, "
         "NAME.lock beside NAME.toml; a recipe of exact pins only gets [requirements] digests). "

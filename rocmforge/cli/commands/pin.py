@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from rocmforge.cli.commands import COMMANDS
 from rocmforge.cli.commands._common import (
     add_json_option,
     add_store_option,
@@ -18,7 +19,7 @@ from rocmforge.cli.commands._common import (
 
 def register(sub: Any) -> None:
     """Add the ``pin`` command."""
-    p = sub.add_parser("pin", help="keep an entry through every gc under a name")
+    p = sub.add_parser("pin", help=COMMANDS["pin"])
     p.add_argument("name", metavar="NAME", help="pin name (letters, digits, '.', '_', '-')")
     p.add_argument(
         "target",

@@ -3,14 +3,24 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
-from rocmforge.cli.commands._common import add_json_option, add_store_option, emit_json, open_store
+from rocmforge.cli.commands import COMMANDS
+from rocmforge.cli.commands._common import (
+    add_json_option,
+    add_store_option,
+    emit_json,
+    open_store,
+    print_read,
+)
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def register(sub: Any) -> None:
     """Add the ``pins`` command."""
-    p = sub.add_parser("pins", help="list pins")
+    p = sub.add_parser("pins", help=COMMANDS["pins"])
     add_store_option(p)
     add_json_option(p)
     p.set_defaults(func=run)
@@ -18,6 +28,11 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """``rocmforge pins``: print ``NAME -> ENTRY`` for every pin."""
+    if not args.json:
+        from rocmforge.store.readers import pins_text
+
+        if print_read(args, pins_text):
+            return 0
     from rocmforge.store.roots import pins
 
     found = pins(open_store(args))

@@ -8,6 +8,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from rocmforge.cli.commands import COMMANDS
 from rocmforge.cli.commands._common import (
     add_json_option,
     add_store_option,
@@ -20,7 +21,7 @@ from rocmforge.cli.commands._common import (
 
 def register(sub: Any) -> None:
     """Add the ``plan`` command."""
-    p = sub.add_parser("plan", help="show the derivation and input hash, without building")
+    p = sub.add_parser("plan", help=COMMANDS["plan"])
     p.add_argument("recipe", metavar="TARGET", help="a recipe or a stack file")
     p.add_argument(
         "--graph",

@@ -13,8 +13,8 @@ import argparse
 import sys
 from typing import Any
 
+from rocmforge.cli.commands import COMMANDS
 from rocmforge.cli.commands._common import (
-    ConsoleReporter,
     add_json_option,
     add_store_option,
     emit_json,
@@ -22,13 +22,14 @@ from rocmforge.cli.commands._common import (
     open_store,
     resolve_targets,
 )
+from rocmforge.cli.commands._progress import ConsoleReporter
 
 
 def register(sub: Any) -> None:
     """Add the ``push`` command."""
     p = sub.add_parser(
         "push",
-        help="upload store entries to a binary cache (only what it lacks)",
+        help=COMMANDS["push"],
         description="Push entries (by recipe, hash, entry name or path; default: all) to CACHE "
         "(file://DIR or oci://HOST/REPO), with their signed provenance; see docs/sharing.md.",
     )

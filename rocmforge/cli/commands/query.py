@@ -3,15 +3,25 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
-from typing import Any
 
-from rocmforge.cli.commands._common import add_json_option, add_store_option, emit_json, open_store
+from rocmforge.cli.commands import COMMANDS
+from rocmforge.cli.commands._common import (
+    add_json_option,
+    add_store_option,
+    emit_json,
+    open_store,
+    print_read,
+)
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import Any
 
 
 def register(sub: Any) -> None:
     """Add the ``query`` command."""
-    p = sub.add_parser("query", help="find store entries by name, version, env flag or age")
+    p = sub.add_parser("query", help=COMMANDS["query"])
     p.add_argument("--name", help="package name (matched as pip does: case, -, _ and . alike)")
     p.add_argument("--version", help="exact package version")
     p.add_argument(
@@ -34,6 +44,11 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """``rocmforge query``: print the matching entries (one line each); 0 even if none match."""
+    if not (args.json or args.env or args.since or args.built_against):
+        from rocmforge.store.readers import entry_table
+
+        if print_read(args, lambda root: entry_table(root, args.name, args.version)):
+            return 0
     from rocmforge.store.query import parse_env_filter, parse_since, query_entries
 
     filters = [parse_env_filter(e) for e in args.env]

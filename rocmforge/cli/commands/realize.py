@@ -9,8 +9,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from rocmforge.cli.commands import COMMANDS
 from rocmforge.cli.commands._common import (
-    ConsoleReporter,
     add_json_option,
     add_store_option,
     add_substitute_options,
@@ -19,12 +19,13 @@ from rocmforge.cli.commands._common import (
     open_store,
     substitution_of,
 )
+from rocmforge.cli.commands._progress import ConsoleReporter
 from rocmforge.pipeline.options import HEARTBEAT_SECONDS, RealizeOptions
 
 
 def register(sub: Any) -> None:
     """Add the ``realize`` command."""
-    p = sub.add_parser("realize", help="build a recipe (or reuse the cached build)")
+    p = sub.add_parser("realize", help=COMMANDS["realize"])
     p.add_argument("recipes", nargs="+", metavar="RECIPE")
     add_store_option(p)
     p.add_argument("-o", "--out-link", metavar="LINK", help="make LINK point at the store entry")

@@ -4,17 +4,26 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import TYPE_CHECKING, Any
 
-from rocmforge.cli.commands._common import add_json_option, add_store_option, emit_json, open_store
+from rocmforge.cli.commands import COMMANDS
+from rocmforge.cli.commands._common import (
+    add_json_option,
+    add_store_option,
+    emit_json,
+    open_store,
+    print_read,
+)
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
 if TYPE_CHECKING:
+    from typing import Any
+
     from rocmforge.store.query import EntryDetails
 
 
 def register(sub: Any) -> None:
     """Add the ``show`` command."""
-    p = sub.add_parser("show", help="show everything about one store entry")
+    p = sub.add_parser("show", help=COMMANDS["show"])
     p.add_argument(
         "target", metavar="TARGET", help="input hash (prefix), entry name or path, or a wheel"
     )
@@ -25,7 +34,12 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """``rocmforge show TARGET``: print the entry's identity, files, inputs and run facts
-    (:func:`rocmforge.store.showtext.show_text`, which the console's read path prints too)."""
+    (:func:`rocmforge.store.showtext.show_text`)."""
+    if not args.json:
+        from rocmforge.store.readers import show_text_of
+
+        if print_read(args, lambda root: show_text_of(root, args.target)):
+            return 0
     from rocmforge.store.showtext import show_text
 
     info = _show(args)

@@ -5,12 +5,13 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from rocmforge.cli.commands import COMMANDS
 from rocmforge.cli.commands._common import add_store_option, open_store
 
 
 def register(sub: Any) -> None:
     """Add the ``unpin`` command."""
-    p = sub.add_parser("unpin", help="remove a pin (gc may then collect its entry)")
+    p = sub.add_parser("unpin", help=COMMANDS["unpin"])
     p.add_argument("name", metavar="NAME")
     add_store_option(p)
     p.set_defaults(func=run)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from rocmforge.cli.commands import COMMANDS
 from rocmforge.cli.commands._common import add_json_option, add_store_option, emit_json, open_store
 
 
@@ -17,7 +18,7 @@ def register(sub: Any) -> None:
     """Add the ``verify`` command."""
     p = sub.add_parser(
         "verify",
-        help="re-hash store entries and check the index; non-zero exit on any problem",
+        help=COMMANDS["verify"],
         epilog="exit status: 0 ok, 1 problems found, 2 bad input, 3 store unreadable",
     )
     p.add_argument(

@@ -1,84 +1,36 @@
-"""The console's read path: ``list``, ``pins``, ``query``, ``show``, ``du``, ``log`` and
-``audit`` answered before any heavy import.
+"""The read commands' answers from a healthy store, import-light: ``list``, ``pins``,
+``query --name/--version``, ``show TARGET``, ``du [--top N]``, ``log HASH`` and ``audit WHEEL...``.
 
-A read command's work is a directory listing and one SELECT; what made it 5x slower than the
-interpreter's own start was importing the CLI (argparse, dataclasses, pathlib, the store and
-error classes: ~30 ms). The commonest forms — the text output of ``list``, ``pins``,
-``query --name/--version``, ``show TARGET`` (a hash, prefix, entry name or path), ``du [--top N]``,
-``log HASH`` and ``audit WHEEL...`` of wheels the index verifies, on a healthy store — are
-answered here from the same lean functions the full commands call (:mod:`rocmforge.store.scan`,
-:mod:`rocmforge.util.table`, :mod:`rocmforge.store.showtext`, :mod:`rocmforge.store.audittext`,
-:mod:`rocmforge.store.metafields`, :mod:`rocmforge.store.measure`, :mod:`rocmforge.util.zstdread`),
-so the output is byte for byte the same. Anything else — another option, ``--json``, no store
-there, an index that needs repair, entries waiting to be indexed, a target the full resolver must
-judge, a wheel the index does not verify, a signed entry, trusted keys or a configuration file,
-any error — returns None and the full CLI runs from the start, exactly as if this module did not
-exist: it can make a command faster, never different. Imports ``os``, ``sys``, ``fcntl``,
-``time`` and ``_json``; ``_sqlite3`` for the index, ``blake3`` for ``audit``."""
+A read command's work is a directory listing and one SELECT; importing the store classes
+(``dataclasses``, ``inspect``, ``pathlib``, ``json``, ``re``) would cost it more than the work.
+These functions read the store with :mod:`rocmforge.store.scan`, :mod:`rocmforge.util.table`,
+:mod:`rocmforge.store.showtext`, :mod:`rocmforge.store.audittext`,
+:mod:`rocmforge.store.metafields`, :mod:`rocmforge.store.measure` and
+:mod:`rocmforge.util.zstdread`, the same functions the commands' full branches print with.
+
+Each answers only on a store that needs no creation, repair or indexing (:func:`healthy`), and
+returns None for anything it leaves to the command's full branch: an index that needs repair, a
+target only the full resolver can judge (a wheel, a package name, an ambiguous prefix), a wheel
+the index does not verify, a signed entry, trusted keys or a configuration file. The command
+then runs its full branch, which also says what is wrong with a damaged file. Imports ``os``,
+``sys``; ``_sqlite3`` for the index, ``blake3`` for ``audit``.
+"""
 
 from __future__ import annotations
 
 import os
-import sys
 
 from rocmforge.store import layout
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
 if TYPE_CHECKING:
     import sqlite3
-    from collections.abc import Callable, Sequence
 
-#: The index schema this read path understands (the full path's :data:`SCHEMA_VERSION`).
+#: The index schema these readers understand (the full path's :data:`SCHEMA_VERSION`).
 INDEX_SCHEMA = 1
 
 
-def _parse(argv: Sequence[str]) -> tuple[str, str | None, dict[str, str], list[str]]:
-    """Split ``argv`` into (command, --store value, the command's other options, its operands);
-    raise ValueError on anything the read path does not handle (the full CLI will)."""
-    args = list(argv)
-    command = ""
-    store: str | None = None
-    found: dict[str, str] = {}
-    operands: list[str] = []
-    closed = False  # an option after one or more operands: argparse takes no more of them
-    while args:
-        a = args.pop(0)
-        key, eq, value = a.partition("=")
-        limit = _COMMANDS[command][1] if command else 0
-        if command and not a.startswith("-") and (
-            len(operands) < limit or (limit < 0 and not closed)
-        ):
-            operands.append(a)
-        elif key == "--store" or (command and key in _COMMANDS[command][0]):
-            closed = bool(operands)
-            if not eq:
-                if not args:
-                    raise ValueError(a)
-                value = args.pop(0)
-            if key == "--store":
-                store = value
-            else:
-                found[key] = value
-        elif command or a not in _COMMANDS:
-            raise ValueError(a)
-        else:
-            command = a
-    limit = _COMMANDS[command][1] if command else 0
-    if command and (not operands if limit < 0 else len(operands) != limit):
-        raise ValueError(command)
-    return command, store, found, operands
-
-
-def _healthy_store(store: str | None) -> str | None:
-    """Return the root of the store the full CLI would open, if it needs no creation, no repair
-    and has nothing waiting to be indexed; else None."""
-    from rocmforge.store.locate import find_store
-
-    root = find_store(store)[0]
-    return root if _healthy(root) else None
-
-
-def _healthy(root: str) -> bool:
+def healthy(root: str) -> bool:
     """Whether the store at ``root`` exists and opens without creation, repair or indexing."""
     if not os.path.isfile(os.path.join(root, layout.MARKER)):
         return False
@@ -91,8 +43,9 @@ def _healthy(root: str) -> bool:
     return not any(layout.is_entry_name(n) for n in pending)
 
 
-def _table(root: str, name: str | None, version: str | None) -> str | None:
-    """The entry table of ``list`` / ``query``, or None if the index is not healthy."""
+def entry_table(root: str, name: str | None = None, version: str | None = None) -> str | None:
+    """The entry table of ``list`` / ``query --name/--version``, or None if the index is not
+    healthy."""
     from rocmforge.store import scan
     from rocmforge.util.table import format_summary
 
@@ -108,15 +61,8 @@ def _table(root: str, name: str | None, version: str | None) -> str | None:
         db.close()
 
 
-def _list(root: str, opts: dict[str, str], operands: list[str]) -> str | None:
-    return _table(root, None, None)
-
-
-def _query(root: str, opts: dict[str, str], operands: list[str]) -> str | None:
-    return _table(root, opts.get("--name"), opts.get("--version"))
-
-
-def _pins(root: str, opts: dict[str, str], operands: list[str]) -> str | None:
+def pins_text(root: str) -> str:
+    """What ``pins`` prints: ``NAME -> ENTRY`` a line."""
     from rocmforge.store.scan import pin_entries
 
     return "".join(f"{n} -> {e or '(dangling)'}\n" for n, e, _ in pin_entries(root))
@@ -155,14 +101,40 @@ def _log(root: str, opts: dict[str, str], operands: list[str]) -> bytes | None:
     return out.getvalue()
 
 
-def _du(root: str, opts: dict[str, str], operands: list[str]) -> str | None:
+def log_bytes(root: str, target: str) -> bytes | None:
+    """The build log of the one entry whose input hash starts with the operand (the full
+    command's first answer for a hash prefix: ``Store.resolve``); anything else falls through."""
+    import io
+
+    from rocmforge.store.scan import entry_meta, entry_names
+    from rocmforge.util.zstdread import copy_log
+
+    if not (layout.is_hex(target) and layout.MIN_PREFIX <= len(target) <= layout.HASH_LEN):
+        return None
+    entries = os.path.join(root, layout.ENTRIES)
+    if os.path.lexists(target) or os.path.lexists(os.path.join(entries, target)):
+        return None  # a file of that name here, or an odd entry directory: the full command
+    matches = [n for n in entry_names(root) if n.startswith(target)]
+    if len(matches) != 1:
+        return None
+    entry = os.path.join(entries, matches[0])
+    with open(os.path.join(entry, layout.META), "rb") as f:
+        entry_meta(f.read(), matches[0])  # a damaged entry: the full command says so
+    path = os.path.join(entry, layout.BUILD_LOG)
+    if not os.path.isfile(path) or os.path.getsize(path) > LOG_LIMIT:
+        return None
+    out = io.BytesIO()
+    copy_log(path, out)
+    return out.getvalue()
+
+
+def du_text(root: str, top: int) -> str | None:
     """The text of ``du`` (``--top N``) from the same functions as the full command."""
     import time
 
     from rocmforge.store import measure, scan
 
-    top = int(opts.get("--top", "10"))  # what argparse's type does; a bad one raises
-    if top < 0 or os.environ.get(measure.CCACHE_ENV_SIZE, "").strip():
+    if os.environ.get(measure.CCACHE_ENV_SIZE, "").strip():
         return None  # the size's check (a regular expression) is the full command's
     cache = measure.compiler_cache_root(root, os.environ)
     if cache is None or cache.startswith("//") or os.path.normpath(cache) != cache:
@@ -205,14 +177,13 @@ def _json_file(path: str) -> object:
         return loads(f.read())
 
 
-def _show(root: str, opts: dict[str, str], operands: list[str]) -> str | None:
+def show_text_of(root: str, target: str) -> str | None:
     """What ``show TARGET`` prints, for a target naming one entry by hash, hash prefix, entry
     name or path; None for anything else (a wheel, a package name, an unknown or ambiguous
     target), an entry whose files the full command would reject, or an unhealthy index."""
     from rocmforge.store import scan
     from rocmforge.store.showtext import show_text
 
-    target = operands[0]
     if target.endswith(".whl"):  # perhaps a wheel file: the full command looks it up
         return None
     how, found = scan.resolve_target(root, target)
@@ -343,19 +314,17 @@ def _verified(root: str, db: sqlite3.Connection, wheel: str) -> dict[str, object
     )
 
 
-def _audit(store: str | None, operands: list[str]) -> tuple[str, str] | None:
-    """What ``audit WHEEL...`` prints (stderr, stdout) when every wheel is verified by the
-    index of a healthy store and no configuration file or trusted key is set; None else."""
+def audit_texts(root: str, how: str, wheels: list[str]) -> tuple[str, str] | None:
+    """What ``audit WHEEL...`` prints (stderr, stdout) with the store at ``root`` (chosen
+    ``how``) when every wheel is verified by the index of that healthy store and no
+    configuration file or trusted key is set; None else."""
     from rocmforge.store import scan
     from rocmforge.store.audittext import audit_text, banner
-    from rocmforge.store.locate import find_store
 
-    wheels = operands
     if not all(_plain_path(w) for w in wheels):
         return None  # the full command prints pathlib's spelling of it
     files = [w for w in wheels if os.path.isfile(w) or os.path.isdir(w)]
-    root, how = find_store(store, recipes=files)
-    if not _healthy(root) or not _no_config([os.path.dirname(os.path.abspath(f)) for f in files]):
+    if not healthy(root) or not _no_config([os.path.dirname(os.path.abspath(f)) for f in files]):
         return None
     db = scan.open_index_read_only(root, INDEX_SCHEMA)
     if db is None:
@@ -370,57 +339,3 @@ def _audit(store: str | None, operands: list[str]) -> tuple[str, str] | None:
     finally:
         db.close()
     return banner(root, how, found=True) + "\n", audit_text(reports)
-
-
-#: command -> (the options it may carry besides --store, its number of operands (-1: one or
-#: more), its answer)
-_COMMANDS: dict[
-    str,
-    tuple[
-        tuple[str, ...], int, Callable[[str, dict[str, str], list[str]], str | bytes | None] | None
-    ],
-] = {
-    "du": (("--top",), 0, _du),
-    "list": ((), 0, _list),
-    "log": ((), 1, _log),
-    "pins": ((), 0, _pins),
-    "query": (("--name", "--version"), 0, _query),
-    "show": ((), 1, _show),
-    "audit": ((), -1, None),  # answered by _audit (its store is found from its wheels too)
-}
-
-
-def fast_read(argv: Sequence[str]) -> int | None:
-    """Answer a plain read command, or return None to fall through to the full CLI."""
-    if not any(a in _COMMANDS for a in argv):
-        return None
-    err = ""
-    try:
-        command, store, opts, operands = _parse(argv)
-        answer = _COMMANDS[command][2] if command else None
-        text: str | bytes | None = None
-        if command == "audit":
-            both = _audit(store, operands)
-            if both is not None:
-                err, text = both
-        elif answer is not None:
-            root = _healthy_store(store)
-            text = None if root is None else answer(root, opts, operands)
-        for out in (text, err):  # a name or path a stream cannot encode: the full CLI's error
-            if isinstance(out, str):
-                stream = sys.stdout if out is text else sys.stderr
-                out.encode(stream.encoding or "utf-8", stream.errors or "strict")
-    except Exception:  # any surprise: the full CLI does it again and reports it
-        return None
-    if text is None:
-        return None
-    if err:
-        sys.stderr.write(err)
-        sys.stderr.flush()
-    if isinstance(text, bytes):
-        sys.stdout.buffer.write(text)
-        sys.stdout.buffer.flush()
-    else:
-        sys.stdout.write(text)
-        sys.stdout.flush()
-    return 0
