@@ -43,7 +43,8 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"rocmforge {__version__}")
     add_global_options(parser)
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    # prog given: argparse would otherwise build a help formatter (and import shutil) to make it
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", prog="rocmforge")
     for name, summary in COMMANDS.items():
         if name in named or argv is None:
             importlib.import_module(f"rocmforge.cli.commands.{name}").register(sub)
