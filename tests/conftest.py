@@ -16,7 +16,20 @@ from typing import Any
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-DATA = Path(__file__).resolve().parent / "data"
+TESTS = Path(__file__).resolve().parent
+DATA = TESTS / "data"
+
+# tests/ mirrors the package: tests/<wing>/test_<module>.py for the units of rocmforge/<wing>/,
+# tests/e2e/ for the end-to-end tests that need real processes (sandbox builds, Slurm, signals).
+# The folders are not packages (a tests/wheel/ package would shadow ``import wheel``); test
+# modules import each other and the helpers here by their basename (``from test_oci import
+# Registry``), so every folder is on sys.path, as pytest puts tests/ there for this file, and
+# basenames stay unique across folders (pytest refuses two of one name).
+sys.path.extend(
+    str(d)
+    for d in sorted(TESTS.iterdir())
+    if d.is_dir() and d.name not in ("data", "__pycache__") and str(d) not in sys.path
+)
 WHEELHOUSE = Path(os.environ.get("ROCMFORGE_TEST_WHEELHOUSE", REPO / ".ci" / "wheelhouse"))
 
 TINY_RECIPE = """\

@@ -296,7 +296,7 @@ def test_tty_progress_shows_phase_elapsed_and_last_line(
 def test_check_requirements_are_installed_for_the_import_but_not_hashed(
     tiny_src: Path, tmp_path: Path, store: Path
 ) -> None:
-    from test_hash import _tiny_wheel
+    from test_derivation import _tiny_wheel
 
     wheels = tmp_path / "wheels"
     _tiny_wheel(wheels, "rfdep", "1.0")

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from conftest import rf
 from test_cache import _signed_synthetic_entry
-from test_cache_oci import Registry, registry  # noqa: F401  (the fixture)
+from test_oci import Registry, registry  # noqa: F401  (the fixture)
 
 from rocmforge.util.progress import NullReporter
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import blake3
 import pytest
-from test_cache_oci import REGISTRY, Registry, registry  # noqa: F401 (the fixture)
+from test_oci import REGISTRY, Registry, registry  # noqa: F401 (the fixture)
 
 from rocmforge.cache import oci
 from rocmforge.cache.backend import FileCache

@@ -378,7 +378,7 @@ def test_hip_clang_device_libs_change_is_seen(
     tiny_recipe: Path, tmp_path: Path, store: Path
 ) -> None:
     """A plain clang as HIP compiler: a changed device-library file is a new input."""
-    from test_hip_clang import debian_root, fake_device_libs, fake_hip_clang
+    from test_hipclang import debian_root, fake_device_libs, fake_hip_clang
 
     clang = fake_hip_clang(tmp_path)
     libs = fake_device_libs(tmp_path)
@@ -394,7 +394,7 @@ def test_hip_clang_device_libs_change_is_seen(
 @pytest.mark.slow
 def test_hip_clang_binary_change_is_seen(tiny_recipe: Path, tmp_path: Path, store: Path) -> None:
     """A plain clang as HIP compiler: a changed LLVM library behind the driver is a new input."""
-    from test_hip_clang import debian_root, fake_device_libs, fake_hip_clang
+    from test_hipclang import debian_root, fake_device_libs, fake_hip_clang
 
     clang = fake_hip_clang(tmp_path)
     libs = fake_device_libs(tmp_path)
@@ -412,7 +412,7 @@ def test_code_change_is_seen(tiny_recipe: Path, tmp_path: Path, store: Path) -> 
     """A rocmforge upgrade that changes how hashes are made (here BUILDER) is an input too."""
     copy = tmp_path / "pkg" / "rocmforge"
     shutil.copytree(
-        Path(__file__).resolve().parent.parent / "rocmforge",
+        Path(__file__).resolve().parents[2] / "rocmforge",
         copy,
         ignore=shutil.ignore_patterns("__pycache__"),
     )
@@ -513,7 +513,7 @@ KEY_CASES = {
     "toolchain.rust.driver": "test_toolchain_binary_change_is_seen",
     # kind = "rocm-sdk": the wheels' names, versions and sha256s are the recipe's own
     # [toolchain.wheels] text (and [toolchain.module] for the rocm sdist, an entry of the same
-    # list); the wheel and sdist files are toolchain guards (tests/test_rocm_sdk.py).
+    # list); the wheel and sdist files are toolchain guards (tests/toolchain/test_rocmsdk.py).
     "toolchain.rocm-sdk[].name": "test_recipe_edit_is_seen",
     "toolchain.rocm-sdk[].version": "test_recipe_edit_is_seen",
     "toolchain.rocm-sdk[].wheel": "test_recipe_edit_is_seen",
@@ -600,7 +600,7 @@ def test_every_derivation_key_has_a_memo_case(tiny_src: Path, tmp_path: Path, st
     keys = key_paths(plan["derivation"])
     assert {"source.patches[]", "inputs.*.digest", "toolchain.rocm.version"} <= keys
     # A plain clang as HIP compiler adds its own keys under toolchain.rocm.
-    from test_hip_clang import fake_device_libs, fake_hip_clang
+    from test_hipclang import fake_device_libs, fake_hip_clang
 
     hip = recipe.read_text().replace(
         "[toolchain]\n",

@@ -275,7 +275,7 @@ def test_closed_pipe_exits_quietly(argv: list[str], built: Path, store: Path) ->
         argv = ["realize", str(built), str(built)]
     env = dict(os.environ)
     env.pop("ROCMFORGE_STORE", None)
-    env["PYTHONPATH"] = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
     if "--help" not in argv:
         argv = [*argv, "--store", str(store)]
     proc = subprocess.Popen(
@@ -312,7 +312,7 @@ def test_fetch_failure_is_exit_3(url: str, tmp_path: Path) -> None:
 
 
 def test_readme_exit_codes_match() -> None:
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     line = " ".join(readme.split("- Exit codes:", 1)[1].split("\n- ", 1)[0].split())
     assert "3 environment (store, sandbox, fetch" in line and "full disk" in line, line
     assert "2 bad input" in line and "141" in line

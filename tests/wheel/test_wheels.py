@@ -26,7 +26,7 @@ from rocmforge.wheel.names import WheelName, parse_wheel_name
 from rocmforge.wheel.venv import create_venv, venv_site_packages
 from rocmforge.wheel.writer import normalize_wheel
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "examples" / "demo"
 SETUPTOOLS_WHEEL = "setuptools-75.6.0-py3-none-any.whl"
 EPOCH = 1_700_000_000  # 2023-11-14T22:13:20Z

@@ -497,7 +497,7 @@ def test_loading_a_valid_recipe_imports_no_tomlkit_or_filelock(tmp_path: Path) -
 
 
 def test_the_documented_example_loads(tmp_path: Path) -> None:
-    docs = (Path(__file__).parent.parent / "docs" / "recipes.md").read_text()
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "recipes.md").read_text()
     blocks = docs.split("## Full example")[1].split("```toml\n")[1:]
     assert len(blocks) == 2
     for block in blocks:

@@ -19,7 +19,7 @@ from rocmforge.store.index import SCHEMA_VERSION, Index, IndexRow, WheelRow
 H1 = "0123456789abcdef0123456789abcdef"
 H2 = "0123ffffffffffffffffffffffffffff"
 H3 = "fedcba9876543210fedcba9876543210"
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def make_entry(

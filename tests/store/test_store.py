@@ -20,7 +20,7 @@ from rocmforge.store.entry import Entry
 from rocmforge.store.store import Store, open_store
 from rocmforge.util.hashing import file_digests
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 H1 = "0123456789abcdef0123456789abcdef"
 H2 = "0123ffffffffffffffffffffffffffff"
 H3 = "fedcba9876543210fedcba9876543210"
