@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import TINY_RECIPE, rf
+from conftest import TINY_RECIPE, rf, rf_in
 
 from rocmforge.build.doctor import doctor, probe_gpus
 from rocmforge.recipe.load import parse_recipe_text
@@ -157,7 +157,7 @@ def test_cli_on_a_machine_without_rocm_or_gpu(tmp_path: Path) -> None:
     recipe = tmp_path / "r.toml"
     recipe.write_text(ARCH_RECIPE.format(src=tmp_path))
     env = {"PATH": str(empty), "ROCM_PATH": ""}
-    proc = rf("doctor", recipe, "--sysroot", tmp_path, env=env)
+    proc = rf_in("doctor", recipe, "--sysroot", tmp_path, env=env)
     # nothing on PATH: no compiler, no python3.11 -> realize would stop, so doctor exits 1
     assert proc.returncode == 1, proc.stderr
     out = proc.stdout
@@ -168,7 +168,7 @@ def test_cli_on_a_machine_without_rocm_or_gpu(tmp_path: Path) -> None:
     assert "cores:" in out and "RAM:" in out and "sandbox:" in out
     assert "RF121 rccl-home" in out and f"{recipe}:" in out
     assert "gfx90a; no GPU visible to compare with" in out
-    data = json.loads(rf("doctor", recipe, "--sysroot", tmp_path, "--json", env=env).stdout)
+    data = json.loads(rf_in("doctor", recipe, "--sysroot", tmp_path, "--json", env=env).stdout)
     assert data["machine"]["rocm"] == [] and data["machine"]["gpus"] == []
     assert [f["id"] for f in data["lints"]] == ["RF121"]
     assert data["coverage"]["covered"] is None
@@ -190,7 +190,7 @@ def test_cli_recipe_with_a_missing_rocm_root_exits_1(tmp_path: Path) -> None:
         TINY_RECIPE.format(src=tmp_path)
         + f'\n[toolchain]\nkind = "rocm"\nrocm = "6.2.4"\nroot = "{tmp_path / "no-rocm"}"\n'
     )
-    proc = rf("doctor", recipe)
+    proc = rf_in("doctor", recipe)
     assert proc.returncode == 1
     assert "toolchain: ERROR:" in proc.stdout and "no-rocm" in proc.stdout
 

@@ -10,7 +10,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import rf
+from conftest import rf, rf_in
 
 
 def _generate(env: dict[str, str], name: str) -> str:
@@ -185,7 +185,7 @@ def test_cache_miss_without_cache_entry_and_bad_url(tmp_path: Path) -> None:
 
     backend = open_backend(f"file://{tmp_path / 'empty'}")
     assert backend.get_manifest("ab" * 16) is None
-    proc = rf("push", "s3://bucket", "--store", tmp_path / "s")
+    proc = rf_in("push", "s3://bucket", "--store", tmp_path / "s")
     assert proc.returncode == 2 and "unsupported scheme 's3'" in proc.stderr
 
 
@@ -221,7 +221,7 @@ def test_cache_ls_and_gc_keep_last_and_older_than(tmp_path: Path) -> None:
         os.utime(root / "entries" / f"{hashes[name, version]}.json", (age, age))
     for blob in (root / "blobs" / "sha256").iterdir():
         os.utime(blob, (0, 0))  # past the grace a push in flight gets
-    proc = rf("cache", "ls", url, "--json")
+    proc = rf_in("cache", "ls", url, "--json")
     assert proc.returncode == 0, proc.stderr
     listed = json.loads(proc.stdout)["entries"]
     assert [(e["name"], e["version"]) for e in listed] == [
@@ -230,17 +230,17 @@ def test_cache_ls_and_gc_keep_last_and_older_than(tmp_path: Path) -> None:
         ("a", "2"),
         ("a", "1"),
     ]
-    assert "4 entries in" in rf("cache", "ls", url).stdout
-    assert rf("cache", "gc", url).returncode == 2  # no policy: refuse to empty the cache
-    dry = json.loads(rf("cache", "gc", url, "--keep-last", "1", "--dry-run", "--json").stdout)
+    assert "4 entries in" in rf_in("cache", "ls", url).stdout
+    assert rf_in("cache", "gc", url).returncode == 2  # no policy: refuse to empty the cache
+    dry = json.loads(rf_in("cache", "gc", url, "--keep-last", "1", "--dry-run", "--json").stdout)
     assert {e["version"] for e in dry["deleted"]} == {"1", "2"} and dry["blobs"] == 2
     assert len(list((root / "entries").iterdir())) == 4
     # keep-last 1 keeps a-3 and b-1; older-than 9d12h also keeps a-2 (pushed 9 days ago).
-    proc = rf("cache", "gc", url, "--keep-last", "1", "--older-than", "9d12h", "--json")
+    proc = rf_in("cache", "gc", url, "--keep-last", "1", "--older-than", "9d12h", "--json")
     report = json.loads(proc.stdout)
     assert [(e["name"], e["version"]) for e in report["deleted"]] == [("a", "1")]
     assert report["kept"] == 3 and report["blobs"] == 1
-    left = {e["version"] for e in json.loads(rf("cache", "ls", url, "--json").stdout)["entries"]}
+    left = {e["version"] for e in json.loads(rf_in("cache", "ls", url, "--json").stdout)["entries"]}
     assert left == {"1", "2", "3"} and len(list((root / "blobs" / "sha256").iterdir())) == 3
     assert backend.get_manifest(hashes["a", "1"]) is None
 

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import rf
+from conftest import rf, rf_in
 
 REGISTRY = shutil.which("docker-registry")
 
@@ -153,11 +153,11 @@ def test_oci_cache_ls_and_gc(registry: Registry, tmp_path: Path) -> None:
     backend = open_backend(url)
     for version in ("1", "2", "3"):
         _fake_entry(backend, tmp_path, "a", version, version.encode() * 100)
-    listed = json.loads(rf("cache", "ls", url, "--json").stdout)["entries"]
+    listed = json.loads(rf_in("cache", "ls", url, "--json").stdout)["entries"]
     assert sorted(e["version"] for e in listed) == ["1", "2", "3"]
     assert all(e["size"] == 100 for e in listed)
-    proc = rf("cache", "gc", url, "--keep-last", "1", "--json")
+    proc = rf_in("cache", "gc", url, "--keep-last", "1", "--json")
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     assert len(report["deleted"]) == 2 and report["kept"] == 1
-    assert len(json.loads(rf("cache", "ls", url, "--json").stdout)["entries"]) == 1
+    assert len(json.loads(rf_in("cache", "ls", url, "--json").stdout)["entries"]) == 1

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import TINY_RECIPE, rf
+from conftest import TINY_RECIPE, rf, rf_in
 
 
 def one_error(proc: subprocess.CompletedProcess[str], code: int) -> str:
@@ -147,7 +147,7 @@ def test_deep_nesting_is_bad_input(tmp_path: Path) -> None:
     ):
         recipe = tmp_path / f"deep{i}.toml"
         recipe.write_text("schema = 1\n" + text + "\n")
-        err = one_error(rf("plan", recipe, "--store", tmp_path / "store"), 2)
+        err = one_error(rf_in("plan", recipe, "--store", tmp_path / "store"), 2)
         assert str(recipe) in err and "nest" in err
 
 
@@ -178,7 +178,7 @@ def test_huge_recipe_file_is_refused(tmp_path: Path) -> None:
     with open(recipe, "wb") as f:
         f.write(b"schema = 1\n")
         f.write(b"# padding\n" * 1_100_000)
-    err = one_error(rf("plan", recipe, "--store", tmp_path / "store"), 2)
+    err = one_error(rf_in("plan", recipe, "--store", tmp_path / "store"), 2)
     assert str(recipe) in err and "too large" in err
 
 
@@ -188,7 +188,7 @@ def test_huge_name_is_short_bad_input(tmp_path: Path, tiny_src: Path) -> None:
         TINY_RECIPE.format(src=tiny_src).replace('name = "tiny"', f'name = "{"a" * 100_000}"')
     )
     for command in ("plan", "realize"):
-        err = one_error(rf(command, recipe, "--store", tmp_path / "store"), 2)
+        err = one_error(rf_in(command, recipe, "--store", tmp_path / "store"), 2)
         assert "package.name" in err and str(recipe) in err
         assert len(err) < 2000, len(err)
 
@@ -307,7 +307,7 @@ def git_recipe(tmp_path: Path, url: str) -> Path:
     "url", ["file:///nonexistent/repo.git", "https://rocmforge-test.invalid/repo.git"]
 )
 def test_fetch_failure_is_exit_3(url: str, tmp_path: Path) -> None:
-    err = one_error(rf("realize", git_recipe(tmp_path, url), "--store", tmp_path / "store"), 3)
+    err = one_error(rf_in("realize", git_recipe(tmp_path, url), "--store", tmp_path / "store"), 3)
     assert url in err
 
 
@@ -326,7 +326,7 @@ def test_extends_into_a_non_recipe_names_the_chain(tmp_path: Path) -> None:
     base.write_text('schema = 1\nextends = "/etc/passwd"\n')
     top = tmp_path / "top.toml"
     top.write_text('schema = 1\nextends = "base.toml"\n')
-    err = one_error(rf("plan", top, "--store", tmp_path / "store"), 2)
+    err = one_error(rf_in("plan", top, "--store", tmp_path / "store"), 2)
     assert "/etc/passwd" in err
     assert str(top) in err and "base.toml" in err, err
 
@@ -336,14 +336,14 @@ def test_base_error_names_the_recipe(tmp_path: Path, tiny_src: Path) -> None:
     base.write_text(TINY_RECIPE.format(src=tiny_src).replace('version = "0.1"', "version = 1"))
     top = tmp_path / "top.toml"
     top.write_text('schema = 1\nextends = "base.toml"\n')
-    err = one_error(rf("plan", top, "--store", tmp_path / "store"), 2)
+    err = one_error(rf_in("plan", top, "--store", tmp_path / "store"), 2)
     assert "package.version" in err and str(top) in err, err
 
 
 def test_source_error_names_the_recipe(tmp_path: Path) -> None:
     recipe = tmp_path / "r.toml"
     recipe.write_text(TINY_RECIPE.format(src=tmp_path / "gone"))
-    err = one_error(rf("realize", recipe, "--store", tmp_path / "store"), 2)
+    err = one_error(rf_in("realize", recipe, "--store", tmp_path / "store"), 2)
     assert str(recipe) in err, err
     report = json.dumps(err)
     assert "gone" in report

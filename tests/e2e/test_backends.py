@@ -15,7 +15,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import DATA, WHEELHOUSE, commit_all, git, rf
+from conftest import DATA, WHEELHOUSE, commit_all, git, rf, rf_in
 
 BACKENDS = DATA / "backends"
 
@@ -164,14 +164,14 @@ def test_config_settings_with_steps_is_bad_input(tmp_path: Path) -> None:
     recipe = settings_recipe(
         tmp_path, 'steps = ["true"]\n[build.config-settings]\nbuilddir = "out"\n'
     )
-    proc = rf("plan", recipe, "--store", tmp_path / "store")
+    proc = rf_in("plan", recipe, "--store", tmp_path / "store")
     assert proc.returncode == 2
     assert "build.config-settings" in proc.stderr and "PEP 517 build only" in proc.stderr
 
 
 def test_config_settings_must_be_strings(tmp_path: Path) -> None:
     recipe = settings_recipe(tmp_path, "[build.config-settings]\nbuilddir = 3\n")
-    proc = rf("plan", recipe, "--store", tmp_path / "store")
+    proc = rf_in("plan", recipe, "--store", tmp_path / "store")
     assert proc.returncode == 2
     assert "build.config-settings.builddir" in proc.stderr
     assert "string or an array of strings" in proc.stderr
@@ -834,14 +834,14 @@ def test_crates_input_needs_a_rust_toolchain_and_is_one(tmp_path: Path) -> None:
         '[inputs.a]\npath = "crates"\nenv = "A"\ncrates = true\n'
     )
     recipe.write_text(body)
-    proc = rf("plan", recipe, "--store", tmp_path / "store")
+    proc = rf_in("plan", recipe, "--store", tmp_path / "store")
     assert proc.returncode == 2
     assert "inputs.a.crates" in proc.stderr and "[toolchain] rust" in proc.stderr
     recipe.write_text(
         body + '[inputs.b]\npath = "crates"\nenv = "B"\ncrates = true\n'
         '[toolchain]\nrust = "host"\n'
     )
-    proc = rf("plan", recipe, "--store", tmp_path / "store")
+    proc = rf_in("plan", recipe, "--store", tmp_path / "store")
     assert proc.returncode == 2
     assert "inputs.b.crates" in proc.stderr and "one crate source" in proc.stderr
 

@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import REPO, commit_all, git, rf
+from conftest import REPO, commit_all, git, rf, rf_in
 
 from rocmforge.lock.companions import RELEASED_WITH, github_slug, triton_fork_note
 
@@ -150,7 +150,7 @@ def test_check_reports_a_stale_companion_and_writes_nothing(
     d = stack["dir"]
     assert isinstance(d, Path)
     before = (d / "triton.toml").read_text()
-    r = rf("lock", "--companions", stack["file"], "--store", tmp_path / "store", "--check")
+    r = rf_in("lock", "--companions", stack["file"], "--store", tmp_path / "store", "--check")
     assert r.returncode == 1, r.stdout + r.stderr
     assert "triton.toml: would change" in r.stdout
     assert f"source.rev: {'0' * 40} -> {stack['triton']}" in r.stdout
@@ -188,7 +188,7 @@ def test_a_torch_without_known_companions_is_bad_input(
     text = recipe.read_text()
     old = text.split('rev = "')[1].split('"')[0]
     recipe.write_text(text.replace(old, commit).replace('"2.14.1"', '"2.15.0a0"'))
-    r = rf("lock", "--companions", stack["file"], "--store", tmp_path / "store")
+    r = rf_in("lock", "--companions", stack["file"], "--store", tmp_path / "store")
     assert r.returncode == 2, r.stdout + r.stderr
     assert "torch.toml" in r.stderr and "not a release" in r.stderr
     assert "Traceback" not in r.stderr
@@ -233,7 +233,7 @@ def test_a_torch_recipe_disagreeing_with_its_tree_is_bad_input(
     assert isinstance(d, Path)
     recipe = d / "torch.toml"
     recipe.write_text(recipe.read_text().replace('"2.14.1"', '"2.14.0"'))
-    r = rf("lock", "--companions", stack["file"], "--store", tmp_path / "store")
+    r = rf_in("lock", "--companions", stack["file"], "--store", tmp_path / "store")
     assert r.returncode == 2, r.stdout + r.stderr
     assert "package.version" in r.stderr and "says 2.14.1" in r.stderr, r.stderr
 
@@ -280,7 +280,7 @@ def test_a_triton_of_another_fork_than_torchs_pin_keeps_its_pin(
     mirror = mirror_path(url, store / "sources")
     mirror.parent.mkdir(parents=True)
     git(tmp_path, "clone", "-q", "--mirror", str(torch), str(mirror))
-    r = rf("lock", "--companions", stack["file"], "--store", store)
+    r = rf_in("lock", "--companions", stack["file"], "--store", store)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "source.rev kept" in r.stdout and "triton-lang/triton" in r.stdout
     assert "rocm/triton" in r.stdout and "Traceback" not in r.stderr

@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import DATA, WHEELHOUSE, commit_all, git, rf
+from conftest import DATA, WHEELHOUSE, commit_all, git, rf, rf_in
 
 ZERO = "a" * 40  # a stale locked commit
 FAKE_DIGEST = "sha256:" + "0" * 64
@@ -154,7 +154,7 @@ def test_lock_refuses_an_unknown_ref(repo: Path, tmp_path: Path, store: Path) ->
     recipe = tmp_path / "tiny.toml"
     text = COMMENTED.format(repo=repo, rev=ZERO, digest=FAKE_DIGEST).replace("v1.0", "v9")
     recipe.write_text(text)
-    proc = rf("lock", recipe, "--store", store)
+    proc = rf_in("lock", recipe, "--store", store)
     assert proc.returncode == 2
     assert "no tag or branch named 'v9'" in proc.stderr
     assert recipe.read_text() == text
@@ -177,11 +177,11 @@ def test_lock_of_a_dependent_or_a_stack_locks_its_closure(
     stack = tmp_path / "both.toml"
     stack.write_text('schema = 1\n[stack]\nname = "both"\nrecipes = ["user.toml"]\n')
     for target in (user, stack):
-        proc = rf("lock", "--check", target, "--store", store)
+        proc = rf_in("lock", "--check", target, "--store", store)
         assert proc.returncode == 1, proc.stderr
         assert f"{dep}: would change" in proc.stdout and "source.rev" in proc.stdout
         assert f"{user}: already locked" in proc.stdout
-    assert rf("lock", stack, "--store", store).returncode == 0
+    assert rf_in("lock", stack, "--store", store).returncode == 0
     assert ZERO not in dep.read_text()
-    again = rf("lock", "--check", stack, "--store", store)
+    again = rf_in("lock", "--check", stack, "--store", store)
     assert again.returncode == 0, again.stdout + again.stderr

@@ -19,7 +19,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from conftest import REPO, rf
+from conftest import REPO, rf, rf_in
 
 CI = REPO / ".ci"
 LOCK_WHEELS = CI / "lockwheels"
@@ -281,7 +281,7 @@ def test_no_solution_is_bad_input_naming_the_resolver(
     lockwheels: Path, tmp_path: Path, store: Path
 ) -> None:
     recipe = demo(tmp_path / "r.toml", '"setuptools>=99"')
-    proc = rf("lock", recipe, "--store", store, env=offline(lockwheels))
+    proc = rf_in("lock", recipe, "--store", store, env=offline(lockwheels))
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
     assert "found no solution" in proc.stderr and "setuptools" in proc.stderr
 
@@ -289,7 +289,7 @@ def test_no_solution_is_bad_input_naming_the_resolver(
 def test_shipped_recipes_are_locked_without_rocm(store: Path) -> None:
     legacy = REPO / "recipes" / "legacy"
     recipes = [legacy / n for n in ("mi300x.toml", "mi250x.toml", "rocm-6.2.toml")]
-    proc = rf("lock", "--check", *recipes, REPO / "recipes" / "demo.toml", "--store", store)
+    proc = rf_in("lock", "--check", *recipes, REPO / "recipes" / "demo.toml", "--store", store)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.count("already locked") == 4
 

@@ -17,7 +17,7 @@ import venv
 from pathlib import Path
 
 import pytest
-from conftest import REPO, TINY_RECIPE, pip_args, rf
+from conftest import REPO, TINY_RECIPE, pip_args, rf, rf_in
 
 
 def graph_copy(tmp_path: Path) -> Path:
@@ -185,12 +185,12 @@ def test_cycle_and_missing_file_name_the_chain(tmp_path: Path, store: Path) -> N
     tiny(tmp_path, "b", ["c.toml"])
     tiny(tmp_path, "c", ["a.toml"])
     for cmd in ("plan", "realize"):
-        proc = rf(cmd, a, "--store", store)
+        proc = rf_in(cmd, a, "--store", store)
         assert proc.returncode == 2, proc.stderr
         assert "dependency cycle: a.toml -> b.toml -> c.toml -> a.toml" in proc.stderr
         assert "requirements.recipes" in proc.stderr
     tiny(tmp_path, "c", ["gone.toml"])
-    proc = rf("plan", a, "--store", store)
+    proc = rf_in("plan", a, "--store", store)
     assert proc.returncode == 2
     assert (
         "no such recipe" in proc.stderr and "a.toml -> b.toml -> c.toml -> gone.toml" in proc.stderr
@@ -361,7 +361,7 @@ def test_rocm_stack_plans_anywhere_without_cloning(
 ) -> None:
     store = tmp_path / "store"
     directory = REPO / "recipes" / where
-    proc = rf("plan", directory / "mi300x-stack.toml", "--store", store, "--json")
+    proc = rf_in("plan", directory / "mi300x-stack.toml", "--store", store, "--json")
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     assert data["stacks"][0]["name"] == "mi300x"
@@ -377,7 +377,7 @@ def test_rocm_stack_plans_anywhere_without_cloning(
     git = store / "sources" / "git"
     assert not git.exists() or not any(git.iterdir())  # nothing cloned
     # the single-recipe plan hashes the dependency in the same way
-    one = rf("plan", directory / "torchvision-mi300x.toml", "--store", store, "--json")
+    one = rf_in("plan", directory / "torchvision-mi300x.toml", "--store", store, "--json")
     drv = json.loads(one.stdout)["derivation"]
     closure = [{"name": "torch", "version": torch_version, "hash": torch}]
     if where != "legacy":  # the whole closure: torch's triton too
@@ -397,7 +397,7 @@ def test_extension_arch_outside_torch_stops_before_fetch(tmp_path: Path) -> None
     tv.write_text(
         tv.read_text().replace('PYTORCH_ROCM_ARCH = "gfx942"', 'PYTORCH_ROCM_ARCH = "gfx90a"')
     )
-    proc = rf("plan", tv, "--store", tmp_path / "store")
+    proc = rf_in("plan", tv, "--store", tmp_path / "store")
     assert proc.returncode == 2 and "RF193" in proc.stderr and "gfx90a" in proc.stderr
 
 

@@ -10,7 +10,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import DATA, TINY_RECIPE, commit_all, git, pip_args, rf
+from conftest import DATA, TINY_RECIPE, commit_all, git, pip_args, rf, rf_in
 
 
 def plan(recipe: Path, store: Path, env: dict[str, str] | None = None) -> dict:
@@ -199,7 +199,7 @@ def test_requirement_version_changes_the_hash(tiny_src: Path, tmp_path: Path, st
 
 def test_unlocked_requirement_is_bad_input(tiny_src: Path, tmp_path: Path, store: Path) -> None:
     text = TINY_RECIPE.format(src=tiny_src) + '\n[requirements]\nbuild = ["rfpin>=1.0"]\n'
-    proc = rf("plan", write(tmp_path / "a.toml", text), "--store", store)
+    proc = rf_in("plan", write(tmp_path / "a.toml", text), "--store", store)
     assert proc.returncode == 2 and "requirements.build" in proc.stderr
     assert "not locked" in proc.stderr and "rocmforge lock" in proc.stderr
 

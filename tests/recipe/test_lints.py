@@ -8,7 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from conftest import REPO, TINY_RECIPE, pip_args, rf
+from conftest import REPO, TINY_RECIPE, pip_args, rf, rf_in
 
 from rocmforge.errors import RecipeError
 from rocmforge.recipe.aotriton import AOTRITON_0_13B, inputs_toml, parse_asset
@@ -534,7 +534,7 @@ def test_error_lint_stops_realize_before_anything_is_fetched(
     empty = tmp_path / "empty-index"
     empty.mkdir()
     for command in ("realize", "plan"):
-        proc = rf(
+        proc = rf_in(
             command,
             recipe,
             "--store",
@@ -597,7 +597,7 @@ def test_error_lint_in_a_later_recipe_stops_the_earlier_build_too(
     bad = tmp_path / "bad.toml"
     bad.write_text(good.read_text().replace("[build]", '[env]\nAMD_LOG_LEVEL = "4"\n\n[build]', 1))
     store = tmp_path / "store"
-    proc = rf("realize", good, bad, "--store", store)
+    proc = rf_in("realize", good, bad, "--store", store)
     assert proc.returncode == 2 and "RF131" in proc.stderr, proc.stderr
     assert not (store / "entries").exists() or not any((store / "entries").iterdir())
 
@@ -764,7 +764,7 @@ def test_errors_and_warnings_are_shown_at_once_errors_first(tmp_path: Path) -> N
     file = tmp_path / "r.toml"
     file.write_text(chain(env("PYTORCH_ROCM_ARCH", "gfx90a,gfx942"), drop("archs"),
                           env("RCCL_HOME", "/opt/rocm/rccl"))(GOOD))  # fmt: skip
-    r = rf("plan", str(file), "--store", str(tmp_path / "store"))
+    r = rf_in("plan", str(file), "--store", str(tmp_path / "store"))
     assert r.returncode == 2, r.stderr
     lines = r.stderr.splitlines()
     error = next(i for i, ln in enumerate(lines) if "RF101" in ln)

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import REPO, rf
+from conftest import REPO, rf_in
 
 from rocmforge.recipe.load import load_recipe
 
@@ -26,13 +26,13 @@ def test_torch_recipes(tmp_path: Path, name: str, arch: str) -> None:
     assert r.env["USE_ROCM"] == "1" and r.env["USE_CUDA"] == "0" and "CPATH" not in r.env
     assert r.build.steps[0] == "python tools/amd_build/build_amd.py"
     store = tmp_path / "store"
-    proc = rf("plan", RECIPES / f"{name}.toml", "--store", store, "--json")
+    proc = rf_in("plan", RECIPES / f"{name}.toml", "--store", store, "--json")
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     if not Path("/opt/rocm-6.2.4").is_dir():
         assert any("/opt/rocm-6.2.4 does not exist" in n for n in data["provisional"])
         assert data["derivation"]["env"]["PYTORCH_ROCM_ARCH"] == arch
-        done = rf("realize", RECIPES / f"{name}.toml", "--store", store)
+        done = rf_in("realize", RECIPES / f"{name}.toml", "--store", store)
         assert done.returncode == 2
         assert done.stderr.count("\n") == 1 and "rocmforge doctor" in done.stderr
     assert not list(store.rglob("*.git"))  # neither plan nor a stopped realize cloned PyTorch
@@ -71,11 +71,11 @@ def test_current_torch_recipes(tmp_path: Path, name: str, arch: str) -> None:
     assert "scikit-build-core>=1.0" in read_lock(r.requirements.lock).inputs.source_requires
     assert any(p.startswith("scikit-build-core==") for p in r.requirements.build)
     store = tmp_path / "store"
-    proc = rf("plan", CURRENT / f"{name}.toml", "--store", store, "--json")
+    proc = rf_in("plan", CURRENT / f"{name}.toml", "--store", store, "--json")
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     assert any("ROCm SDK 7.14.0 is not locked" in n for n in data["provisional"])
-    done = rf("realize", CURRENT / f"{name}.toml", "--store", store)
+    done = rf_in("realize", CURRENT / f"{name}.toml", "--store", store)
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     assert "not locked" in done.stderr and "rocmforge lock" in done.stderr
     assert not list(store.rglob("*.git"))  # neither plan nor a stopped realize cloned PyTorch
@@ -103,7 +103,7 @@ def test_triton_recipe_downloads_nothing(tmp_path: Path) -> None:
     torch = load_recipe(CURRENT / "mi300x.toml")
     assert [p.name for p in torch.requirements.recipes] == ["triton-mi300x.toml"]
     store = tmp_path / "store"
-    proc = rf("plan", CURRENT / "triton-mi300x.toml", "--store", store, "--json")
+    proc = rf_in("plan", CURRENT / "triton-mi300x.toml", "--store", store, "--json")
     assert proc.returncode == 0, proc.stderr
     notes = json.loads(proc.stdout)["provisional"]
     assert any("669b31acc1dd" in n and "not fetched" in n for n in notes), notes

@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import DATA, commit_all, git, rf
+from conftest import DATA, commit_all, git, rf, rf_in
 
 RECIPE = """\
 schema = 1
@@ -86,6 +86,6 @@ def test_source_at_the_top_of_its_own_repository_is_not_enclosed(tmp_path: Path)
     recipe = repo / "vendor" / "top.toml"
     recipe.write_text(RECIPE.format(extra="").replace("vendor/vendored", "vendored"))
     git(repo / "vendor" / "vendored", "init", "-q")
-    proc = rf("plan", recipe, "--store", tmp_path / "store", "--json")
+    proc = rf_in("plan", recipe, "--store", tmp_path / "store", "--json")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["left_out"] == []

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import TINY_RECIPE, rf
+from conftest import TINY_RECIPE, rf, rf_in
 
 # The build step proves what the build sees: the variable, the content, and that it is read-only.
 STEP = (
@@ -208,12 +208,12 @@ def test_plan_never_clones_a_remote_source(tmp_path: Path) -> None:
         'rev = "a8d6afb511a69687bbb2b7e88a3cf67917e1697e"\nsubmodules = true\n'
         '[toolchain]\nkind = "rocm"\nrocm = "6.2.4"\nroot = "/nonexistent/rocm"\n'
     )
-    proc = rf("plan", r, "--store", tmp_path / "store")
+    proc = rf_in("plan", r, "--store", tmp_path / "store")
     assert proc.returncode == 0, proc.stderr
     assert "provisional" in proc.stdout
     assert "commit a8d6afb511a69687bbb2b7e88a3cf67917e1697e (submodules not resolved" in proc.stdout
     assert "/nonexistent/rocm does not exist" in proc.stdout
-    data = json.loads(rf("plan", r, "--store", tmp_path / "store", "--json").stdout)
+    data = json.loads(rf_in("plan", r, "--store", tmp_path / "store", "--json").stdout)
     assert len(data["provisional"]) == 2
     assert data["derivation"]["provisional"] == data["provisional"]
     assert not list((tmp_path / "store").rglob("*.git"))

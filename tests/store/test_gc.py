@@ -11,10 +11,11 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from subprocess import CompletedProcess
 
 import pytest
 import zstandard
-from conftest import TINY_RECIPE, commit_all, git, pip_args, rf
+from conftest import TINY_RECIPE, commit_all, git, pip_args, rf, rf_in
 
 from rocmforge.sources.refs import entry_refs
 from rocmforge.store.entry import Entry, EntryMeta
@@ -91,8 +92,8 @@ def realize(recipe: Path, store: Path, *extra: str | Path) -> Path:
     return Path(proc.stdout.strip().splitlines()[-1])
 
 
-def gc_json(store: Path, *flags: str) -> dict:
-    proc = rf("gc", "--store", store, "--json", *flags)
+def gc_json(store: Path, *flags: str, run: Callable[..., CompletedProcess[str]] = rf) -> dict:
+    proc = run("gc", "--store", store, "--json", *flags)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
 
@@ -252,7 +253,7 @@ def _gone(root: Path, made: dict[str, Entry]) -> list[str]:
 
 def test_cli_keep_last_on_a_real_store(timed_store: tuple[Path, dict[str, Entry]]) -> None:
     root, made = timed_store
-    report = gc_json(root, "--keep-last", "1")
+    report = gc_json(root, "--keep-last", "1", run=rf_in)
     assert _gone(root, made) == ["a", "b", "d"]
     assert report["freed_bytes"] >= (500 + 400 + 200) * 10
     with open_store(root).index as index:
@@ -261,7 +262,7 @@ def test_cli_keep_last_on_a_real_store(timed_store: tuple[Path, dict[str, Entry]
 
 def test_cli_older_than_on_a_real_store(timed_store: tuple[Path, dict[str, Entry]]) -> None:
     root, made = timed_store
-    gc_json(root, "--older-than", "30d")
+    gc_json(root, "--older-than", "30d", run=rf_in)
     assert _gone(root, made) == ["a", "d", "e"]
     assert not (root / "used" / made["a"].hash).exists()
 
@@ -270,21 +271,21 @@ def test_cli_max_size_on_a_real_store(timed_store: tuple[Path, dict[str, Entry]]
     root, made = timed_store
     sizes = {k: e.meta.size + len((e.path / "meta.json").read_bytes()) for k, e in made.items()}
     limit = sum(sizes.values()) - sizes["d"]  # dropping only the LRU entry fits exactly
-    gc_json(root, "--max-size", str(limit))
+    gc_json(root, "--max-size", str(limit), run=rf_in)
     assert _gone(root, made) == ["d"]
-    gc_json(root, "--max-size", str(limit - 1))
+    gc_json(root, "--max-size", str(limit - 1), run=rf_in)
     assert _gone(root, made) == ["a", "d"]
 
 
 def test_cli_pin_survives_every_policy(timed_store: tuple[Path, dict[str, Entry]]) -> None:
     root, made = timed_store
-    proc = rf("pin", "old-torch", made["a"].hash[:8], "--store", root)
+    proc = rf_in("pin", "old-torch", made["a"].hash[:8], "--store", root)
     assert proc.returncode == 0, proc.stderr
     for flags in (["--keep-last", "0"], ["--older-than", "0s"], ["--max-size", "0"], []):
-        gc_json(root, *flags)
+        gc_json(root, *flags, run=rf_in)
         assert made["a"].path.is_dir(), flags
     assert _gone(root, made) == ["b", "c", "d", "e"]
-    listed = rf("pins", "--store", root, "--json")
+    listed = rf_in("pins", "--store", root, "--json")
     assert json.loads(listed.stdout) == [
         {
             "name": "old-torch",
@@ -292,16 +293,16 @@ def test_cli_pin_survives_every_policy(timed_store: tuple[Path, dict[str, Entry]
             "path": str(root / "roots/pins/old-torch"),
         }
     ]
-    assert rf("unpin", "old-torch", "--store", root).returncode == 0
-    assert rf("unpin", "old-torch", "--store", root).returncode == 2
-    gc_json(root)
+    assert rf_in("unpin", "old-torch", "--store", root).returncode == 0
+    assert rf_in("unpin", "old-torch", "--store", root).returncode == 2
+    gc_json(root, run=rf_in)
     assert names(root) == set()
 
 
 def test_dry_run_deletes_nothing_and_says_why(timed_store: tuple[Path, dict[str, Entry]]) -> None:
     root, made = timed_store
     before = names(root)
-    proc = rf("gc", "--store", root, "--dry-run", "--older-than", "30d")
+    proc = rf_in("gc", "--store", root, "--dry-run", "--older-than", "30d")
     assert proc.returncode == 0, proc.stderr
     assert names(root) == before
     with open_store(root).index as index:
@@ -310,13 +311,13 @@ def test_dry_run_deletes_nothing_and_says_why(timed_store: tuple[Path, dict[str,
     assert len(lines) == 3
     assert any(made["e"].path.name in ln and "last used 35d ago" in ln for ln in lines)
     assert proc.stdout.splitlines()[-1].startswith("would free ")
-    report = gc_json(root, "--dry-run")
+    report = gc_json(root, "--dry-run", run=rf_in)
     assert report["dry_run"] and len(report["deleted"]) == 5 and names(root) == before
 
 
 def test_bad_policy_values_are_usage_errors(tmp_path: Path) -> None:
     for flags in (["--older-than", "30"], ["--max-size", "lots"], ["--keep-last", "-1"]):
-        proc = rf("gc", "--store", tmp_path / "s", *flags)
+        proc = rf_in("gc", "--store", tmp_path / "s", *flags)
         assert proc.returncode == 2 and "error:" in proc.stderr, flags
 
 
@@ -573,7 +574,7 @@ def test_du_reports_areas_packages_and_entries(tmp_path: Path) -> None:
     (s.sources_dir / "wheels").mkdir()
     (s.sources_dir / "wheels" / "w-1-py3-none-any.whl").write_bytes(b"x" * 3000)
     s.close()
-    proc = rf("du", "--store", s.root, "--json")
+    proc = rf_in("du", "--store", s.root, "--json")
     assert proc.returncode == 0, proc.stderr
     usage = json.loads(proc.stdout)
     areas = {a["area"]: a["bytes"] for a in usage["areas"]}
@@ -582,7 +583,7 @@ def test_du_reports_areas_packages_and_entries(tmp_path: Path) -> None:
     assert usage["total_bytes"] == sum(areas.values())
     assert [p["name"] for p in usage["packages"]] == ["big", "small"]
     assert usage["entries"][0]["entry"] == big.path.name
-    text = rf("du", "--store", s.root).stdout
+    text = rf_in("du", "--store", s.root).stdout
     assert text.startswith("total ") and big.path.name in text
 
 

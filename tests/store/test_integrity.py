@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import TINY_RECIPE, build_tiny_entry, commit_all, git, pip_args, rf
+from conftest import TINY_RECIPE, build_tiny_entry, commit_all, git, pip_args, rf, rf_in
 
 from rocmforge.store.entry import input_hash
 from rocmforge.util.hashing import file_blake3
@@ -182,12 +182,12 @@ def test_a_corrupt_index_is_set_aside_and_rebuilt(built: dict, copy: Path, damag
     for suffix in ("-wal", "-shm"):
         Path(f"{copy / 'index.sqlite'}{suffix}").unlink(missing_ok=True)
     damage(copy / "index.sqlite")
-    proc = rf("list", "--store", copy, "--json")
+    proc = rf_in("list", "--store", copy, "--json")
     assert proc.returncode == 0, proc.stderr
     assert "warning:" in proc.stderr and "index.sqlite" in proc.stderr
     assert [e["hash"] for e in json.loads(proc.stdout)] == [built["entry"][:32]]
     assert list(copy.glob("index.sqlite.corrupt-*"))  # set aside, not deleted
-    assert rf("verify", "--store", copy, "--repair-index").returncode == 0
+    assert rf_in("verify", "--store", copy, "--repair-index").returncode == 0
     realize_ok(built, copy)
 
 
@@ -209,7 +209,7 @@ def test_an_entry_without_meta_is_quarantined_not_a_blocker(built: dict, copy: P
     (moved,) = (copy / "quarantine").iterdir()
     assert moved.name.startswith(built["entry"])
     assert verify(copy)[0] == 0
-    gc = rf("gc", "--store", copy, "--json", "--keep-last", "5")
+    gc = rf_in("gc", "--store", copy, "--json", "--keep-last", "5")
     assert gc.returncode == 0, gc.stderr
     assert not os.listdir(copy / "quarantine")  # gc collects it
 
@@ -354,7 +354,7 @@ def test_a_read_only_store_with_a_corrupt_index_still_lists(
     subprocess.run(["mount", "-o", "remount,bind,rw", str(read_only)], check=True)
     _garbage(read_only / "index.sqlite")
     subprocess.run(["mount", "-o", "remount,bind,ro", str(read_only)], check=True)
-    proc = rf("list", "--store", read_only, "--json")
+    proc = rf_in("list", "--store", read_only, "--json")
     assert proc.returncode == 0, proc.stderr
     assert "read-only" in proc.stderr
     assert [e["hash"] for e in json.loads(proc.stdout)] == [built["entry"][:32]]

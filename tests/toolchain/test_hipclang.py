@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import TINY_RECIPE, host_cache_dir, rf
+from conftest import TINY_RECIPE, host_cache_dir, rf, rf_in
 
 from rocmforge.errors import ToolchainError
 from rocmforge.recipe.model import ToolchainSpec
@@ -162,5 +162,5 @@ def test_device_libs_needs_hip_clang(tmp_path: Path, tiny_src: Path) -> None:
         + f'\n[toolchain]\nkind = "rocm"\nrocm = "5.2"\nroot = "{debian_root(tmp_path)}"\n'
         + 'device-libs = "/nowhere"\n'
     )
-    proc = rf("plan", recipe, "--store", tmp_path / "store")
+    proc = rf_in("plan", recipe, "--store", tmp_path / "store")
     assert proc.returncode == 2 and "toolchain.device-libs" in proc.stderr

@@ -21,7 +21,7 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
-from conftest import DATA, REPO, TINY_RECIPE, WHEELHOUSE, rf
+from conftest import DATA, REPO, TINY_RECIPE, WHEELHOUSE, rf, rf_in
 
 from rocmforge.toolchain.pythons import find_python, host_pythons
 
@@ -87,7 +87,7 @@ def test_pyenv_shims_stand_for_their_versions_selected_first(tmp_path: Path) -> 
 def test_missing_python_names_the_key_and_what_was_found(tmp_path: Path) -> None:
     recipe = tmp_path / "r.toml"
     recipe.write_text(TINY_RECIPE.format(src=tmp_path) + '\n[toolchain]\npython = "3.99"\n')
-    proc = rf("realize", recipe, "--store", tmp_path / "store")
+    proc = rf_in("realize", recipe, "--store", tmp_path / "store")
     assert proc.returncode != 0
     (line,) = proc.stderr.strip().splitlines()
     assert str(recipe) in line and "toolchain.python" in line and "python3.99" in line, line
@@ -299,7 +299,7 @@ def test_host_python3_refuses_a_lock_that_fits_one_python_only(tmp_path: Path) -
         '[toolchain]\npython = "3"\n[requirements]\nbuild = ["numpy==2.0.2"]\n'
         '[build]\nsteps = ["true"]\n'
     )
-    proc = rf("lock", tmp_path / "r.toml", "--store", tmp_path / "store")
+    proc = rf_in("lock", tmp_path / "r.toml", "--store", tmp_path / "store")
     assert proc.returncode != 0
     assert "needs pure-Python build requirements" in proc.stderr
     assert "numpy-2.0.2-cp311" in proc.stderr and "traceback" not in proc.stderr.lower()

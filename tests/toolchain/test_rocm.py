@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import host_cache_dir, rf
+from conftest import host_cache_dir, rf_in
 
 from rocmforge.errors import ToolchainError
 from rocmforge.recipe.model import ToolchainSpec
@@ -180,7 +180,7 @@ def test_missing_root_stops_realize_before_any_fetch(tmp_path: Path) -> None:
         '[requirements]\nbuild = ["not-a-real-package-xyz==1.0"]\n'
     )
     store = tmp_path / "store"
-    proc = rf("realize", recipe, "--store", store)
+    proc = rf_in("realize", recipe, "--store", store)
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import rf
+from conftest import rf, rf_in
 
 from rocmforge.trust.signing import pae
 
@@ -29,17 +29,17 @@ def _generate(env: dict[str, str], *args: str) -> dict:
 
 
 def test_key_generate_prints_the_public_key_and_never_overwrites(keyenv: dict, tmp_path: Path):
-    proc = rf("key", "generate", "--name", "ci-1", env=keyenv)
+    proc = rf_in("key", "generate", "--name", "ci-1", env=keyenv)
     assert proc.returncode == 0, proc.stderr
     public = proc.stdout.strip()
     name, _, b64 = public.partition(":")
     assert name == "ci-1" and len(base64.b64decode(b64)) == 32
     key_file = tmp_path / "config" / "rocmforge" / "signing.key"
     assert oct(key_file.stat().st_mode & 0o777) == "0o600"
-    assert rf("key", "public", env=keyenv).stdout.strip() == public
-    again = rf("key", "generate", env=keyenv)
+    assert rf_in("key", "public", env=keyenv).stdout.strip() == public
+    again = rf_in("key", "generate", env=keyenv)
     assert again.returncode == 2 and "never overwritten" in again.stderr
-    assert rf("key", "public", env=keyenv).stdout.strip() == public
+    assert rf_in("key", "public", env=keyenv).stdout.strip() == public
 
 
 @pytest.mark.slow
