@@ -61,13 +61,13 @@ def realize_ok(built: dict, store: Path, *extra: str) -> Path:
 
 
 def verify(store: Path, *extra: str) -> tuple[int, dict]:
-    proc = rf("verify", "--store", store, "--json", *extra)
+    proc = rf_in("verify", "--store", store, "--json", *extra)
     assert proc.returncode in (0, 1), proc.stderr
     return proc.returncode, json.loads(proc.stdout)
 
 
 def listed(store: Path) -> list[str]:
-    proc = rf("list", "--store", store, "--json")
+    proc = rf_in("list", "--store", store, "--json")
     assert proc.returncode == 0, proc.stderr
     return [e["hash"] for e in json.loads(proc.stdout)]
 
