@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import compileall
 import contextlib
+import gc
 import io
 import os
 import shutil
@@ -169,6 +170,10 @@ def rf_in(
         os.chdir(saved_cwd)
         os.environ.clear()
         os.environ.update(saved_env)
+        # What a process's exit would release: the commands leave their store's SQLite index
+        # open in reference cycles, and an open file under a mount keeps it busy (the
+        # read-only bind mounts of tests/store/test_integrity.py could not be unmounted).
+        gc.collect()
     return subprocess.CompletedProcess(
         ["rocmforge", *argv], code, stdout=out.getvalue(), stderr=err.getvalue()
     )
