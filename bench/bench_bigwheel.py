@@ -3,10 +3,10 @@
 Usage: python bench/bench_bigwheel.py [--quick] [--gib G] [--runs N] [--dir DIR]
 
 Makes a stored wheel with one incompressible member (default 4.2 GiB in all; --quick: 0.5 GiB) and
-3,000 small files (tests/test_bigwheel.py's maker), then times, in interleaved pairs (A B, B A,
-A B, ...), realize's post-processing (``normalize_wheel`` with the stamp added, and the wheel's
-digests: tests/test_bigwheel.py's POSTPROCESS, in a child process whose peak RSS is read) against
-``cp`` of the same wheel followed by ``sync FILE`` (an fsync of the copy).
+3,000 small files (tests/wheel/test_bigwheel.py's maker), then times, in interleaved pairs (A B,
+B A, A B, ...), realize's post-processing (``normalize_wheel`` with the stamp added, and the
+wheel's digests: tests/wheel/test_bigwheel.py's POSTPROCESS, in a child process whose peak RSS is
+read) against ``cp`` of the same wheel followed by ``sync FILE`` (an fsync of the copy).
 
 The condition measured is the same on both sides: the input, the same file on both sides, is
 read through the page cache (untimed) before each timed operation, which writes a new file
@@ -38,6 +38,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "wheel"))
 
 from test_bigwheel import POSTPROCESS, SMALL, make_big_wheel  # noqa: E402
 

@@ -88,11 +88,11 @@ if [ $for_tests = 1 ]; then
       dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || need+=("$pkg")
     done
   fi
-  # libyaml (the C-extension-against-a-Debian-library test of tests/test_backends.py: PyYAML)
+  # libyaml (the C-extension-against-a-Debian-library test of tests/e2e/test_backends.py: PyYAML)
   if [ ! -f /usr/include/yaml.h ] && command -v apt-get >/dev/null; then
     need+=(libyaml-dev)
   fi
-  # Rust (the maturin tests of tests/test_backends.py): Debian's rustc and cargo in /usr/bin, for
+  # Rust (the maturin tests of tests/e2e/test_backends.py): Debian's rustc and cargo in /usr/bin, for
   # [toolchain] rust = "debian" and, without rustup, for rust = "host" too.
   if command -v apt-get >/dev/null; then
     for pkg in rustc cargo; do [ -x "/usr/bin/$pkg" ] || need+=("$pkg"); done
@@ -105,8 +105,8 @@ if [ $for_tests = 1 ]; then
       0.17.*) need+=(librust-pyo3-dev librust-aho-corasick-dev) ;;
     esac
   fi
-  # mmdebstrap: tests/test_second_distro.py makes a Debian 13 root from Debian's mirror with it;
-  # rpm and rpmbuild: tests/test_rpmdb.py builds real rpms and installs them into throwaway roots
+  # mmdebstrap: tests/e2e/test_second_distro.py makes a Debian 13 root from Debian's mirror with it;
+  # rpm and rpmbuild: tests/toolchain/test_rpmdb.py builds real rpms and installs them into throwaway roots
   # (a dpkg machine keeps dpkg's database as its own)
   if command -v apt-get >/dev/null; then
     command -v mmdebstrap >/dev/null || need+=(mmdebstrap)

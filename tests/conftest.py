@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import compileall
+import contextlib
+import gc
+import io
 import os
 import shutil
 import subprocess
@@ -16,7 +19,20 @@ from typing import Any
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-DATA = Path(__file__).resolve().parent / "data"
+TESTS = Path(__file__).resolve().parent
+DATA = TESTS / "data"
+
+# tests/ mirrors the package: tests/<wing>/test_<module>.py for the units of rocmforge/<wing>/,
+# tests/e2e/ for the end-to-end tests that need real processes (sandbox builds, Slurm, signals).
+# The folders are not packages (a tests/wheel/ package would shadow ``import wheel``); test
+# modules import each other and the helpers here by their basename (``from test_oci import
+# Registry``), so every folder is on sys.path, as pytest puts tests/ there for this file, and
+# basenames stay unique across folders (pytest refuses two of one name).
+sys.path.extend(
+    str(d)
+    for d in sorted(TESTS.iterdir())
+    if d.is_dir() and d.name not in ("data", "__pycache__") and str(d) not in sys.path
+)
 WHEELHOUSE = Path(os.environ.get("ROCMFORGE_TEST_WHEELHOUSE", REPO / ".ci" / "wheelhouse"))
 
 TINY_RECIPE = """\
@@ -112,6 +128,54 @@ def rf(
         text=True,
         timeout=timeout,
         check=False,
+    )
+
+
+def rf_in(
+    *args: str | Path,
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """Run the CLI in this process (``rocmforge.cli.main.main``), as :func:`rf` runs it in a
+    subprocess: the same environment (for the call only), ``cwd`` for the call only, and the
+    output captured into the same fields.
+
+    For the commands where a process adds nothing (plan, bad input, reads of a small store):
+    it skips an interpreter start and the CLI's imports, ~0.1-0.2 s a call. It goes straight
+    to ``cli.main.main``, not through the console's fast paths (the memo, the read path).
+    Keep :func:`rf` where the test is about the process: signals, closed pipes, exit on
+    start-up, what is imported, environment isolation, or builds whose children matter.
+    """
+    from rocmforge.cli.main import main
+
+    argv = [str(a) for a in args]
+    saved_env, saved_cwd = dict(os.environ), os.getcwd()
+    out, err = io.StringIO(), io.StringIO()
+    os.environ.setdefault("ROCMFORGE_PIP_ARGS", pip_args())
+    os.environ.pop("ROCMFORGE_STORE", None)
+    os.environ.update(env or {})
+    try:
+        if cwd is not None:
+            os.chdir(cwd)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main(argv)
+            except SystemExit as exc:  # argparse: usage errors, --help, --version
+                if isinstance(exc.code, int) or exc.code is None:
+                    code = exc.code or 0
+                else:
+                    print(exc.code, file=sys.stderr)
+                    code = 1
+    finally:
+        os.chdir(saved_cwd)
+        os.environ.clear()
+        os.environ.update(saved_env)
+        # What a process's exit would release: the commands leave their store's SQLite index
+        # open in reference cycles, and an open file under a mount keeps it busy (the
+        # read-only bind mounts of tests/store/test_integrity.py could not be unmounted).
+        gc.collect()
+    return subprocess.CompletedProcess(
+        ["rocmforge", *argv], code, stdout=out.getvalue(), stderr=err.getvalue()
     )
 
 

@@ -8,7 +8,7 @@ UTF-8, truncation), plus random command lines. :func:`materialize` writes one ca
 directory and returns the argv to run. Nothing here touches the network or paths outside the
 case directory and the store given (``-o`` links always land in the case directory).
 
-Used by ``tests/test_fuzz.py`` (a bounded run in CI) and ``bench/soak_fuzz.py`` (a long soak).
+Used by ``tests/cli/test_fuzz.py`` (a bounded run in CI) and ``bench/soak_fuzz.py`` (a long soak).
 """
 
 from __future__ import annotations
