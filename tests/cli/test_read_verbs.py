@@ -2,7 +2,7 @@
 not what the import-light readers answer: the full branch of each verb repairs, indexes or says
 what is wrong; and the lean modules those readers are made of (``leanjson``, ``zstdread``).
 
-That a healthy store is answered without the store classes is tests/test_startup.py's.
+That a healthy store is answered without the store classes is tests/cli/test_startup.py's.
 The memo's ``plan`` answer (a remembered recipe) is here too: the console entry's one fast path.
 """
 

@@ -18,7 +18,7 @@ from rocmforge.store.store import Store, open_store
 from rocmforge.store.verify import verify_store
 from rocmforge.util.fsutil import json_bytes, remove_tree, symlink_atomic
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 H1 = "0123456789abcdef0123456789abcdef"
 H2 = "fedcba9876543210fedcba9876543210"
 
