@@ -821,7 +821,8 @@ def test_debian_rustc_and_cargo_when_rustup_comes_first(
     a = realize(recipe, store)
     ext = wheel_member(a["wheels"][0], ".so")
     assert f"/usr/src/rustc-{release}/".encode() in ext  # Debian's std, built by Debian's rustc
-    check(recipe, store)
+    # (no rebuild check here: test_real_maturin_sdist_builds_offline_with_debian_crates proves
+    # this sdist byte-identical; a second release build of pyo3 cost this test half its ~6 min)
     assert install_and_search(tmp_path, a["wheels"][0]) == "['she']"
 
 

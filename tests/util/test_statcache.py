@@ -29,14 +29,15 @@ def test_a_value_edited_in_place_is_a_miss(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_a_damaged_toolchain_cache_is_probed_again(tiny_recipe: Path, tmp_path: Path) -> None:
     store = tmp_path / "store"
-    first = rf("plan", tiny_recipe, "--store", store, "--json")
+    env = {"ROCMFORGE_HOST_CACHE": str(tmp_path / "host")}  # the toolchain probe is a host fact
+    first = rf("plan", tiny_recipe, "--store", store, "--json", env=env)
     assert first.returncode == 0, first.stderr
-    cache = store / "cache" / "toolchain.json"
+    cache = tmp_path / "host" / "toolchain.json"
     data = json.loads(cache.read_text())
     for item in data.values():
         item["value"] = 1
     cache.write_text(json.dumps(data))
-    again = rf("plan", tiny_recipe, "--store", store, "--json")
+    again = rf("plan", tiny_recipe, "--store", store, "--json", env=env)
     assert again.returncode == 0, again.stderr
     assert json.loads(again.stdout)["hash"] == json.loads(first.stdout)["hash"]
     assert all(isinstance(i["value"], dict) for i in json.loads(cache.read_text()).values())
