@@ -142,7 +142,8 @@ def rf_in(
 
     For the commands where a process adds nothing (plan, bad input, reads of a small store):
     it skips an interpreter start and the CLI's imports, ~0.1-0.2 s a call. It goes straight
-    to ``cli.main.main``, not through the console's fast paths (the memo, the read path).
+    to ``cli.main.main``, not through the console's realize memo (the read verbs still answer
+    from their import-light readers, as in a process).
     Keep :func:`rf` where the test is about the process: signals, closed pipes, exit on
     start-up, what is imported, environment isolation, or builds whose children matter.
     """
