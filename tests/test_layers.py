@@ -28,6 +28,7 @@ the stdlib ``os`` and ``stat``) and may be imported from any wing.
 from __future__ import annotations
 
 import ast
+import functools
 import itertools
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -102,6 +103,12 @@ def imported_names(path: Path, module: str) -> Iterator[tuple[str, int]]:
 
 def import_graph() -> dict[tuple[str, str], str]:
     """Return every import edge inside the package: (importer, imported) -> "file:line"."""
+    return dict(_import_graph())
+
+
+@functools.cache
+def _import_graph() -> dict[tuple[str, str], str]:
+    """:func:`import_graph`, parsed once a session (every module's AST: ~1.2 s a parse)."""
     mods = modules()
     edges: dict[tuple[str, str], str] = {}
     for module, path in mods.items():

@@ -320,6 +320,7 @@ def test_check_requirements_are_installed_for_the_import_but_not_hashed(
     assert plans[0]["hash"] == plans[1]["hash"] == report["hash"]
 
 
+@pytest.mark.slow
 def test_a_second_store_reuses_the_host_cache(tiny_recipe: Path, tmp_path: Path) -> None:
     """Host facts (toolchain probe, system manifest, bwrap trial) are cached per user, not per
     store: a realize into a fresh store reads them and scans nothing again."""
