@@ -68,37 +68,9 @@ def pins_text(root: str) -> str:
     return "".join(f"{n} -> {e or '(dangling)'}\n" for n, e, _ in pin_entries(root))
 
 
-#: The biggest compressed log the read path prints (it decompresses into memory first, so that
-#: a damaged log still falls through with nothing printed); a bigger one takes the full CLI.
+#: The biggest compressed log :func:`log_bytes` prints (it decompresses into memory first, so
+#: that a damaged log prints nothing here); a bigger one takes ``log``'s full branch.
 LOG_LIMIT = 32 << 20
-
-
-def _log(root: str, opts: dict[str, str], operands: list[str]) -> bytes | None:
-    """The build log of the one entry whose input hash starts with the operand (the full
-    command's first answer for a hash prefix: ``Store.resolve``); anything else falls through."""
-    import io
-
-    from rocmforge.store.scan import entry_meta, entry_names
-    from rocmforge.util.zstdread import copy_log
-
-    target = operands[0]
-    if not (layout.is_hex(target) and layout.MIN_PREFIX <= len(target) <= layout.HASH_LEN):
-        return None
-    entries = os.path.join(root, layout.ENTRIES)
-    if os.path.lexists(target) or os.path.lexists(os.path.join(entries, target)):
-        return None  # a file of that name here, or an odd entry directory: the full command
-    matches = [n for n in entry_names(root) if n.startswith(target)]
-    if len(matches) != 1:
-        return None
-    entry = os.path.join(entries, matches[0])
-    with open(os.path.join(entry, layout.META), "rb") as f:
-        entry_meta(f.read(), matches[0])  # a damaged entry: the full command says so
-    path = os.path.join(entry, layout.BUILD_LOG)
-    if not os.path.isfile(path) or os.path.getsize(path) > LOG_LIMIT:
-        return None
-    out = io.BytesIO()
-    copy_log(path, out)
-    return out.getvalue()
 
 
 def log_bytes(root: str, target: str) -> bytes | None:
