@@ -240,8 +240,11 @@ def test_interrupt_cancels_crash_leaves_and_rerun_attaches(
     p.kill()
     p.communicate(timeout=60)
     assert _squeue(slurm, second["job_id"]) == "RUNNING"
-    # RUNNING in squeue comes before slurmd has created the log: wait for the file, too.
-    _wait(lambda: "slow-build-running" in _text(Path(second["log"])), what="the build log")
+    # RUNNING in squeue comes before slurmd has created the log, and the step's own header line
+    # ("step 1/2: echo slow-build-running; ...") comes before the echo's output: wait for the
+    # output line itself.
+    printed = lambda: "slow-build-running" in _text(Path(second["log"])).splitlines()  # noqa: E731
+    _wait(printed, what="the build's output in its log")
     log = rf("log", slow, "--store", tmp_path / "store", "--job-dir", tmp_path / "jobs", env=slurm)
     assert log.returncode == 0 and "| slow-build-running" in log.stdout, log.stderr
     # Held (SIGSTOP) until the rerun below: on a slow machine its 8 s must not run out before
@@ -298,7 +301,7 @@ def test_node_failure_is_retried(slurm: dict[str, str], tmp_path: Path) -> None:
 def test_matrix_cells_are_queued_at_once_and_tabled(slurm: dict[str, str], tmp_path: Path) -> None:
     root = tmp_path / "recipes"
     root.mkdir()
-    r = recipe(root, "cells", [], "test -n \"$FLAVOR\"")
+    r = recipe(root, "cells", [], 'test -n "$FLAVOR"')
     proc = rf("realize", r, *_args(tmp_path), "--matrix", "FLAVOR=x,y", "--json", env=slurm,
               timeout=300)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
