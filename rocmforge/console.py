@@ -14,13 +14,13 @@ def main_entry() -> None:
     by the realize memo (:mod:`rocmforge.pipeline.memo`), before the command line loads; every
     other command line goes to :func:`rocmforge.cli.main.main`."""
     argv = sys.argv[1:]
-    from rocmforge.pipeline.memo import fast_plan, fast_realize
-
+    code = None
     try:
-        code = None
-        answer = fast_realize(argv)
-        if answer is None:
-            answer = fast_plan(argv)
+        answer = None
+        if "realize" in argv or "plan" in argv:  # the memo answers nothing else (~1 ms to load)
+            from rocmforge.pipeline.memo import fast_plan, fast_realize
+
+            answer = fast_realize(argv) or fast_plan(argv)
         if answer is not None:
             try:
                 code = render_memo(answer)

@@ -6,7 +6,8 @@ the verb it runs. Exit codes: 0 ok, 1 build or check failed, 2 bad input (recipe
 3 environment (store, sandbox, fetch), 4 internal error.
 
 Start-up is part of every read command's time: this module imports ``argparse``, ``os`` and
-``sys``; the error classes (``dataclasses``, ``pathlib``) load only when something is raised.
+``sys``; the error classes (``dataclasses``, ``pathlib``) load only when something is raised, and
+the parser holds the sub-parsers of the verbs the command line names (:func:`parse`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import sys
 from rocmforge import __version__
 from rocmforge.cli.commands import COMMANDS
 from rocmforge.cli.commands._common import add_global_options
+from rocmforge.cli.parser import Incomplete, Parser, PartialParser
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
 if TYPE_CHECKING:
@@ -30,27 +32,50 @@ if TYPE_CHECKING:
 EXIT_BROKEN_PIPE = 141
 
 
-def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+def build_parser(
+    argv: Sequence[str] | None = None, *, complete: bool | None = None
+) -> argparse.ArgumentParser:
     """Return the argument parser of the ``rocmforge`` command.
 
     With ``argv``, only the verbs named by one of its words get their module imported and their
-    full sub-parser (the verb run is always one of them); every other verb is listed with its
-    summary from the verb table, so ``--help`` and a mistyped verb still show them all.
+    full sub-parser (the verb run is always one of them). The others are left out unless the
+    parser is ``complete`` (the default where ``argv`` names no verb or asks for ``--help``),
+    in which case each is listed with its summary from the verb table, so that ``--help`` and
+    a mistyped verb show them all. A parser that is not complete raises
+    :class:`~rocmforge.cli.parser.Incomplete` on a usage error: see :func:`parse`.
     """
     named = {n for n in COMMANDS if argv is not None and n in argv}
-    parser = argparse.ArgumentParser(
+    if complete is None:
+        complete = argv is None or not named or "-h" in argv or "--help" in argv
+    parser = (Parser if complete else PartialParser)(
         prog="rocmforge", description="Reproducible, content-addressed builds of Python wheels."
     )
     parser.add_argument("--version", action="version", version=f"rocmforge {__version__}")
     add_global_options(parser)
-    # prog given: argparse would otherwise build a help formatter (and import shutil) to make it
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", prog="rocmforge")
     for name, summary in COMMANDS.items():
         if name in named or argv is None:
             importlib.import_module(f"rocmforge.cli.commands.{name}").register(sub)
-        else:
+        elif complete:
             sub.add_parser(name, help=summary, add_help=False)
     return parser
+
+
+def parse(argv: Sequence[str]) -> argparse.Namespace:
+    """Parse a command line; a usage error exits 2 with argparse's message, as ever.
+
+    The parser first holds only the verbs ``argv`` names; on a usage error the complete parser
+    parses again, so that the message is the one it gives.
+    """
+    parser = build_parser(argv)
+    try:
+        args = parser.parse_args(argv)
+    except Incomplete:
+        parser = build_parser(argv, complete=True)
+        args = parser.parse_args(argv)
+    if args.json and not getattr(args, "json_supported", False):
+        build_parser(argv, complete=True).error(f"{args.command} has no --json")
+    return args
 
 
 MAX_PROBLEM_CHARS = 500
@@ -66,6 +91,7 @@ def _short(text: str) -> str:
 def _recipe_named(exc: RocmforgeError, args: argparse.Namespace) -> str | None:
     """For bad input that does not name it, the recipe the user ran (absolute), else None."""
     from rocmforge.errors import EXIT_BAD_INPUT
+
     if exc.exit_code != EXIT_BAD_INPUT or getattr(exc, "note", None) or not exc.about_recipe:
         return None
     recipe: Path | str | None = exc.recipe_file
@@ -81,6 +107,7 @@ def _recipe_named(exc: RocmforgeError, args: argparse.Namespace) -> str | None:
 
 def _render_error(exc: RocmforgeError, args: argparse.Namespace | None = None) -> None:
     from rocmforge.errors import BuildError, RecipeError
+
     recipe = _recipe_named(exc, args) if args is not None else None
     if isinstance(exc, RecipeError):
         if recipe:  # e.g. a problem found in a base recipe by a later stage
@@ -123,11 +150,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if argv is None:
             argv = sys.argv[1:]
-        parser = build_parser(argv)
-        args = parser.parse_args(argv)
-        if args.json and not getattr(args, "json_supported", False):
-            parser.error(f"{args.command} has no --json")
-        return _run(args)
+        return _run(parse(argv))
     except BrokenPipeError:
         return quiet_broken_pipe()
 
@@ -179,6 +202,7 @@ def _failed(exc: Exception, args: argparse.Namespace) -> int:
 def _internal(exc: Exception) -> int:
     """Report an unexpected exception (re-raise it under ``ROCMFORGE_DEBUG``)."""
     from rocmforge.errors import EXIT_INTERNAL
+
     if os.environ.get("ROCMFORGE_DEBUG"):
         raise exc
     print(

@@ -91,7 +91,10 @@ print(json.dumps({"code": code, "modules": sorted(sys.modules)}))
 """
 
 HEAVY = {"dataclasses", "pathlib", "typing", "json", "inspect", "rocmforge.errors",
-         "rocmforge.store.store", "rocmforge.store.index", "sqlite3", "zstandard"}  # fmt: skip
+         "rocmforge.store.store", "rocmforge.store.index", "sqlite3", "zstandard",
+         # argparse's own help formatter imports shutil (zlib, bz2, lzma) for the terminal's
+         # width; the realize memo is for realize and plan only
+         "shutil", "rocmforge.pipeline.memo"}  # fmt: skip
 
 
 def _run_real(tmp_path: Path, *argv: str | Path) -> tuple[str, set[str]]:
@@ -167,3 +170,51 @@ def test_help_still_lists_every_command() -> None:
         [sys.executable, "-m", "rocmforge", "lsit"], capture_output=True, text=True
     )
     assert bad.returncode == 2 and "invalid choice" in bad.stderr and "list" in bad.stderr
+
+
+def _rf(*argv: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "rocmforge", *argv], capture_output=True, text=True,
+        env={**os.environ, **env},
+    )  # fmt: skip
+
+
+def test_usage_errors_are_the_complete_parsers() -> None:
+    """The parser holds only the verbs the command line names; a usage error is reported by
+    the complete one, so that its message is argparse's own (every verb among the choices)."""
+    from rocmforge.cli.commands import COMMANDS
+
+    wrong = _rf("frobnicate", "list")  # names a verb, but not as the command
+    assert wrong.returncode == 2, wrong.stderr
+    choices = wrong.stderr.split("choose from ", 1)[1]
+    assert all(f"'{name}'" in choices for name in COMMANDS), wrong.stderr
+    bogus = _rf("list", "--bogus")
+    assert bogus.returncode == 2 and "unrecognized arguments: --bogus" in bogus.stderr
+    missing = _rf("show")  # the verb's own parser: a required operand missing
+    assert missing.returncode == 2 and "usage: rocmforge show" in missing.stderr
+    assert "the following arguments are required: TARGET" in missing.stderr, missing.stderr
+    nojson = _rf("--json", "unpin", "x")  # the global --json, before a verb that has none
+    assert nojson.returncode == 2 and "unpin has no --json" in nojson.stderr, nojson.stderr
+    assert nojson.stderr.count("usage:") == 1
+
+
+def test_help_is_laid_out_as_argparse_lays_it_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The help formatter that spares ``shutil`` wraps at the same width as argparse's own."""
+    import argparse
+
+    from rocmforge.cli.parser import HelpFormatter, RawDescriptionHelpFormatter
+
+    def helptext(formatter: type[argparse.HelpFormatter]) -> str:
+        p = argparse.ArgumentParser(prog="x", formatter_class=formatter, epilog="a\n  b c " * 9)
+        p.add_argument("--store", metavar="DIR", help="the store directory, " * 6)
+        return p.format_help()
+
+    for columns in ("44", "120"):
+        monkeypatch.setenv("COLUMNS", columns)
+        assert helptext(HelpFormatter) == helptext(argparse.HelpFormatter)
+        raw = helptext(RawDescriptionHelpFormatter)
+        assert raw == helptext(argparse.RawDescriptionHelpFormatter)
+        assert "\n  b c" in raw
+    narrow = _rf("show", "--help", COLUMNS="50")
+    assert narrow.returncode == 0
+    assert max(map(len, narrow.stdout.splitlines())) <= 50, narrow.stdout

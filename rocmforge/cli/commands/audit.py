@@ -22,6 +22,7 @@ from rocmforge.cli.commands._common import (
     store_where,
     trusted_of,
 )
+from rocmforge.cli.parser import RawDescriptionHelpFormatter
 from rocmforge.store.audittext import audit_text, banner
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
@@ -48,7 +49,7 @@ def register(sub: Any) -> None:
         "audit",
         help=COMMANDS["audit"],
         epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=RawDescriptionHelpFormatter,
     )
     p.add_argument("wheels", nargs="+", metavar="WHEEL")
     add_store_option(p)

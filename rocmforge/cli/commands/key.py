@@ -15,6 +15,7 @@ from typing import Any
 
 from rocmforge.cli.commands import COMMANDS
 from rocmforge.cli.commands._common import add_json_option, emit_json
+from rocmforge.cli.parser import RawDescriptionHelpFormatter
 
 EPILOG = """\
 realize signs every new entry's provenance (provenance.dsse.json) when the signing key exists;
@@ -29,7 +30,7 @@ def register(sub: Any) -> None:
         "key",
         help=COMMANDS["key"],
         epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=RawDescriptionHelpFormatter,
     )
     actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     gen = actions.add_parser("generate", help="create a new signing key; print its public key")
