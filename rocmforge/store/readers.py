@@ -287,16 +287,16 @@ def _verified(root: str, db: sqlite3.Connection, wheel: str) -> dict[str, object
 
 
 def audit_texts(root: str, how: str, wheels: list[str]) -> tuple[str, str] | None:
-    """What ``audit WHEEL...`` prints (stderr, stdout) with the store at ``root`` (chosen
-    ``how``) when every wheel is verified by the index of that healthy store and no
-    configuration file or trusted key is set; None else."""
+    """What ``audit WHEEL...`` prints (stderr, stdout) with the healthy store at ``root``
+    (chosen ``how``) when every wheel is verified by its index and no configuration file or
+    trusted key is set; None else."""
     from rocmforge.store import scan
     from rocmforge.store.audittext import audit_text, banner
 
     if not all(_plain_path(w) for w in wheels):
         return None  # the full command prints pathlib's spelling of it
     files = [w for w in wheels if os.path.isfile(w) or os.path.isdir(w)]
-    if not healthy(root) or not _no_config([os.path.dirname(os.path.abspath(f)) for f in files]):
+    if not _no_config([os.path.dirname(os.path.abspath(f)) for f in files]):
         return None
     db = scan.open_index_read_only(root, INDEX_SCHEMA)
     if db is None:

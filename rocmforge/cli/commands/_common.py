@@ -299,9 +299,13 @@ def resolve_targets(store: Store, target: str) -> list[Any]:
     return [store.resolve(target)]
 
 
-def print_read(args: argparse.Namespace, read: Callable[[str], str | bytes | None]) -> bool:
-    """Print what ``read(root)`` (one of :mod:`rocmforge.store.readers`) answers for the store
-    the command uses; return whether it answered.
+def print_read(
+    args: argparse.Namespace,
+    read: Callable[[str, str], str | bytes | tuple[str, str] | None],
+) -> bool:
+    """Print what ``read(root, how)`` (one of :mod:`rocmforge.store.readers`) answers for the
+    store the command uses (``root``, chosen ``how``: see :func:`store_where`); return whether
+    it answered. An answer is stdout's text or bytes, or the pair (stderr, stdout).
 
     It answers only when that store is healthy (it needs no creation, repair or indexing) and
     ``read`` does not return None. Anything unexpected on the way (a damaged file, a name
@@ -311,14 +315,19 @@ def print_read(args: argparse.Namespace, read: Callable[[str], str | bytes | Non
     from rocmforge.store.readers import healthy
 
     try:
-        root = store_where(args)[0]
-        out = read(root) if healthy(root) else None
-        if isinstance(out, str):
-            out.encode(sys.stdout.encoding or "utf-8", sys.stdout.errors or "strict")
+        root, how = store_where(args)
+        answer = read(root, how) if healthy(root) else None
+        err, out = answer if isinstance(answer, tuple) else ("", answer)
+        for text in (err, out):
+            if isinstance(text, str):
+                text.encode(sys.stdout.encoding or "utf-8", sys.stdout.errors or "strict")
     except Exception:
         return False
     if out is None:
         return False
+    if err:
+        sys.stderr.write(err)
+        sys.stderr.flush()
     buffer = getattr(sys.stdout, "buffer", None)  # None: a text stream (a test's capture)
     if isinstance(out, bytes) and buffer is not None:
         sys.stdout.flush()

@@ -17,9 +17,9 @@ from rocmforge.cli.commands._common import (
     add_store_option,
     emit_json,
     open_store,
+    print_read,
     settings_of,
     store_choice,
-    store_where,
     trusted_of,
 )
 from rocmforge.cli.parser import RawDescriptionHelpFormatter
@@ -85,17 +85,5 @@ def _verified_by_the_index(args: argparse.Namespace) -> bool:
     return whether it did. Anything else is the full branch's."""
     from rocmforge.store.readers import audit_texts
 
-    try:
-        root, how = store_where(args)
-        both = audit_texts(root, how, list(args.wheels))
-        if both is not None:
-            for out in both:
-                out.encode(sys.stdout.encoding or "utf-8", sys.stdout.errors or "strict")
-    except Exception:
-        return False
-    if both is None:
-        return False
-    sys.stderr.write(both[0])
-    sys.stderr.flush()
-    sys.stdout.write(both[1])
-    return True
+    wheels = list(args.wheels)
+    return print_read(args, lambda root, how: audit_texts(root, how, wheels))

@@ -35,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.json:
         from rocmforge.store.readers import du_text
 
-        if print_read(args, lambda root: du_text(root, args.top)):
+        if print_read(args, lambda root, _: du_text(root, args.top)):
             return 0
     from rocmforge.build.ccache import settings
     from rocmforge.build.ccache import usage as cache_usage

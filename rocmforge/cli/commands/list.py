@@ -33,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.json:
         from rocmforge.store.readers import entry_table
 
-        if print_read(args, entry_table):
+        if print_read(args, lambda root, _: entry_table(root)):
             return 0
         import sys
 

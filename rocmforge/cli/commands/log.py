@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     if not (args.json or args.job_dir or args.cache or args.config is not None):
         from rocmforge.store.readers import log_bytes
 
-        if print_read(args, lambda root: log_bytes(root, args.target)):
+        if print_read(args, lambda root, _: log_bytes(root, args.target)):
             return 0
     from rocmforge.cli.commands._logfind import run_full
 

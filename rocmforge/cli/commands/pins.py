@@ -31,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.json:
         from rocmforge.store.readers import pins_text
 
-        if print_read(args, pins_text):
+        if print_read(args, lambda root, _: pins_text(root)):
             return 0
     from rocmforge.store.roots import pins
 

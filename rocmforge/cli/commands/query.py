@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     if not (args.json or args.env or args.since or args.built_against):
         from rocmforge.store.readers import entry_table
 
-        if print_read(args, lambda root: entry_table(root, args.name, args.version)):
+        if print_read(args, lambda root, _: entry_table(root, args.name, args.version)):
             return 0
     from rocmforge.store.query import parse_env_filter, parse_since, query_entries
 

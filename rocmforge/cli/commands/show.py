@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.json:
         from rocmforge.store.readers import show_text_of
 
-        if print_read(args, lambda root: show_text_of(root, args.target)):
+        if print_read(args, lambda root, _: show_text_of(root, args.target)):
             return 0
     from rocmforge.store.showtext import show_text
 
