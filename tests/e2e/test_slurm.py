@@ -240,13 +240,19 @@ def test_interrupt_cancels_crash_leaves_and_rerun_attaches(
     p.kill()
     p.communicate(timeout=60)
     assert _squeue(slurm, second["job_id"]) == "RUNNING"
-    # RUNNING in squeue comes before slurmd has created the log, and the step's own header line
-    # ("step 1/2: echo slow-build-running; ...") comes before the echo's output: wait for the
-    # output line itself.
-    printed = lambda: "slow-build-running" in _text(Path(second["log"])).splitlines()  # noqa: E731
-    _wait(printed, what="the build's output in its log")
-    log = rf("log", slow, "--store", tmp_path / "store", "--job-dir", tmp_path / "jobs", env=slurm)
-    assert log.returncode == 0 and "| slow-build-running" in log.stdout, log.stderr
+    # RUNNING in squeue comes before slurmd has created the job's log, and the build's own log
+    # gets the step's header ("step 1/2: echo slow-build-running; ...") before the echo's
+    # output: `rocmforge log` is read until it shows the output line (each read must succeed).
+    _wait(lambda: "slow-build-running" in _text(Path(second["log"])), what="the job's log")
+    jobs = ["--store", tmp_path / "store", "--job-dir", tmp_path / "jobs"]
+    shown: list[subprocess.CompletedProcess[str]] = []
+
+    def echoed() -> bool:
+        shown.append(rf("log", slow, *jobs, env=slurm))
+        assert shown[-1].returncode == 0, shown[-1].stderr
+        return "| slow-build-running" in shown[-1].stdout
+
+    _wait(echoed, what="the build's output in `rocmforge log`")
     # Held (SIGSTOP) until the rerun below: on a slow machine its 8 s must not run out before
     # --detach has attached to it.
     control = ["scontrol", "suspend", second["job_id"]]
