@@ -198,3 +198,9 @@ class BuildTimeout(BuildError):
 
 class CheckError(BuildError):
     """The built wheel failed its check (install or import in a fresh venv, version mismatch)."""
+
+
+class NoGpuError(RocmforgeError):
+    """A GPU test found no GPU it could use (no device node, none visible)."""
+
+    exit_code = EXIT_ENVIRONMENT

@@ -17,9 +17,10 @@ sit at the top. The wings, in the order of the pipeline, lowest first (:data:`WI
 9. ``build``: the sandbox, the build, the check
 10. ``cache``: binary caches (substitute, push, export)
 11. ``executor``: Slurm
-12. ``pipeline``: realize one recipe or a graph (lookup, substitute, build, publish), the memo
-13. ``cli``: the parser, the verb table, the commands (the only printers)
-14. the entry points: ``console.py``, ``__main__.py``
+12. ``accept``: GPU acceptance of what was built (the checks, their sandbox, the proof)
+13. ``pipeline``: realize one recipe or a graph (lookup, substitute, build, publish), the memo
+14. ``cli``: the parser, the verb table, the commands (the only printers)
+15. the entry points: ``console.py``, ``__main__.py``
 
 A module may import from its own wing or a lower one. ``store/layout.py`` is import-free (only
 the stdlib ``os`` and ``stat``) and may be imported from any wing.
@@ -46,7 +47,7 @@ LAYOUT_ALLOWED = {"os", "stat", "__future__"}
 
 #: The wings, lowest first: a module may import from its own wing or an earlier one.
 WINGS = ("util", "recipe", "store", "sources", "toolchain", "wheel", "lock", "plan", "trust",
-         "build", "cache", "executor", "pipeline", "cli")  # fmt: skip
+         "build", "cache", "executor", "accept", "pipeline", "cli")  # fmt: skip
 _SUBPACKAGE_LAYER = {name: i for i, name in enumerate(WINGS)}
 #: The modules allowed at the top of the package, and their layer.
 _TOP_LAYER = {"__init__": 0, "errors": 0, "config": 0, "console": len(WINGS),

@@ -43,6 +43,9 @@ class Mount:
     host: Path
     inside: str
     writable: bool = False
+    #: a device node (a GPU's ``/dev/kfd``, ``/dev/dri/renderD128``, ``/dev/nvidia0``): bound
+    #: with its device access (bwrap ``--dev-bind``), at the same path
+    device: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -74,11 +77,15 @@ class Runner(Protocol):
         timeout: float | None,
         log: BinaryIO,
         on_line: Callable[[str], None] | None = None,
+        deadline: Callable[[], float | None] | None = None,
     ) -> RunResult:
         """Run ``argv`` with exactly ``env``, stdout+stderr appended to ``log``.
 
         ``on_line`` is called with each complete output line as it arrives. On timeout the whole
         process tree is killed and ``timed_out`` is set; on KeyboardInterrupt it is killed too.
+        ``deadline``, asked a few times a second, may name an earlier end (a ``time.monotonic``
+        instant, or None for none): a caller's per-step budget, moved as the output shows the
+        command's progress (the GPU acceptance checks' own timeouts).
         """
         ...
 
@@ -169,7 +176,8 @@ class BwrapRunner:
         cmd += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
         # Parents before children, so a nested mount is not hidden by its parent's bind.
         for mount in sorted(mounts, key=lambda m: len(PurePosixPath(m.inside).parts)):
-            cmd += ["--bind" if mount.writable else "--ro-bind", str(mount.host), mount.inside]
+            bind = "--dev-bind" if mount.device else "--bind" if mount.writable else "--ro-bind"
+            cmd += [bind, str(mount.host), mount.inside]
         # The root is a tmpfs bwrap built; freeze it so /etc, /root ... cannot be written.
         cmd += ["--remount-ro", "/", "--chdir", cwd, "--"]
         if "PWD" not in env:
@@ -192,13 +200,15 @@ class BwrapRunner:
         timeout: float | None,
         log: BinaryIO,
         on_line: Callable[[str], None] | None = None,
+        deadline: Callable[[], float | None] | None = None,
     ) -> RunResult:
         """Run ``argv`` inside bubblewrap with exactly ``env``; see :class:`Runner`."""
         _check_mounts(mounts, relocated=True)
         cmd = self.command(argv, cwd=cwd, env=env, mounts=mounts)
         return run_supervised(
-            cmd, env={}, cwd="/", timeout=timeout, log=log, on_line=on_line, grace=self.kill_grace
-        )
+            cmd, env={}, cwd="/", timeout=timeout, log=log, on_line=on_line,
+            grace=self.kill_grace, deadline=deadline,
+        )  # fmt: skip
 
 
 class NoneRunner:
@@ -224,6 +234,7 @@ class NoneRunner:
         timeout: float | None,
         log: BinaryIO,
         on_line: Callable[[str], None] | None = None,
+        deadline: Callable[[], float | None] | None = None,
     ) -> RunResult:
         """Run ``argv`` under the reaper with exactly ``env``; see :class:`Runner`."""
         _check_mounts(mounts, relocated=False)
@@ -234,8 +245,9 @@ class NoneRunner:
         if found is None or not os.access(found, os.X_OK) or os.path.isdir(found):
             raise SandboxError(f"cannot start {shlex.join(argv)!r}: {program}: no such program")
         return run_supervised(
-            argv, env=env, cwd=cwd, timeout=timeout, log=log, on_line=on_line, grace=self.kill_grace
-        )
+            argv, env=env, cwd=cwd, timeout=timeout, log=log, on_line=on_line,
+            grace=self.kill_grace, deadline=deadline,
+        )  # fmt: skip
 
 
 def run_supervised(
@@ -247,6 +259,7 @@ def run_supervised(
     log: BinaryIO,
     on_line: Callable[[str], None] | None,
     grace: float,
+    deadline: Callable[[], float | None] | None = None,
 ) -> RunResult:
     """Run ``argv`` with exactly ``env`` under :mod:`rocmforge.util.reaper`; every runner's ``run``.
 
@@ -274,6 +287,7 @@ def run_supervised(
             grace=grace + _REAPER_MARGIN,  # the reaper's own grace comes first
             pass_fds=(read_fd,),
             started=send,
+            deadline=deadline,
         )
     finally:
         for fd in (read_fd, *pending):
@@ -524,6 +538,7 @@ def _run_streaming(
     grace: float,
     pass_fds: Sequence[int] = (),
     started: Callable[[], None] | None = None,
+    deadline: Callable[[], float | None] | None = None,
 ) -> RunResult:
     """Spawn ``cmd`` in a new session, stream its output to ``log``, kill its group at the end.
 
@@ -531,7 +546,7 @@ def _run_streaming(
     is read), and if it raises, the child is killed and the error propagates.
     """
     start = time.monotonic()
-    deadline = None if timeout is None else start + timeout
+    end = None if timeout is None else start + timeout
     try:
         proc = subprocess.Popen(
             list(cmd),
@@ -553,7 +568,7 @@ def _run_streaming(
     try:
         if started is not None:
             started()
-        timed_out = _pump(proc, pipe.fileno(), deadline, log, lines)
+        timed_out = _pump(proc, pipe.fileno(), end, log, lines, deadline)
         if timed_out:
             _terminate(proc, grace)
         else:
@@ -578,9 +593,15 @@ def _run_streaming(
 
 
 def _pump(
-    proc: subprocess.Popen[bytes], fd: int, deadline: float | None, log: BinaryIO, lines: _Lines
+    proc: subprocess.Popen[bytes],
+    fd: int,
+    end: float | None,
+    log: BinaryIO,
+    lines: _Lines,
+    moving: Callable[[], float | None] | None = None,
 ) -> bool:
-    """Copy output until the command exits (False) or the deadline passes (True).
+    """Copy output until the command exits (False) or the end passes (True): ``end``, or the
+    instant ``moving()`` names now, whichever comes first.
 
     One poll waits for output and for the exit (a pidfd), so a finished command is noticed at
     once, not at the next tick.
@@ -597,6 +618,10 @@ def _pump(
     try:
         while True:
             now = time.monotonic()
+            deadline = end
+            step = moving() if moving is not None else None
+            if step is not None and (deadline is None or step < deadline):
+                deadline = step
             if deadline is not None and now >= deadline:
                 return True
             if _exited(proc.pid):

@@ -43,25 +43,7 @@ echo "Python.h: $(ls /usr/include/python3*/Python.h 2>/dev/null | tr '\n' ' ')"
 echo "/usr/local: $(ls /usr/local | tr '\n' ' ')"
 echo "packages owning /usr/local: $(dpkg -S /usr/local/* 2>/dev/null | cut -d: -f1 | sort -u | head -5 | tr '\n' ' ')"
 
-step "bubblewrap from Debian's .deb (dpkg -x, no install)"
-bw=/tmp/bwrap-deb
-rm -rf "$bw" && for d in "$CARRY"/deb/*.deb; do dpkg -x "$d" "$bw"; done
-mkdir -p /tmp/rfbin
-cat > /tmp/rfbin/bwrap <<EOF
-#!/bin/sh
-LD_LIBRARY_PATH=$bw/lib/x86_64-linux-gnu:$bw/usr/lib/x86_64-linux-gnu exec $bw/usr/bin/bwrap "\$@"
-EOF
-chmod +x /tmp/rfbin/bwrap
-export PATH=/tmp/rfbin:$PATH
-bwrap --version
-
-step "rocmforge from wheels"
-site=/tmp/rfsite
-rm -rf "$site"
-$PY -m pip --version >/dev/null 2>&1 || PIPPY=/opt/torch/.venv/bin/python
-${PIPPY:-$PY} -m pip install -q --no-index --no-deps --no-compile --target "$site" "$CARRY"/whl/*.whl
-export PYTHONPATH=$site PATH=$site/bin:$PATH
-rf() { $PY -m rocmforge "$@"; }
+. scripts/gpu/carried.sh  # bwrap from its .deb, rocmforge from wheels, rf()
 rf --version
 export ROCMFORGE_PIP_ARGS="--no-index --find-links $PWD/$CARRY/reqs"
 work=/tmp/rf-host-check

@@ -30,5 +30,6 @@ COMMANDS: dict[str, str] = {
     "export": "write a closure's wheels as a simple index, find-links dir and constraints.txt",
     "push": "upload store entries to a binary cache (only what it lacks)",
     "cache": "list or prune a binary cache (file://DIR, oci://HOST/REPO)",
+    "test": "run GPU acceptance checks (smoke, comm tiers) on a Python environment's torch",
     "config": "show the effective configuration (caches, trusted keys) and where it came from",
 }

@@ -1,0 +1,391 @@
+"""Run an acceptance tier in a Python under test, in a sandbox that binds the GPUs.
+
+The checks themselves are scripts the interpreter under test runs (``smoke_script.py``,
+``comm_script.py``: torch and the standard library only). They announce each check before it
+starts (with its timeout) and report it when it ends, one line each; :class:`CheckClock` turns
+the announcements into the sandbox's moving deadline, so a hung kernel or collective is killed
+at its own check's timeout, and the report names the check that hung. Nothing here prints.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from rocmforge.accept.devices import GpuDevices, visible_count
+from rocmforge.accept.thresholds import Thresholds
+from rocmforge.build.sandbox import Mount, Runner
+from rocmforge.errors import NoGpuError, UsageError
+
+START = "ROCMFORGE-START "
+RESULT = "ROCMFORGE-CHECK "
+SCRIPTS = Path(__file__).resolve().parent
+TIERS = ("smoke", "comm")
+#: each check's timeout in seconds unless the command line says otherwise
+DEFAULT_TIMEOUTS = {"import": 120.0, "compile": 300.0, "init": 120.0, "sweep": 600.0}
+DEFAULT_TIMEOUT = 120.0
+#: variables of the caller that reach the checks (device selection, NCCL/RCCL, ROCm, CUDA)
+PASSED_PREFIXES = ("NCCL_", "RCCL_", "HSA_", "HIP_", "ROCR_", "CUDA_", "TORCH_", "NVSHMEM_",
+                   "MIOPEN_", "PYTORCH_")  # fmt: skip
+PASSED = "passed"
+FAILED = "failed"
+SKIPPED = "skipped"
+NOT_RUN = "not run"
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """One check's outcome: status (passed, failed, skipped, not run), seconds, figures, and a
+    line saying what it found."""
+
+    name: str
+    status: str
+    seconds: float = 0.0
+    figures: Mapping[str, Any] = field(default_factory=dict)
+    detail: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        """The check as JSON (``--json`` and the attestation)."""
+        return {"name": self.name, "status": self.status, "seconds": round(self.seconds, 3),
+                "figures": dict(self.figures), "detail": self.detail}  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class TargetPython:
+    """The interpreter under test and the directories it needs to see (its prefixes, its
+    ``sys.path``), read by running it once."""
+
+    executable: str
+    version: str
+    mounts: tuple[str, ...]
+    #: the installed distributions the tests exercise: (name, version, its RECORD file)
+    installed: tuple[tuple[str, str, str], ...] = ()
+    #: where the host's GPU driver library (``libcuda.so.1``) was found, when not in /usr:
+    #: mounted and put on ``LD_LIBRARY_PATH`` in the sandbox
+    driver_dirs: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class AcceptanceReport:
+    """What one run of a tier found: its checks, the node's facts, the verdict."""
+
+    tier: str
+    python: str
+    checks: tuple[Check, ...]
+    node: Mapping[str, Any]
+    started: str
+    seconds: float
+    sandbox: str
+
+    @property
+    def result(self) -> str:
+        """PASSED, WARNED (something skipped) or FAILED, as the in-toto test-result predicate
+        spells it."""
+        if any(c.status in (FAILED, NOT_RUN) for c in self.checks) or not self.checks:
+            return "FAILED"
+        return "WARNED" if any(c.status == SKIPPED for c in self.checks) else "PASSED"
+
+    @property
+    def exit_code(self) -> int:
+        """0 when every check passed or was skipped, else 1."""
+        return 0 if self.result != "FAILED" else 1
+
+    def to_json(self) -> dict[str, Any]:
+        """The report as JSON."""
+        return {"tier": self.tier, "python": self.python, "result": self.result,
+                "started": self.started, "seconds": round(self.seconds, 3),
+                "sandbox": self.sandbox, "node": dict(self.node),
+                "checks": [c.to_json() for c in self.checks]}  # fmt: skip
+
+
+class CheckClock:
+    """Reads the checks' lines as they arrive: which check runs, until when, what ended.
+
+    :meth:`deadline` is the sandbox's moving deadline (the running check's start plus its
+    timeout); :meth:`feed` is its ``on_line``.
+    """
+
+    def __init__(self, timeouts: Mapping[str, float]) -> None:
+        self.timeouts = timeouts
+        self.current: str | None = None
+        self.current_timeout = 0.0
+        self.until: float | None = None
+        self.done: list[Check] = []
+        self.tail: list[str] = []
+
+    def feed(self, line: str) -> None:
+        """Take one output line of the checks."""
+        self.tail = [*self.tail[-39:], line]
+        if line.startswith(START):
+            info = _payload(line, START)
+            name = str(info.get("check", "?"))
+            self.current = name
+            self.current_timeout = float(self.timeouts.get(name, info.get("timeout", 120)))
+            self.until = time.monotonic() + self.current_timeout
+        elif line.startswith(RESULT):
+            info = _payload(line, RESULT)
+            self.done.append(Check(
+                name=str(info.get("check", "?")), status=str(info.get("status", FAILED)),
+                seconds=float(info.get("seconds", 0.0)), figures=info.get("figures") or {},
+                detail=str(info.get("detail", "")),
+            ))  # fmt: skip
+            self.current, self.until = None, None
+
+    def deadline(self) -> float | None:
+        """When the running check must have ended (``time.monotonic``), or None."""
+        return self.until
+
+
+def _payload(line: str, prefix: str) -> dict[str, Any]:
+    try:
+        value = json.loads(line[len(prefix) :])
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def probe_python(executable: str) -> TargetPython:
+    """Run ``executable`` once to learn its version and the directories it reads; raise
+    :class:`~rocmforge.errors.UsageError` naming it if it does not run."""
+    code = (
+        "import json, os, sys\n"
+        "from importlib import metadata\n"
+        "found = []\n"
+        "for name in ('torch', 'triton', 'pytorch-triton-rocm'):\n"
+        "    try:\n"
+        "        d = metadata.distribution(name)\n"
+        "    except metadata.PackageNotFoundError:\n"
+        "        continue\n"
+        "    record = d.locate_file(d._path.name + '/RECORD') if hasattr(d, '_path') else None\n"
+        "    found.append([d.metadata['Name'], d.version, str(record) if record else ''])\n"
+        "drivers = []\n"
+        "try:\n"
+        "    import ctypes\n"
+        "    ctypes.CDLL('libcuda.so.1')\n"
+        "    with open('/proc/self/maps') as f:\n"
+        "        drivers = sorted({os.path.dirname(ln.split()[-1]) for ln in f\n"
+        "                          if '/libcuda.so' in ln})\n"
+        "except OSError:\n"
+        "    pass\n"
+        "print(json.dumps({'version': sys.version.split()[0], 'installed': found, "
+        "'drivers': drivers, "
+        "'dirs': [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, "
+        "os.path.dirname(os.path.realpath(sys.executable)), *sys.path]}))"
+    )
+    try:
+        proc = subprocess.run([executable, "-c", code], capture_output=True, text=True,
+                              timeout=60, stdin=subprocess.DEVNULL)  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise UsageError(f"--python {executable}: cannot run it: {exc}") from exc
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise UsageError(f"--python {executable}: exited with status {proc.returncode}: {last}")
+    info = json.loads(proc.stdout.strip().splitlines()[-1])
+    dirs = sorted({os.path.realpath(d) for d in info["dirs"] if d and os.path.isdir(d)})
+    # /usr is in every sandbox already (read-only); /usr/local is not.
+    wanted = [d for d in dirs if not (d == "/usr" or d.startswith("/usr/")) or
+              d == "/usr/local" or d.startswith("/usr/local/")]  # fmt: skip
+    top = [d for d in wanted if not any(d != o and d.startswith(o.rstrip("/") + "/")
+                                        for o in wanted)]  # fmt: skip
+    installed = tuple((str(n), str(v), str(r)) for n, v, r in info.get("installed", []))
+    drivers = tuple(d for d in map(str, info.get("drivers", [])) if d.startswith("/")
+                    and not (d.startswith("/usr/") and not d.startswith("/usr/local/")))
+    return TargetPython(executable, str(info["version"]), tuple(top), installed, drivers)
+
+
+def device_mounts(devices: GpuDevices) -> list[Mount]:
+    """The device nodes, bound with their device access, and ``/sys`` read-only."""
+    mounts = [Mount(host=Path(n), inside=n, device=True) for n in devices.nodes]
+    if mounts and os.path.isdir("/sys"):
+        mounts.append(Mount(host=Path("/sys"), inside="/sys"))
+    return mounts
+
+
+def passed_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The caller's variables that select devices or tune NCCL/RCCL, ROCm and CUDA."""
+    return {k: v for k, v in environ.items() if k.startswith(PASSED_PREFIXES)}
+
+
+def run_tier(
+    tier: str,
+    python: TargetPython,
+    *,
+    runner: Runner,
+    devices: GpuDevices,
+    workdir: Path,
+    log: BinaryIO,
+    environ: Mapping[str, str],
+    gpus: int | None = None,
+    archs: Sequence[str] | None = None,
+    timeouts: Mapping[str, float] | None = None,
+    thresholds: Thresholds | None = None,
+    max_bytes: int = 8 << 30,
+) -> AcceptanceReport:
+    """Run ``tier`` (``smoke`` or ``comm``) in ``python`` under ``runner``; return the report.
+
+    Raises :class:`~rocmforge.errors.NoGpuError` when no GPU is visible (nothing to test) and
+    :class:`~rocmforge.errors.UsageError` for an unknown tier.
+    """
+    if tier not in TIERS:
+        raise UsageError(f"--tier {tier}: not a tier; choose from {', '.join(TIERS)}")
+    if devices.kind is None:
+        raise NoGpuError(f"no GPU found: looked for {devices.looked_for}")
+    expected, why = (gpus, f"--gpus {gpus}") if gpus is not None else visible_count(devices)
+    if expected == 0:
+        raise NoGpuError(f"no GPU visible: {why} ({devices.gpus} found)")
+    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    limits = {**DEFAULT_TIMEOUTS, **(timeouts or {})}
+    config: dict[str, Any] = {"timeouts": limits}
+    if tier == "smoke":
+        script = SCRIPTS / "smoke_script.py"
+        config.update(expected_devices=expected, expected_why=why,
+                      archs=list(archs) if archs else None)  # fmt: skip
+        argv = [python.executable, "/accept/" + script.name, json.dumps(config)]
+    else:
+        script = SCRIPTS / "comm_script.py"
+        config.update(world_size=expected, max_bytes=max_bytes)
+        argv = [python.executable, "/accept/" + script.name, "launch", json.dumps(config)]
+    workdir.mkdir(parents=True, exist_ok=True)
+    env = {
+        "PATH": f"{os.path.dirname(python.executable)}:/usr/bin:/bin",
+        "HOME": "/tmp",
+        "LC_ALL": "C.UTF-8",
+        "TMPDIR": "/tmp",
+        "PYTHONNOUSERSITE": "1",
+        "PYTHONUNBUFFERED": "1",
+        **passed_env(environ),
+    }
+    if python.driver_dirs:
+        env["LD_LIBRARY_PATH"] = ":".join(python.driver_dirs)
+    scripts = Mount(host=SCRIPTS, inside="/accept")
+    shown = sorted({*python.mounts, *python.driver_dirs})
+    shown = [d for d in shown if not any(d != o and d.startswith(o.rstrip("/") + "/")
+                                         for o in shown)]  # fmt: skip
+    mounts = [scripts, *(Mount(host=Path(d), inside=d) for d in shown),
+              *device_mounts(devices)]  # fmt: skip
+    if runner.level == "none":  # the scripts are read where they are
+        argv[1] = str(script)
+    clock = CheckClock(limits)
+    t = time.monotonic()
+    result = runner.run(argv, cwd="/tmp" if runner.level != "none" else str(workdir), env=env,
+                        mounts=mounts, timeout=sum(limits.values()) + 600, log=log,
+                        on_line=clock.feed, deadline=clock.deadline)  # fmt: skip
+    checks = list(clock.done)
+    if result.timed_out and clock.current is not None:
+        checks.append(Check(clock.current, FAILED, clock.current_timeout, {},
+                            f"timed out after {clock.current_timeout:g} s: killed (the last "
+                            "lines of its output are in the log)"))  # fmt: skip
+    elif result.returncode != 0 and not any(c.status == FAILED for c in checks):
+        checks.append(Check(clock.current or "run", FAILED, 0.0, {},
+                            f"exited with status {result.returncode}: "
+                            f"{telling_line(clock.tail)[:400]}"))
+    if tier == "comm" and thresholds is not None:
+        checks.append(judge_bandwidth(checks, thresholds))
+    return AcceptanceReport(tier=tier, python=python.executable, checks=tuple(checks),
+                            node=node_facts(checks, devices, python), started=started,
+                            seconds=time.monotonic() - t, sandbox=runner.level)  # fmt: skip
+
+
+#: words of the line that says why a run ended, in a Python traceback or NCCL/RCCL's log
+TELLING = ("Error", "NCCL WARN", "RCCL WARN", "Exception", "error:")
+
+
+def telling_line(tail: Sequence[str]) -> str:
+    """The last line of ``tail`` that names an error (a traceback's last line, an NCCL WARN),
+    else its last non-empty line."""
+    lines = [ln.strip() for ln in tail if ln.strip()]
+    for line in reversed(lines):
+        if any(word in line for word in TELLING):
+            return line
+    return lines[-1] if lines else "no output"
+
+
+def judge_bandwidth(checks: Sequence[Check], thresholds: Thresholds) -> Check:
+    """The verdict on the sweep's largest in-place row against the threshold table."""
+    sweep = next((c for c in checks if c.name == "sweep" and c.status == PASSED), None)
+    init = next((c for c in checks if c.name == "init"), None)
+    if sweep is None or not sweep.figures.get("rows"):
+        return Check("bandwidth", NOT_RUN, 0.0, {}, "no sweep to judge")
+    row = sweep.figures["rows"][-1]
+    world = int(sweep.figures.get("world_size", 1))
+    device = str(init.figures.get("device", "")) if init else ""
+    figures = {"bytes": row["bytes"], "busbw": row["busbw"], "algbw": row["algbw"]}
+    line = thresholds.line_for(device, world)
+    if line is None:
+        return Check("bandwidth", SKIPPED, 0.0, figures,
+                     f"no threshold for {device or 'this device'} x{world}: busbw "
+                     f"{row['busbw']:.1f} GB/s at {row['bytes']} B recorded, not judged")
+    key, need = line
+    figures["threshold"] = need
+    ok = row["busbw"] >= need
+    verdict = ">=" if ok else "<"
+    return Check("bandwidth", PASSED if ok else FAILED, 0.0, figures,
+                 f"in-place busbw {row['busbw']:.1f} GB/s at {row['bytes']} B {verdict} "
+                 f"{need:g} GB/s ({key})")
+
+
+def node_facts(
+    checks: Sequence[Check], devices: GpuDevices, python: TargetPython
+) -> dict[str, Any]:
+    """The node's facts the checks found: GPU model and count, archs, runtime versions."""
+    facts: dict[str, Any] = {"hostname": os.uname().nodename, "stack": devices.kind,
+                             "gpus_found": devices.gpus, "python": python.version}  # fmt: skip
+    by = {c.name: c for c in checks}
+    if "archs" in by and by["archs"].figures.get("devices"):
+        devs = by["archs"].figures["devices"]
+        facts["gpu_model"] = devs[0]["name"]
+        facts["gpu_count"] = len(devs)
+        facts["archs"] = sorted({d["arch"] for d in devs})
+    elif "init" in by:
+        facts["gpu_model"] = by["init"].figures.get("device")
+        facts["gpu_count"] = by["init"].figures.get("world_size")
+    if "import" in by:
+        facts["torch"] = by["import"].figures.get("torch")
+    if "runtime" in by:
+        facts.update({k: v for k, v in by["runtime"].figures.items() if v})
+    return facts
+
+
+@dataclass(frozen=True, slots=True)
+class AcceptanceRun:
+    """A finished run: the report, its in-toto statement and the checks' full log."""
+
+    report: AcceptanceReport
+    statement: Mapping[str, Any]
+    log: Path
+
+
+def accept_python(
+    executable: str,
+    *,
+    tier: str,
+    runner: Runner,
+    workdir: Path,
+    environ: Mapping[str, str],
+    devices: GpuDevices,
+    gpus: int | None = None,
+    timeouts: Mapping[str, float] | None = None,
+    thresholds: Thresholds | None = None,
+    max_bytes: int = 8 << 30,
+) -> AcceptanceRun:
+    """Test the environment of ``executable`` (``rocmforge test --python``): probe it, run
+    ``tier``, and make the statement about its installed torch (and triton)."""
+    from rocmforge.accept.attest import statement, subjects_of
+    from rocmforge.accept.thresholds import Thresholds as Table
+
+    python = probe_python(executable)
+    workdir.mkdir(parents=True, exist_ok=True)
+    log_path = workdir / f"{tier}.log"
+    with log_path.open("wb") as log:
+        report = run_tier(tier, python, runner=runner, devices=devices, workdir=workdir,
+                          log=log, environ=environ, gpus=gpus, timeouts=timeouts,
+                          thresholds=thresholds or Table(), max_bytes=max_bytes)  # fmt: skip
+    files = [(f"{n}=={v} ({executable})", Path(r)) for n, v, r in python.installed
+             if r and os.path.isfile(r)]  # fmt: skip
+    return AcceptanceRun(report, statement(report, subjects_of(files)), log_path)
