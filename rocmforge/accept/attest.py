@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rocmforge.accept.run import PASSED, SKIPPED, AcceptanceReport
+from rocmforge.accept.report import PASSED, SKIPPED, AcceptanceReport
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://in-toto.io/attestation/test-result/v0.1"

@@ -14,11 +14,12 @@ import os
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from rocmforge.accept.devices import GpuDevices, visible_count
+from rocmforge.accept.report import FAILED, NOT_RUN, PASSED, SKIPPED, AcceptanceReport, Check
 from rocmforge.accept.thresholds import Thresholds
 from rocmforge.build.sandbox import Mount, Runner
 from rocmforge.errors import NoGpuError, UsageError
@@ -33,29 +34,6 @@ DEFAULT_TIMEOUT = 120.0
 #: variables of the caller that reach the checks (device selection, NCCL/RCCL, ROCm, CUDA)
 PASSED_PREFIXES = ("NCCL_", "RCCL_", "HSA_", "HIP_", "ROCR_", "CUDA_", "TORCH_", "NVSHMEM_",
                    "MIOPEN_", "PYTORCH_")  # fmt: skip
-PASSED = "passed"
-FAILED = "failed"
-SKIPPED = "skipped"
-NOT_RUN = "not run"
-
-
-@dataclass(frozen=True, slots=True)
-class Check:
-    """One check's outcome: status (passed, failed, skipped, not run), seconds, figures, and a
-    line saying what it found."""
-
-    name: str
-    status: str
-    seconds: float = 0.0
-    figures: Mapping[str, Any] = field(default_factory=dict)
-    detail: str = ""
-
-    def to_json(self) -> dict[str, Any]:
-        """The check as JSON (``--json`` and the attestation)."""
-        return {"name": self.name, "status": self.status, "seconds": round(self.seconds, 3),
-                "figures": dict(self.figures), "detail": self.detail}  # fmt: skip
-
-
 @dataclass(frozen=True, slots=True)
 class TargetPython:
     """The interpreter under test and the directories it needs to see (its prefixes, its
@@ -69,39 +47,6 @@ class TargetPython:
     #: where the host's GPU driver library (``libcuda.so.1``) was found, when not in /usr:
     #: mounted and put on ``LD_LIBRARY_PATH`` in the sandbox
     driver_dirs: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class AcceptanceReport:
-    """What one run of a tier found: its checks, the node's facts, the verdict."""
-
-    tier: str
-    python: str
-    checks: tuple[Check, ...]
-    node: Mapping[str, Any]
-    started: str
-    seconds: float
-    sandbox: str
-
-    @property
-    def result(self) -> str:
-        """PASSED, WARNED (something skipped) or FAILED, as the in-toto test-result predicate
-        spells it."""
-        if any(c.status in (FAILED, NOT_RUN) for c in self.checks) or not self.checks:
-            return "FAILED"
-        return "WARNED" if any(c.status == SKIPPED for c in self.checks) else "PASSED"
-
-    @property
-    def exit_code(self) -> int:
-        """0 when every check passed or was skipped, else 1."""
-        return 0 if self.result != "FAILED" else 1
-
-    def to_json(self) -> dict[str, Any]:
-        """The report as JSON."""
-        return {"tier": self.tier, "python": self.python, "result": self.result,
-                "started": self.started, "seconds": round(self.seconds, 3),
-                "sandbox": self.sandbox, "node": dict(self.node),
-                "checks": [c.to_json() for c in self.checks]}  # fmt: skip
 
 
 class CheckClock:
@@ -297,9 +242,13 @@ TELLING = ("Error", "NCCL WARN", "RCCL WARN", "Exception", "error:")
 
 
 def telling_line(tail: Sequence[str]) -> str:
-    """The last line of ``tail`` that names an error (a traceback's last line, an NCCL WARN),
-    else its last non-empty line."""
+    """The line of ``tail`` that says why a run ended: the line after NCCL's ``Last error:``,
+    else the last that names an error (a traceback's last line, an NCCL WARN), else the last
+    non-empty line."""
     lines = [ln.strip() for ln in tail if ln.strip()]
+    for i in range(len(lines) - 2, -1, -1):  # NCCL's own words follow its "Last error:"
+        if lines[i].endswith("Last error:"):
+            return lines[i + 1]
     for line in reversed(lines):
         if any(word in line for word in TELLING):
             return line

@@ -20,7 +20,8 @@ from conftest import rf
 
 from rocmforge.accept.attest import PREDICATE_TYPE, statement, subjects_of
 from rocmforge.accept.devices import GpuDevices, find_devices, visible_count
-from rocmforge.accept.run import AcceptanceReport, Check, judge_bandwidth, probe_python, run_tier
+from rocmforge.accept.report import AcceptanceReport, Check
+from rocmforge.accept.run import judge_bandwidth, probe_python, run_tier
 from rocmforge.accept.thresholds import Thresholds, parse_thresholds
 from rocmforge.build.sandbox import BwrapRunner, Mount
 from rocmforge.errors import NoGpuError, RecipeError
@@ -199,3 +200,16 @@ def test_the_statement_is_a_valid_in_toto_test_result(tmp_path: Path) -> None:
     assert st["subject"][0]["digest"]["sha256"] == hashlib.sha256(wheel.read_bytes()).hexdigest()
     sweep = next(c for c in st["predicate"]["configuration"] if c["name"] == "check:sweep")
     assert sweep["annotations"]["figures"]["rows"][0]["busbw"] == 312.0
+
+
+def test_the_failure_line_is_ncclS_own_words() -> None:
+    """Real output of a rank whose NCCL_SOCKET_IFNAME names no interface (NCCL 2.28.9, torch
+    2.11, taken on the lent GPU machine): the report names NCCL's last error, not the INFO
+    line printed after it."""
+    from rocmforge.accept.run import telling_line
+
+    text = (Path(__file__).parent.parent / "data" / "accept" / "nccl-nosuch0.txt").read_text()
+    assert telling_line(text.splitlines()) == "[rank0]: Bootstrap : no socket interface found"
+    tb = ["Traceback (most recent call last):", '  File "x.py", line 1', "ValueError: bad", ""]
+    assert telling_line(tb) == "ValueError: bad"
+    assert telling_line(["one", "two", ""]) == "two" and telling_line([]) == "no output"
