@@ -14,7 +14,7 @@ import os
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -47,6 +47,14 @@ class TargetPython:
     #: where the host's GPU driver library (``libcuda.so.1``) was found, when not in /usr:
     #: mounted and put on ``LD_LIBRARY_PATH`` in the sandbox
     driver_dirs: tuple[str, ...] = ()
+    #: its ``site-packages`` directories (what a venv layered over it puts in a ``.pth``)
+    site: tuple[str, ...] = ()
+    #: the interpreter a venv of it is made from (``sys._base_executable``, resolved)
+    base_executable: str = ""
+    #: directories mounted elsewhere in the sandbox, (host, inside): a test venv made under
+    #: the store is seen at :data:`TEST_VENV` (the store may sit below ``/tmp``, which the
+    #: sandbox replaces)
+    relocated: tuple[tuple[str, str], ...] = ()
 
 
 class CheckClock:
@@ -119,7 +127,9 @@ def probe_python(executable: str) -> TargetPython:
         "except OSError:\n"
         "    pass\n"
         "print(json.dumps({'version': sys.version.split()[0], 'installed': found, "
-        "'drivers': drivers, "
+        "'drivers': drivers, 'site': [p for p in sys.path if p.endswith(('site-packages', "
+        "'dist-packages'))], 'base': os.path.realpath(getattr(sys, '_base_executable', "
+        "sys.executable)), "
         "'dirs': [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, "
         "os.path.dirname(os.path.realpath(sys.executable)), *sys.path]}))"
     )
@@ -141,7 +151,9 @@ def probe_python(executable: str) -> TargetPython:
     installed = tuple((str(n), str(v), str(r)) for n, v, r in info.get("installed", []))
     drivers = tuple(d for d in map(str, info.get("drivers", [])) if d.startswith("/")
                     and not (d.startswith("/usr/") and not d.startswith("/usr/local/")))
-    return TargetPython(executable, str(info["version"]), tuple(top), installed, drivers)
+    site = tuple(str(d) for d in info.get("site", []) if os.path.isdir(str(d)))
+    return TargetPython(executable, str(info["version"]), tuple(top), installed, drivers,
+                        site, str(info.get("base") or executable))  # fmt: skip
 
 
 def device_mounts(devices: GpuDevices) -> list[Mount]:
@@ -184,18 +196,56 @@ def run_tier(
     expected, why = (gpus, f"--gpus {gpus}") if gpus is not None else visible_count(devices)
     if expected == 0:
         raise NoGpuError(f"no GPU visible: {why} ({devices.gpus} found)")
-    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     limits = {**DEFAULT_TIMEOUTS, **(timeouts or {})}
     config: dict[str, Any] = {"timeouts": limits}
     if tier == "smoke":
         script = SCRIPTS / "smoke_script.py"
         config.update(expected_devices=expected, expected_why=why,
                       archs=list(archs) if archs else None)  # fmt: skip
-        argv = [python.executable, "/accept/" + script.name, json.dumps(config)]
+        args = [json.dumps(config)]
     else:
         script = SCRIPTS / "comm_script.py"
         config.update(world_size=expected, max_bytes=max_bytes)
-        argv = [python.executable, "/accept/" + script.name, "launch", json.dumps(config)]
+        args = ["launch", json.dumps(config)]
+    report = run_script(tier, python, script, args, runner=runner, devices=devices,
+                        workdir=workdir, log=log, environ=environ, timeouts=limits,
+                        scripts=Mount(host=SCRIPTS, inside="/accept"))  # fmt: skip
+    if tier == "comm" and thresholds is not None:
+        report = replace(report, checks=(*report.checks, judge_bandwidth(report.checks,
+                                                                          thresholds)))
+    return report
+
+
+#: where a project's ``[test]`` script directory is mounted in the sandbox
+PROJECT_DIR = "/project"
+#: where the test venv of ``rocmforge test TARGET`` is mounted in the sandbox
+TEST_VENV = "/test/venv"
+
+
+def run_script(
+    tier: str,
+    python: TargetPython,
+    script: Path,
+    args: Sequence[str],
+    *,
+    runner: Runner,
+    devices: GpuDevices,
+    workdir: Path,
+    log: BinaryIO,
+    environ: Mapping[str, str],
+    timeouts: Mapping[str, float],
+    scripts: Mount | None = None,
+    default_check: str = "run",
+    default_timeout: float | None = None,
+) -> AcceptanceReport:
+    """Run ``python script args...`` in the sandbox with the GPUs bound (those found: none is
+    fine here) and read its checks: the lines it prints with :data:`START` and :data:`RESULT`.
+
+    ``scripts`` mounts the script's directory (default: at :data:`PROJECT_DIR`). A script that
+    reports no check of its own is one check, ``default_check``, judged by its exit status
+    within ``default_timeout`` seconds (else the sum of ``timeouts`` plus 600).
+    """
+    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     workdir.mkdir(parents=True, exist_ok=True)
     env = {
         "PATH": f"{os.path.dirname(python.executable)}:/usr/bin:/bin",
@@ -208,33 +258,40 @@ def run_tier(
     }
     if python.driver_dirs:
         env["LD_LIBRARY_PATH"] = ":".join(python.driver_dirs)
-    scripts = Mount(host=SCRIPTS, inside="/accept")
+    mount = scripts or Mount(host=script.parent, inside=PROJECT_DIR)
     shown = sorted({*python.mounts, *python.driver_dirs})
     shown = [d for d in shown if not any(d != o and d.startswith(o.rstrip("/") + "/")
                                          for o in shown)]  # fmt: skip
-    mounts = [scripts, *(Mount(host=Path(d), inside=d) for d in shown),
+    mounts = [mount, *(Mount(host=Path(h), inside=i) for h, i in python.relocated),
+              *(Mount(host=Path(d), inside=d) for d in shown),
               *device_mounts(devices)]  # fmt: skip
-    if runner.level == "none":  # the scripts are read where they are
-        argv[1] = str(script)
-    clock = CheckClock(limits)
+    inside = str(script) if runner.level == "none" else f"{mount.inside}/{script.name}"
+    argv = [python.executable, inside, *args]
+    clock = CheckClock(timeouts)
+    whole = default_timeout if default_timeout is not None else sum(timeouts.values()) + 600
+    if default_timeout is not None:  # until the script announces a check, this is its budget
+        clock.until = time.monotonic() + default_timeout
+        clock.current, clock.current_timeout = default_check, default_timeout
     t = time.monotonic()
     result = runner.run(argv, cwd="/tmp" if runner.level != "none" else str(workdir), env=env,
-                        mounts=mounts, timeout=sum(limits.values()) + 600, log=log,
+                        mounts=mounts, timeout=whole + 60, log=log,
                         on_line=clock.feed, deadline=clock.deadline)  # fmt: skip
+    seconds = time.monotonic() - t
     checks = list(clock.done)
     if result.timed_out and clock.current is not None:
         checks.append(Check(clock.current, FAILED, clock.current_timeout, {},
                             f"timed out after {clock.current_timeout:g} s: killed (the last "
                             "lines of its output are in the log)"))  # fmt: skip
     elif result.returncode != 0 and not any(c.status == FAILED for c in checks):
-        checks.append(Check(clock.current or "run", FAILED, 0.0, {},
+        checks.append(Check(clock.current or default_check, FAILED, 0.0, {},
                             f"exited with status {result.returncode}: "
                             f"{telling_line(clock.tail)[:400]}"))
-    if tier == "comm" and thresholds is not None:
-        checks.append(judge_bandwidth(checks, thresholds))
+    elif not checks:
+        checks.append(Check(default_check, PASSED, seconds, {"exit_status": 0},
+                            f"{script.name} exited with status 0"))
     return AcceptanceReport(tier=tier, python=python.executable, checks=tuple(checks),
                             node=node_facts(checks, devices, python), started=started,
-                            seconds=time.monotonic() - t, sandbox=runner.level)  # fmt: skip
+                            seconds=seconds, sandbox=runner.level)  # fmt: skip
 
 
 #: words of the line that says why a run ended, in a Python traceback or NCCL/RCCL's log

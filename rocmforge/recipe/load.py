@@ -215,6 +215,9 @@ def _parse(file: Path, text: str) -> dict[str, Any]:
         for spec in inputs.values():
             if isinstance(spec, dict) and isinstance(spec.get("path"), str):
                 spec["path"] = _absolute(base, spec["path"])
+    test = data.get("test")
+    if isinstance(test, dict) and isinstance(test.get("script"), str):
+        test["script"] = _absolute(base, test["script"])
     reqs = data.get("requirements")
     if isinstance(reqs, dict) and isinstance(reqs.get("recipes"), list):
         reqs["recipes"] = [_absolute(base, p) if isinstance(p, str) else p for p in reqs["recipes"]]

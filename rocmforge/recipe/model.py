@@ -171,6 +171,34 @@ class CheckSpec:
     portable: bool = False  # host-specific code generation (-march=native) fails the build
 
 
+#: the torch tiers a ``[test]`` table may name (``rocmforge test``)
+TEST_TIERS = ("smoke", "comm")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AcceptanceSpec:
+    """``[test]`` (not hashed): what ``rocmforge test`` and ``realize --test`` run on a node
+    with the built wheels installed. ``tiers``: the torch tiers (None: ``smoke`` when the
+    closure holds torch); ``script``: the project's own check, run by the test venv's python in
+    the sandbox (GPUs bound when there are any) with ``args``, passing on exit status 0, within
+    ``timeout`` seconds; ``requirements``: pinned wheels installed beside the closure for it;
+    ``gpus``: the devices expected; ``thresholds``: busbw rows over the built-in table (read
+    by :func:`rocmforge.accept.thresholds.parse_thresholds`)."""
+
+    tiers: tuple[str, ...] | None = None
+    script: Path | None = None
+    args: tuple[str, ...] = ()
+    requirements: tuple[str, ...] = ()
+    timeout: float = 600.0
+    gpus: int | None = None
+    thresholds: Mapping[str, Any] | None = None
+
+    @property
+    def declared(self) -> bool:
+        """Whether the recipe has a ``[test]`` table that asks for anything."""
+        return self.tiers is not None or self.script is not None
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class InputSpec:
     """``[inputs.NAME]``: a fixed extra input (a directory, or an archive by path or URL), mounted
@@ -211,6 +239,7 @@ class Recipe:
     env: Mapping[str, str] = field(default_factory=dict)
     build: BuildSpec = field(default_factory=BuildSpec)
     check: CheckSpec = field(default_factory=CheckSpec)
+    test: AcceptanceSpec = field(default_factory=AcceptanceSpec)
     lint: LintSpec = field(default_factory=LintSpec)
     inputs: Mapping[str, InputSpec] = field(default_factory=dict)
     resolved: Mapping[str, Any] = field(default_factory=dict)
@@ -245,7 +274,7 @@ RESERVED_ENV = frozenset(
 
 _KEYS: dict[str, tuple[str, ...]] = {
     "": ("schema", "extends", "package", "source", "toolchain", "requirements", "env", "build",
-         "check", "lint", "inputs"),
+         "check", "test", "lint", "inputs"),
     "package": ("name", "version"),
     "source": ("path", "git", "rev", "ref", "submodules", "allow-local-submodules", "patches",
                "enclosing-ignores"),
@@ -257,6 +286,7 @@ _KEYS: dict[str, tuple[str, ...]] = {
               "compiler-cache", "config-settings", "reproducible", "resources"),
     "build.resources": ("cpus", "memory", "time", "gpus"),
     "check": ("import", "archs", "requirements", "portable"),
+    "test": ("tiers", "script", "args", "requirements", "timeout", "gpus", "thresholds"),
     "input": ("path", "url", "sha256", "env", "subdir", "crates"),
     "lint": ("allow",),
 }  # fmt: skip
@@ -991,6 +1021,47 @@ def _timeout(c: _Checker, t: Mapping[str, Any]) -> float:
     return seconds
 
 
+def _test(c: _Checker, data: Mapping[str, Any]) -> AcceptanceSpec:
+    t = c.table(data, "test")
+    if not t:
+        return AcceptanceSpec()
+    tiers: tuple[str, ...] | None = None
+    if "tiers" in t:
+        found = []
+        for key, tier in c.strings(t, "test", "tiers"):
+            if tier not in TEST_TIERS:
+                c.add(key, f"{tier!r} is not a tier; choose from {', '.join(TEST_TIERS)}")
+            elif tier not in found:
+                found.append(tier)
+        tiers = tuple(found)
+    script = c.string(t, "test", "script")
+    if script is not None and not Path(script).is_file():
+        c.add("test.script", f"{script}: no such file")
+    timeout = t.get("timeout", 600.0)
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
+        c.add("test.timeout", f"must be a positive number of seconds, not {_describe(timeout)}")
+        timeout = 600.0
+    gpus = t.get("gpus")
+    if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1):
+        c.add("test.gpus", f"must be a whole number of GPUs >= 1, not {_describe(gpus)}")
+        gpus = None
+    thresholds = t.get("thresholds")
+    if thresholds is not None and not isinstance(thresholds, Mapping):
+        c.add("test.thresholds", f"must be a table, not {_describe(thresholds)}")
+        thresholds = None
+    if "args" in t and script is None:
+        c.add("test.args", "has no script to pass them to (set test.script)")
+    return AcceptanceSpec(
+        tiers=tiers,
+        script=Path(script) if script is not None else None,
+        args=tuple(a for _, a in c.strings(t, "test", "args")),
+        requirements=tuple(_pins(c, t, "test", "requirements")),
+        timeout=float(timeout),
+        gpus=gpus,
+        thresholds=dict(thresholds) if thresholds is not None else None,
+    )
+
+
 def _check(c: _Checker, data: Mapping[str, Any]) -> CheckSpec:
     t = c.table(data, "check")
     value = t.get("import")
@@ -1115,6 +1186,7 @@ def _from_dict(
     raw_env = data.get("env")
     build = _build(c, data, raw_env if isinstance(raw_env, Mapping) else {})
     check = _check(c, data)
+    test = _test(c, data)
     lint = _lint(c, data)
     inputs = _inputs(
         c,
@@ -1135,6 +1207,7 @@ def _from_dict(
         env=env,
         build=build,
         check=check,
+        test=test,
         lint=lint,
         inputs=inputs,
         resolved=_plain(data),

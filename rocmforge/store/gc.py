@@ -287,6 +287,9 @@ class SourceRefs:
     refs: frozenset[str] = frozenset()
     commits: frozenset[str] = frozenset()
     complete: bool = True
+    #: the kept entries' own wheel file names: their installed trees (``rocmforge test``
+    #: links them into test venvs) stay with them
+    entry_wheels: frozenset[str] = frozenset()
 
 
 def _unpacked_wheel(rel: str) -> str:
@@ -304,7 +307,9 @@ def plan_sources(items: Iterable[SourceItem], refs: SourceRefs) -> tuple[SourceI
         elif top == layout.SOURCES_WHEELS:
             unused = item.rel not in refs.refs
         elif top == layout.SOURCES_WHEELS_UNPACKED:  # goes with the wheel it was unpacked from
-            unused = f"{layout.SOURCES_WHEELS}/{_unpacked_wheel(item.rel)}" not in refs.refs
+            wheel = _unpacked_wheel(item.rel)
+            unused = (f"{layout.SOURCES_WHEELS}/{wheel}" not in refs.refs
+                      and wheel not in refs.entry_wheels)  # fmt: skip
         else:
             unused = refs.complete and item.rel not in refs.refs
         if unused:
@@ -382,6 +387,7 @@ def referenced_sources(
     """Return what the kept entries reference together: ``entry_refs`` of each, united."""
     refs: set[str] = set()
     commits: set[str] = set()
+    wheels: set[str] = set()
     complete = True
     for e in kept:
         path = store.entries_dir / e.dirname
@@ -391,8 +397,10 @@ def referenced_sources(
         one = entry_refs(meta, DerivationDoc(read_derivation(path)))
         refs.update(one.refs)
         commits.update(one.commits)
+        wheels.update(w.file for w in meta.wheels)
         complete = complete and one.complete
-    return SourceRefs(refs=frozenset(refs), commits=frozenset(commits), complete=complete)
+    return SourceRefs(refs=frozenset(refs), commits=frozenset(commits), complete=complete,
+                      entry_wheels=frozenset(wheels))  # fmt: skip
 
 
 # -- deleting --------------------------------------------------------------------------------------
@@ -451,6 +459,7 @@ def delete(
         for h in hashes:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(used / h)
+            remove_tree(store.root / layout.ACCEPTED / h)  # its acceptance runs go with it
         for item in sources:
             path = store.sources_dir / item.rel
             if item.rel.startswith(f"{layout.SOURCES_TREES}/"):

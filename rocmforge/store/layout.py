@@ -26,6 +26,9 @@ Layout under the store root::
     pending/<entry name>               publishes not yet indexed (flock held while publishing)
     quarantine/<entry name>.<time>.<rand>   damaged entries and stray files moved aside (gc
                                        removes them)
+    accepted/<hash>/<run>.json         GPU acceptance runs of the entry (``rocmforge test``): an
+                                       in-toto statement, or a DSSE envelope over one when
+                                       signed; kept and collected with the entry
     index.sqlite                       SQLite index (WAL), rebuildable from entries/
     gc.lock                            store-wide lock (shared for realize, exclusive for gc)
     ROCMFORGE-STORE                    marker: this directory is a store (found by walking up)
@@ -68,6 +71,10 @@ USED = "used"
 TRASH = "trash"
 PENDING = "pending"
 QUARANTINE = "quarantine"
+#: ``accepted/<hash>/``: the entry's acceptance runs (entries are sealed, so they live beside).
+ACCEPTED = "accepted"
+#: An acceptance run's file: ``<UTC time>-<tier>-<rand><ACCEPTED_SUFFIX>``.
+ACCEPTED_SUFFIX = ".json"
 #: The file that marks a directory as a rocmforge store (``rocmforge.store.locate`` looks for it).
 MARKER = "ROCMFORGE-STORE"
 #: The conventional name of a project's store directory (``<project>/store``).

@@ -269,18 +269,26 @@ def verify_envelope(
     return SignatureCheck("valid", keyid=keyid)
 
 
-def sign_entry(entry_dir: Path, *, store_root: Path) -> str | None:
-    """Write the envelope over ``entry_dir``'s provenance.json if a signing key exists.
-
-    Return the key's name, or None when signing is off or no key was generated.
-    """
+def store_signing_key(store_root: Path) -> SecretKey | None:
+    """The provenance key, if one is set and exists (None: signing is off); a key kept inside
+    the store ``store_root`` is refused (:class:`SigningKeyError`)."""
     path = signing_key_path()
     if path is None or not path.exists():
         return None
     store = inside_store(path)
     if store is not None and os.path.samefile(store, store_root):
         raise SigningKeyError(f"signing key {path}: inside the store {store}; move it outside")
-    key = read_secret_key(path)
+    return read_secret_key(path)
+
+
+def sign_entry(entry_dir: Path, *, store_root: Path) -> str | None:
+    """Write the envelope over ``entry_dir``'s provenance.json if a signing key exists.
+
+    Return the key's name, or None when signing is off or no key was generated.
+    """
+    key = store_signing_key(store_root)
+    if key is None:
+        return None
     payload = (entry_dir / layout.PROVENANCE).read_bytes()
     write_atomic(entry_dir / layout.PROVENANCE_DSSE, json_bytes(sign_payload(payload, key)))
     return key.name

@@ -57,6 +57,11 @@ def register(sub: Any) -> None:
     )
     p.add_argument("-v", "--verbose", action="store_true", help="echo build output (non-TTY)")
     p.add_argument(
+        "--test", action="store_true",
+        help="then test the targets as `rocmforge test` does: the recipe's [test] tiers and "
+        "script (smoke when torch is built and a GPU is here); exit 1 if a check fails",
+    )  # fmt: skip
+    p.add_argument(
         "--check",
         action="store_true",
         help="rebuild the cached build in a fresh sandbox and compare the wheels byte for byte "
@@ -130,6 +135,13 @@ def run(args: argparse.Namespace) -> int:
     from rocmforge.pipeline.realize import check_link, check_locked, lint
     from rocmforge.plan.graph import lint_facts_for
 
+    if args.test and (args.check or args.executor == "slurm"):
+        from rocmforge.errors import UsageError
+
+        error = UsageError("--test runs here after a local realize: not with --check or "
+                           "--executor slurm")  # fmt: skip
+        error.about_recipe = False
+        raise error
     if args.check and args.push:
         from rocmforge.errors import UsageError
 
@@ -262,6 +274,15 @@ def _run_local(
     reports = [result.reports[f] for f in shown]
     if pushed is not None:
         print(pushed, file=sys.stderr)
+    tested = 0
+    if args.test:
+        from rocmforge.cli.commands.test import accept_and_print
+
+        tested = accept_and_print(
+            args, store, [store.load(r.path) for r in reports],
+            [graph.recipes[f] for f in shown if f in graph.targets], tiers=None, out=sys.stderr,
+            no_gpu_ok=True,
+        )  # fmt: skip
     if args.json:
         emit_json([r.to_json() for r in reports])
     else:
@@ -270,7 +291,7 @@ def _run_local(
                 print(w)
     sys.stdout.flush()
     temp_roots.close()
-    return 0
+    return tested
 
 
 def _raise_failed(graph: Any, result: Any) -> None:

@@ -1,0 +1,238 @@
+"""``rocmforge test TARGET`` and ``realize --test`` on real store entries, without a GPU.
+
+The entries are real builds (the tiny project, with the real CLI and bubblewrap); the test venv
+is a real venv the closure is installed into; the recipe's ``[test]`` script runs in the real
+sandbox, and what it says and how it exits decide the run. The statements kept beside the
+entries are read back, validated with the in-toto attestation library, signed with a real key
+and collected by a real gc.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import TINY_RECIPE, rf, rf_in
+
+from rocmforge.accept.report import AcceptanceReport, Check
+from rocmforge.accept.target import judge_last_known_good
+from rocmforge.accept.thresholds import Thresholds
+from rocmforge.store import layout
+from rocmforge.store.accepted import read_runs, write_run
+
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
+
+SCRIPT_OK = """\
+import json, sys, tiny
+print("ROCMFORGE-START " + json.dumps({"check": "value", "timeout": 30}))
+assert tiny.VALUE == 42, tiny.VALUE
+print("ROCMFORGE-CHECK " + json.dumps({"check": "value", "status": "passed", "seconds": 0.01,
+      "figures": {"value": tiny.VALUE, "argv": sys.argv[1:], "prefix": sys.prefix},
+      "detail": "tiny.VALUE is 42"}))
+"""
+
+
+def _project(tmp_path: Path, script: str, test_table: str) -> Path:
+    src = tmp_path / "tiny-src"
+    (src / "tiny").mkdir(parents=True)
+    shutil.copy(Path(__file__).parent.parent / "data" / "mkwheel.py", src / "mkwheel.py")
+    (src / "tiny" / "__init__.py").write_text("VALUE = 42\n")
+    (tmp_path / "gpu_check.py").write_text(script)
+    recipe = tmp_path / "tiny.toml"
+    recipe.write_text(TINY_RECIPE.format(src=src) + "\n[test]\n" + test_table)
+    return recipe
+
+
+def _realize(recipe: Path, store: Path, *extra: str) -> dict[str, Any]:
+    proc = rf("realize", recipe, "--store", store, "--json", *extra)
+    assert proc.returncode == 0, proc.stderr
+    return dict(json.loads(proc.stdout)[0])
+
+
+def _validate(statement: dict[str, Any]) -> None:
+    from google.protobuf import json_format
+    from in_toto_attestation.predicates.test_result.v0 import test_result_pb2
+    from in_toto_attestation.v1 import statement_pb2
+    from in_toto_attestation.v1.statement import Statement
+
+    pb = json_format.ParseDict(statement, statement_pb2.Statement())
+    Statement.copy_from_pb(pb).validate()
+    json_format.ParseDict(statement["predicate"], test_result_pb2.TestResult())
+
+
+def test_a_recipes_test_script_runs_in_the_sandbox_and_the_proof_is_kept(tmp_path: Path) -> None:
+    recipe = _project(tmp_path, SCRIPT_OK, 'script = "gpu_check.py"\nargs = ["--fast"]\n')
+    store = tmp_path / "store"
+    built = _realize(recipe, store)
+    proc = rf("test", recipe, "--store", store, "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = json.loads(proc.stdout)
+    (run,) = out["runs"]
+    assert run["tier"] == "project" and run["result"] == "PASSED"
+    (check,) = run["checks"]
+    # the script ran from the test venv (tiny installed there), with its arguments
+    assert check["figures"]["value"] == 42 and check["figures"]["argv"] == ["--fast"]
+    assert check["figures"]["prefix"] == "/test/venv"  # the venv as the sandbox sees it
+    assert out["wheels"] == built["wheels"]
+    (kept,) = run["kept"]
+    assert Path(kept).parent == store / layout.ACCEPTED / built["hash"]
+    (stored,) = read_runs(store, built["hash"])
+    assert stored.passed and stored.tier == "project" and stored.envelope is None
+    _validate(json.loads(Path(kept).read_bytes()))
+    import hashlib
+
+    digest = hashlib.sha256(Path(built["wheels"][0]).read_bytes()).hexdigest()
+    assert stored.digests == {digest}
+    # a hash target tests the same entry (no recipe: no [test] script, no torch: nothing to do)
+    proc = rf_in("test", built["hash"][:8], "--store", store)
+    assert proc.returncode == 2 and "nothing to test" in proc.stderr, proc.stderr
+
+
+def test_a_failing_script_fails_the_run_and_the_failure_is_kept(tmp_path: Path) -> None:
+    script = ("import sys, tiny\nprint('tiny is', tiny.VALUE)\n"
+              "print('Error: wrong value')\nsys.exit(4)\n")
+    recipe = _project(tmp_path, script, 'script = "gpu_check.py"\n')
+    store = tmp_path / "store"
+    built = _realize(recipe, store)
+    proc = rf("test", recipe, "--store", store)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "failed" in proc.stdout and "exited with status 4: Error: wrong value" in proc.stdout
+    (stored,) = read_runs(store, built["hash"])
+    assert stored.result == "FAILED" and not stored.passed
+
+
+def test_a_hanging_script_is_killed_at_its_timeout(tmp_path: Path) -> None:
+    script = "import time\nprint('working', flush=True)\ntime.sleep(600)\n"
+    recipe = _project(tmp_path, script, 'script = "gpu_check.py"\ntimeout = 3\n')
+    store = tmp_path / "store"
+    _realize(recipe, store)
+    t = time.monotonic()
+    proc = rf("test", recipe, "--store", store, "--json")
+    took = time.monotonic() - t
+    assert proc.returncode == 1, proc.stderr
+    (run,) = json.loads(proc.stdout)["runs"]
+    (check,) = run["checks"]
+    assert check["status"] == "failed" and "timed out after 3 s" in check["detail"]
+    assert took < 30, took
+
+
+def test_realize_test_builds_then_tests_and_skips_gpu_tiers_without_a_gpu(tmp_path: Path) -> None:
+    if os.path.exists("/dev/kfd") or os.path.exists("/dev/nvidia0"):
+        pytest.skip("this host has a GPU: the no-GPU path is not taken")
+    recipe = _project(tmp_path, SCRIPT_OK, 'tiers = ["smoke"]\nscript = "gpu_check.py"\n')
+    store = tmp_path / "store"
+    proc = rf("realize", recipe, "--store", store, "--test")
+    assert proc.returncode == 0, proc.stderr
+    assert "no GPU here: the smoke tier skipped" in proc.stderr
+    assert "PASSED: project tier" in proc.stderr
+    wheel = Path(proc.stdout.strip().splitlines()[-1])
+    assert wheel.name.startswith("tiny-0.1-") and wheel.is_file()  # stdout: the wheels only
+    (entry,) = (store / layout.ACCEPTED).iterdir()
+    assert len(read_runs(store, entry.name)) == 1
+    # `test` itself asks for the GPU tier the recipe names: no GPU is exit 3, naming what it
+    # looked for, and nothing is installed or kept
+    proc = rf_in("test", recipe, "--store", store)
+    assert proc.returncode == 3 and "/dev/kfd" in proc.stderr, proc.stderr
+    assert len(read_runs(store, entry.name)) == 1
+
+
+def test_test_never_builds(tmp_path: Path) -> None:
+    recipe = _project(tmp_path, SCRIPT_OK, 'script = "gpu_check.py"\n')
+    proc = rf("test", recipe, "--store", tmp_path / "store", "--offline")
+    assert proc.returncode == 2, proc.stderr
+    assert "not in the store" in proc.stderr and "realize --test" in proc.stderr
+    assert not list((tmp_path / "store" / layout.ENTRIES).iterdir())
+
+
+def test_signed_runs_verify_and_gc_collects_them_with_the_entry(tmp_path: Path) -> None:
+    key = tmp_path / "keys" / "signing.key"
+    env = {"ROCMFORGE_SIGNING_KEY": str(key), "XDG_CONFIG_HOME": str(tmp_path / "cfg")}
+    assert rf("key", "generate", "--name", "ci-test", env=env).returncode == 0
+    recipe = _project(tmp_path, SCRIPT_OK, 'script = "gpu_check.py"\n')
+    store = tmp_path / "store"
+    built = _realize(recipe, store)
+    proc = rf("test", recipe, "--store", store, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "signed by ci-test" in proc.stdout
+    (stored,) = read_runs(store, built["hash"])
+    assert stored.envelope is not None
+    from rocmforge.trust.signing import parse_public_key, verify_envelope
+
+    pub = rf("key", "public", env=env)
+    assert pub.returncode == 0, pub.stderr
+    trusted = parse_public_key(pub.stdout.strip().splitlines()[-1], where="key show")
+    assert verify_envelope(stored.envelope, {trusted.name: trusted}).status == "valid"
+    # the installed tree of the entry's wheel stays while the entry does ...
+    trees = store / layout.SOURCES / layout.SOURCES_WHEELS_UNPACKED
+    assert any(t.name.startswith(Path(built["wheels"][0]).name) for t in trees.iterdir())
+    assert rf("gc", "--store", store, "--keep", built["hash"]).returncode == 0
+    assert any(t.name.startswith(Path(built["wheels"][0]).name) for t in trees.iterdir())
+    assert read_runs(store, built["hash"])
+    # ... and the runs and the tree go with it
+    proc = rf("gc", "--store", store)
+    assert proc.returncode == 0, proc.stderr
+    assert not (store / layout.ACCEPTED / built["hash"]).exists()
+    assert not any(t.name.startswith(Path(built["wheels"][0]).name) for t in trees.iterdir())
+
+
+def test_bad_test_tables_name_the_key(tmp_path: Path) -> None:
+    cases = {
+        'tiers = ["smoke", "fast"]\n': "test.tiers[1]",
+        'script = "missing.py"\n': "test.script",
+        'args = ["-x"]\n': "test.args",
+        "timeout = -1\n": "test.timeout",
+        "gpus = 0\n": "test.gpus",
+        'colour = "red"\n': "test.colour",
+    }
+    for table, key in cases.items():
+        recipe = _project(tmp_path / key.replace(".", "_").replace("[", "").replace("]", ""),
+                          SCRIPT_OK, table)  # fmt: skip
+        proc = rf_in("plan", recipe, "--store", tmp_path / "store")
+        assert proc.returncode == 2, (table, proc.stderr)
+        assert key in proc.stderr, (table, proc.stderr)
+
+
+def test_the_test_table_is_not_hashed(tmp_path: Path) -> None:
+    a = _project(tmp_path / "a", SCRIPT_OK, 'script = "gpu_check.py"\ntiers = ["smoke"]\n')
+    b = _project(tmp_path / "b", SCRIPT_OK, "")
+    b.write_text(b.read_text().replace(str(tmp_path / "b"), str(tmp_path / "a")))
+    hashes = []
+    for recipe in (a, b):
+        proc = rf_in("plan", recipe, "--store", tmp_path / "store", "--json")
+        assert proc.returncode == 0, proc.stderr
+        hashes.append(json.loads(proc.stdout)["hash"])
+    assert hashes[0] == hashes[1]
+
+
+def _comm(started: str, busbw: float, model: str = "AMD Instinct MI300X") -> AcceptanceReport:
+    rows = [{"bytes": 1 << 33, "algbw": busbw * 8 / 14, "busbw": busbw, "us": 1.0}]
+    checks = (Check("init", "passed", 0.1, {"device": model, "world_size": 8}),
+              Check("sweep", "passed", 5.0, {"rows": rows, "world_size": 8}))  # fmt: skip
+    return AcceptanceReport(tier="comm", python="/x/bin/python", checks=checks,
+                            node={"gpu_model": model, "gpu_count": 8, "archs": ["gfx942"]},
+                            started=started, seconds=6.0, sandbox="bwrap")  # fmt: skip
+
+
+def test_last_known_good_fails_a_run_far_below_the_last_accepted_one(tmp_path: Path) -> None:
+    from rocmforge.accept.attest import statement
+    from rocmforge.util.fsutil import json_bytes
+
+    root = tmp_path / "store"
+    h = "a" * 32
+    table = Thresholds(tolerance=0.1)
+    first = judge_last_known_good(_comm("2026-12-01T10:00:00Z", 312.0), root, table)
+    assert first.checks[-1].status == "skipped"  # nothing to compare with yet
+    write_run(root, h, "20261201T100000Z-comm-00000000.json",
+              json_bytes(statement(first, [{"name": "w.whl", "digest": {"sha256": "0" * 64}}])))
+    ok = judge_last_known_good(_comm("2026-12-02T10:00:00Z", 290.0), root, table)
+    assert ok.checks[-1].status == "passed" and ok.checks[-1].figures["last"] == 312.0
+    slow = judge_last_known_good(_comm("2026-12-02T10:00:00Z", 270.0), root, table)
+    assert slow.checks[-1].status == "failed" and "less 10%" in slow.checks[-1].detail
+    other = judge_last_known_good(_comm("2026-12-02T10:00:00Z", 100.0, "AMD Instinct MI355X"),
+                                  root, table)  # fmt: skip
+    assert other.checks[-1].status == "skipped"  # another node kind
