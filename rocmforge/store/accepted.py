@@ -25,12 +25,11 @@ from typing import Any
 
 from rocmforge.errors import StoreError
 from rocmforge.store import layout
+from rocmforge.store.showtext import PASSING
 from rocmforge.util.fsutil import write_atomic
 
 #: the predicate of a run (``https://in-toto.io/attestation/test-result/v0.1``)
 TEST_RESULT = "https://in-toto.io/attestation/test-result/v0.1"
-#: the verdicts of the test-result predicate that make an entry accepted
-PASSING = ("PASSED", "WARNED")
 
 
 def _annotations(statement: Mapping[str, Any], name: str) -> Mapping[str, Any]:
@@ -128,7 +127,9 @@ class AcceptedRun:
         312 GB/s busbw`` (comm), ``..., smoke tier PASSED`` (the others)."""
         node = self.node
         archs = ", ".join(str(a) for a in node.get("archs") or ())
-        who = f"{node.get('gpu_count', '?')}x {node.get('gpu_model') or 'GPU'}"
+        who = f"{node.get('gpu_count', '?')}x {node.get('gpu_model')}"
+        if not node.get("gpu_model"):
+            who = f"{node.get('hostname') or 'a node'} ({node.get('gpus_found') or 'no'} GPU)"
         if archs:
             who += f" ({archs})"
         day = self.started[:10] or "undated"
@@ -141,6 +142,14 @@ class AcceptedRun:
         if failed:
             what += " (failed: " + ", ".join(str(f) for f in failed) + ")"
         return f"{who}, {day}, {what}"
+
+    def facts(self, signature: str | None = None) -> dict[str, Any]:
+        """What ``audit`` and ``show`` say of the run (plain data, as their reports hold it):
+        result, tier, when, the headline, the file and ``signature`` (a checked status such as
+        ``valid``; default ``signed`` or ``unsigned`` unchecked)."""
+        sig = signature or ("signed" if self.envelope is not None else "unsigned")
+        return {"result": self.result, "tier": self.tier, "started": self.started,
+                "headline": self.headline(), "file": str(self.file), "signature": sig}  # fmt: skip
 
     def to_json(self) -> dict[str, Any]:
         """The run as JSON (``show --json``, ``query --accepted --json``)."""
@@ -256,3 +265,4 @@ def last_known_good(
 def passing(runs: Sequence[AcceptedRun], arch: str | None = None) -> list[AcceptedRun]:
     """The runs that accept their entry, on a node with ``arch`` when given (``gfx942``)."""
     return [r for r in runs if r.passed and (arch is None or arch in (r.node.get("archs") or ()))]
+

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from _collections_abc import Mapping
 
-from rocmforge.store.showtext import describe_link, input_facts, run_facts
+from rocmforge.store.showtext import describe_link, input_facts, run_facts, run_line
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
 if TYPE_CHECKING:
@@ -73,6 +73,7 @@ def report_json(
     origin: Mapping[str, Any] | None = None,
     derivation: Mapping[str, Any] | None = None,
     built_against: Sequence[Mapping[str, Any]] = (),
+    accepted: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     """One wheel's audit report as JSON-ready data: what ``audit --json`` prints and what
     :func:`audit_text` renders (``AuditReport.to_json`` and the read path both build it here)."""
@@ -95,6 +96,7 @@ def report_json(
         "origin": dict(origin) if origin is not None else None,
         "derivation": dict(derivation) if derivation else None,
         "built_against": [dict(d) for d in built_against],
+        "accepted": [dict(a) for a in accepted],
     }
 
 
@@ -251,6 +253,8 @@ def report_text(report: Mapping[str, Any]) -> str:
     if origin is not None:
         add("substituted", f"from {origin.get('cache')}"
             + (f", built on {origin['host']}" if origin.get("host") else ""))  # fmt: skip
+    for run in report.get("accepted") or ():
+        add("test run", run_line(run))
     add("store path", report["store_path"])
     lines += [f"  {label:<13}{value}" for label, value in rows]
     return "".join(f"{line}\n" for line in lines)

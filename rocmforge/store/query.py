@@ -20,6 +20,7 @@ from typing import Any
 
 from rocmforge.errors import RocmforgeError, UsageError
 from rocmforge.store import layout
+from rocmforge.store.accepted import AcceptedRun, read_runs
 from rocmforge.store.entry import Entry, read_derivation
 from rocmforge.store.index import IndexRow
 from rocmforge.store.store import Store
@@ -192,6 +193,8 @@ class EntryDetails:
     indexed: bool
     last_used: float
     roots: tuple[str, ...] = ()
+    #: the entry's acceptance runs (``accepted/<hash>/``), oldest first
+    accepted: tuple[AcceptedRun, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """Return the details as JSON-ready data (``meta`` as stored in ``meta.json``)."""
@@ -207,6 +210,7 @@ class EntryDetails:
             "indexed": self.indexed,
             "last_used": self.last_used,
             "roots": list(self.roots),
+            "accepted": [r.to_json() for r in self.accepted],
         }
 
 
@@ -222,4 +226,5 @@ def show_entry(store: Store, target: str) -> EntryDetails:
         indexed=row is not None,
         last_used=listed[0].last_used if listed else entry.meta.created,
         roots=listed[0].roots if listed else _roots(store).get(entry.hash, ()),
+        accepted=tuple(read_runs(store.root, entry.hash)),
     )

@@ -182,9 +182,14 @@ def show_text_of(root: str, target: str) -> str | None:
     last_used = fields["created"]
     if row is not None:
         last_used = max(row[0], scan.used_times(root).get(h, 0.0))
+    accepted = []
+    if os.path.isdir(os.path.join(root, layout.ACCEPTED, h)):  # json only where runs are kept
+        from rocmforge.store.accepted import read_runs
+
+        accepted = [r.facts() for r in read_runs(root, h)]
     return show_text(
         path, meta, derivation, provenance, indexed=row is not None, last_used=last_used,
-        roots=roots,
+        roots=roots, accepted=accepted,
     )  # fmt: skip
 
 
@@ -247,6 +252,8 @@ def _verified(root: str, db: sqlite3.Connection, wheel: str) -> dict[str, object
     entry = os.path.join(root, layout.ENTRIES, base)  # where Index rows point, whatever recorded
     if not os.path.isdir(entry) or os.path.lexists(os.path.join(entry, layout.PROVENANCE_DSSE)):
         return None
+    if os.path.isdir(os.path.join(root, layout.ACCEPTED, h)):
+        return None  # acceptance runs: the full command reads them and checks their signatures
     derivation = _json_file(os.path.join(entry, layout.DERIVATION))
     statement = _json_file(os.path.join(entry, layout.PROVENANCE))
     raw_meta = _json_file(os.path.join(entry, layout.META))

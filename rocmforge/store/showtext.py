@@ -191,6 +191,18 @@ def duration(seconds: float) -> str:
     return f"{s // 60}m{s % 60:02d}s" if s < 3600 else f"{s // 3600}h{s // 60 % 60:02d}m"
 
 
+#: the verdicts of the test-result predicate that make an entry accepted
+PASSING = ("PASSED", "WARNED")
+
+
+def run_line(facts: Mapping[str, Any]) -> str:
+    """One acceptance run (``AcceptedRun.facts``), as ``show`` and ``audit`` print it:
+    ``accepted: 1x NVIDIA H200 (sm_90), 2026-12-02, smoke tier PASSED (signature valid)``, or
+    ``FAILED: ...``."""
+    head = "accepted" if facts.get("result") in PASSING else str(facts.get("result", "FAILED"))
+    return f"{head}: {facts.get('headline', '')} (signature {facts.get('signature', '?')})"
+
+
 def show_text(
     path: str,
     meta: Mapping[str, Any],
@@ -200,6 +212,7 @@ def show_text(
     indexed: bool,
     last_used: float,
     roots: Sequence[str],
+    accepted: Sequence[Mapping[str, Any]] = (),
 ) -> str:
     """Return what ``show`` prints about the entry at ``path``: its identity, files, inputs and
     run facts. ``meta`` is the ``meta.json`` object (as :meth:`EntryMeta.to_json` gives it),
@@ -228,6 +241,9 @@ def show_text(
         add(f"  wheel        {w['file']} ({human_size(w.get('size') or 0)})")
         add(f"    sha256     {w['sha256']}")
         add(f"    blake3     {w['blake3']}")
+    for test_run in accepted:
+        add(f"  test run     {run_line(test_run)}")
+        add(f"    file       {test_run.get('file')}")
     for wheel, links in sorted((meta.get("links") or {}).items()):
         for link in links:
             add(f"  links        {wheel}: {describe_link(link)}")

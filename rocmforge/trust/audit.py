@@ -79,6 +79,9 @@ class AuditReport:
     dependencies: tuple[Mapping[str, Any], ...] = ()
     #: Where a substituted entry came from (meta.json ``origin``): None when built in this store.
     origin: Mapping[str, Any] | None = None
+    #: The entry's acceptance runs that tested this wheel (``AcceptedRun.facts``, signatures
+    #: checked against the trusted keys), oldest first.
+    accepted: tuple[Mapping[str, Any], ...] = ()
 
     @property
     def exit_code(self) -> int:
@@ -110,6 +113,7 @@ class AuditReport:
             origin=self.origin,
             derivation=self.derivation,
             built_against=self.dependencies,
+            accepted=self.accepted,
         )
 
 
@@ -272,8 +276,30 @@ def audit_wheel(
             links=links,
             dependencies=dependency_facts(derivation, statement, store) if store else (),
             origin=meta.origin if meta is not None else None,
+            accepted=accepted_facts(store, row.hash, sha, trusted) if store else (),
         )
     return _audit_unverified(wheel, store=store, b3=b3, size=size)
+
+
+def accepted_facts(
+    store: Store, hash: str, sha256: str, trusted: Mapping[str, PublicKey] | None = None
+) -> tuple[Mapping[str, Any], ...]:
+    """The facts of entry ``hash``'s acceptance runs whose subjects include the wheel
+    ``sha256``, each signature checked against ``trusted`` (default: the trusted keys)."""
+    from rocmforge.store.accepted import read_runs
+    from rocmforge.trust.signing import trusted_keys, verify_envelope
+
+    runs = [r for r in read_runs(store.root, hash) if sha256 in r.digests]
+    keys = None
+    out = []
+    for r in runs:
+        status = "unsigned"
+        if r.envelope is not None:
+            keys = keys if keys is not None else (trusted_keys() if trusted is None else trusted)
+            check = verify_envelope(r.envelope, keys)
+            status = check.status + (f" (key {check.keyid})" if check.keyid else "")
+        out.append(r.facts(status))
+    return tuple(out)
 
 
 def _read_archs(wheel: Path) -> dict[str, Any] | None:

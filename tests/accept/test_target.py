@@ -88,6 +88,20 @@ def test_a_recipes_test_script_runs_in_the_sandbox_and_the_proof_is_kept(tmp_pat
 
     digest = hashlib.sha256(Path(built["wheels"][0]).read_bytes()).hexdigest()
     assert stored.digests == {digest}
+    # show and audit say so, the read path and the full command alike
+    import socket
+
+    line = f"accepted: {socket.gethostname()} (no GPU), {stored.started[:10]}, project tier PASSED"
+    for show in (rf("show", built["hash"], "--store", store), rf_in("show", built["hash"],
+                                                                    "--store", store)):
+        assert show.returncode == 0, show.stderr
+        assert f"test run     {line} (signature unsigned)" in show.stdout, show.stdout
+        assert f"file       {kept}" in show.stdout
+    shown = json.loads(rf_in("show", built["hash"], "--store", store, "--json").stdout)
+    assert [a["result"] for a in shown["accepted"]] == ["PASSED"]
+    audit = rf("audit", built["wheels"][0], "--store", store)
+    assert audit.returncode == 0, audit.stderr
+    assert f"test run     {line} (signature unsigned)" in audit.stdout, audit.stdout
     # a hash target tests the same entry (no recipe: no [test] script, no torch: nothing to do)
     proc = rf_in("test", built["hash"][:8], "--store", store)
     assert proc.returncode == 2 and "nothing to test" in proc.stderr, proc.stderr
@@ -167,6 +181,11 @@ def test_signed_runs_verify_and_gc_collects_them_with_the_entry(tmp_path: Path) 
     assert pub.returncode == 0, pub.stderr
     trusted = parse_public_key(pub.stdout.strip().splitlines()[-1], where="key show")
     assert verify_envelope(stored.envelope, {trusted.name: trusted}).status == "valid"
+    audit = rf("audit", built["wheels"][0], "--store", store,
+               env={**env, "ROCMFORGE_TRUSTED_KEYS": pub.stdout.strip().splitlines()[-1]})
+    assert "project tier PASSED (signature valid (key ci-test))" in audit.stdout, audit.stdout
+    audit = rf("audit", built["wheels"][0], "--store", store, env=env)  # nobody trusts the key
+    assert "(signature untrusted (key ci-test))" in audit.stdout, audit.stdout
     # the installed tree of the entry's wheel stays while the entry does ...
     trees = store / layout.SOURCES / layout.SOURCES_WHEELS_UNPACKED
     assert any(t.name.startswith(Path(built["wheels"][0]).name) for t in trees.iterdir())

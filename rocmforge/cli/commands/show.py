@@ -54,6 +54,7 @@ def run(args: argparse.Namespace) -> int:
         indexed=info.indexed,
         last_used=info.last_used,
         roots=info.roots,
+        accepted=[r.facts() for r in info.accepted],
     )
     print(text, end="")
     return 0
