@@ -10,7 +10,13 @@ Pair, interleaved run by run (A, B, A, B, ...) so that load on the machine cance
 Also shown: the previous path (pypa/installer re-reading and re-hashing every member on every
 build). Reports wall medians and CPU (user+sys) medians, and the ratios A/B. Target: A <= 1.2x B.
 uv comes from PyPI (``pip install uv``); without it the anchor is skipped with a line saying so.
-Usage: python bench/bench_install.py [--runs 15] [--quick] [--wheel PATH ...]
+``uv pip install`` gets ``--no-deps``: both sides install exactly the wheels given.
+
+``--test-closure`` times A as ``rocmforge test TARGET`` installs a closure into its test venv
+(:func:`rocmforge.accept.target.install_closure`: the same trees, the test venv's shebang) —
+issue 28's target, with a torch-sized closure: e.g. ``--wheel torch-*.whl --wheel
+torchvision-*.whl --wheel numpy-*.whl --wheel pillow-*.whl``.
+Usage: python bench/bench_install.py [--runs 15] [--quick] [--test-closure] [--wheel PATH ...]
 """
 
 from __future__ import annotations
@@ -49,6 +55,8 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=15)
     ap.add_argument("--quick", action="store_true", help="a smoke run: 2 runs")
     ap.add_argument("--wheel", type=Path, action="append", help="wheels to install")
+    ap.add_argument("--test-closure", action="store_true",
+                    help="A: the closure install of `rocmforge test TARGET`")
     args = ap.parse_args()
     runs = 2 if args.quick else args.runs
     wheels = args.wheel or [DEFAULT_WHEEL]
@@ -74,8 +82,14 @@ def main() -> int:
     def rocmforge_linked(i: int) -> tuple[float, float]:
         venv = tmp / f"a{i}"
         c, t = _self_cpu(), time.perf_counter()
-        create_venv(python, venv, version=version)
-        install_linked(reqs, venv, sources_dir=sources, python_xy=xy, interpreter=SHEBANG)
+        if args.test_closure:
+            from rocmforge.accept.target import Closure, install_closure
+
+            install_closure(Closure((), (), tuple(reqs)), venv, python=str(python),
+                            version=version, sources_dir=sources)  # fmt: skip
+        else:
+            create_venv(python, venv, version=version)
+            install_linked(reqs, venv, sources_dir=sources, python_xy=xy, interpreter=SHEBANG)
         return time.perf_counter() - t, _self_cpu() - c
 
     def rocmforge_direct(i: int) -> tuple[float, float]:
@@ -95,7 +109,7 @@ def main() -> int:
         c, t = _children_cpu(), time.perf_counter()
         for argv in (
             [uv, "venv", "-q", "--python", base, str(venv)],
-            [uv, "pip", "install", "-q", "--offline", "--no-index", *links, "--python",
+            [uv, "pip", "install", "-q", "--offline", "--no-index", "--no-deps", *links, "--python",
              str(venv / "bin" / "python"), *names],
         ):
             subprocess.run(argv, check=True, env=env, stdin=subprocess.DEVNULL)
@@ -116,7 +130,8 @@ def main() -> int:
 
     print(f"wheels: {', '.join(w.name for w in wheels)}; {runs} interleaved runs, medians")
     print("warm page cache, warm caches (store trees / uv cache); wall and CPU (user+sys)")
-    print(f"rocmforge venv + linked install:     {med('linked', 0):8.1f} ms wall "
+    what = "test closure install" if args.test_closure else "linked install"
+    print(f"rocmforge venv + {what + ':':<20}{med('linked', 0):8.1f} ms wall "
           f"{med('linked', 1):8.1f} ms cpu")
     print(f"rocmforge venv + installer (before): {med('direct', 0):8.1f} ms wall "
           f"{med('direct', 1):8.1f} ms cpu")

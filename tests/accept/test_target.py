@@ -255,3 +255,28 @@ def test_last_known_good_fails_a_run_far_below_the_last_accepted_one(tmp_path: P
     other = judge_last_known_good(_comm("2026-12-02T10:00:00Z", 100.0, "AMD Instinct MI355X"),
                                   root, table)  # fmt: skip
     assert other.checks[-1].status == "skipped"  # another node kind
+
+
+def test_over_layers_the_test_venv_on_an_existing_environment(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    over = tmp_path / "over-env"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", over], check=True)
+    site = next((over / "lib").glob("python3*/site-packages"))
+    (site / "nodetorch.py").write_text("WHERE = __file__\n")
+    script = ("import json, nodetorch, tiny\n"
+              "print('ROCMFORGE-CHECK ' + json.dumps({'check': 'over', 'status': 'passed', "
+              "'figures': {'where': nodetorch.WHERE, 'tiny': tiny.__file__}}))\n")
+    recipe = _project(tmp_path, script, 'script = "gpu_check.py"\n')
+    store = tmp_path / "store"
+    _realize(recipe, store)
+    proc = rf("test", recipe, "--store", store, "--json", "--over", over / "bin" / "python")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (run,) = json.loads(proc.stdout)["runs"]
+    figures = run["checks"][0]["figures"]
+    assert figures["where"] == str(site / "nodetorch.py")  # the node's environment, mounted
+    assert figures["tiny"].startswith("/test/venv/")  # the built wheel, from the test venv
+    # without --over the module is not there: the run fails naming it
+    proc = rf("test", recipe, "--store", store)
+    assert proc.returncode == 1 and "No module named 'nodetorch'" in proc.stdout, proc.stdout
