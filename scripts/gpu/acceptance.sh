@@ -49,4 +49,36 @@ NCCL_SOCKET_IFNAME=nosuch0 NCCL_DEBUG=INFO rf test --python "$TORCH_PY" --tier c
 python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print(r['result']); [print(f\"{c['status']:>8}  {c['name']:<12} {c['detail']}\") for c in r['checks']]; print(open(r['log']).read()[-1500:])" "$out/comm-nosuch0.json"
 step "a hung check: --timeout import=1"
 timed rf test --python "$TORCH_PY" --timeout import=1
+
+# rocmforge test TARGET: the demo (a C extension) realized here, tested over the node's torch
+# with its [test] script (scripts/gpu/demo_gpu_check.py: GPU work through that torch) and the
+# smoke tier; the statements kept with the entry, then show and audit read them back.
+export ROCMFORGE_PIP_ARGS="--no-index --find-links $PWD/$CARRY/reqs"
+work=/tmp/rf-accept
+rm -rf "$work" && mkdir -p "$work" && cp -r examples/demo "$work/" && cp scripts/gpu/demo_gpu_check.py "$work/"
+pyxy=$($PY -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
+sed -e "s#../examples/demo#demo#" -e "s/^python = .*/python = \"$pyxy\"/" recipes/demo.toml > "$work/demo.toml"
+printf '\n[test]\nscript = "demo_gpu_check.py"\n' >> "$work/demo.toml"
+export ROCMFORGE_STORE=$work/store
+step "realize the demo with a [test] table"
+rf lock "$work/demo.toml" 2>&1 | tail -1
+timed rf realize "$work/demo.toml" -o "$work/result"
+step "rocmforge test RECIPE --over the node's torch (the [test] script), text"
+timed rf test "$work/demo.toml" --over "$TORCH_PY"
+step "rocmforge test RECIPE --over ... --tier smoke --json (the smoke tier, then the script; trees warm)"
+t=$(date +%s.%N)
+rf test "$work/demo.toml" --over "$TORCH_PY" --tier smoke --json > "$out/target.json"; echo "exit $?"
+python3 - "$out/target.json" "$t" <<'PY'
+import json, sys, time
+r = json.load(open(sys.argv[1]))
+print(f"whole command {time.time() - float(sys.argv[2]):.1f} s; install {r['install_seconds']:.3f} s, {r['installed_files']} files")
+for run in r["runs"]:
+    print(run["tier"], run["result"], f"{run['seconds']:.1f} s", "kept:", run["kept"])
+    for c in run["checks"]:
+        print(f"  {c['status']:>8}  {c['name']:<13} {c['seconds']:7.2f} s  {c['detail']}")
+PY
+cp "$work"/store/accepted/*/*.json "$out/" 2>/dev/null
+step "show and audit read the runs back"
+rf show "$work/result" | grep -A1 "test run"
+rf audit "$work"/result/*.whl | grep -E "VERIFIED|test run"
 step "done"
