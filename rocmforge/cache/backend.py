@@ -3,11 +3,13 @@
 A cache holds content-addressed blobs (``blobs/sha256/<hex>``) and one manifest per input hash
 (``entries/<hash>.json``). A backend only moves bytes: it never judges them (``substitute`` does).
 The interface is small so that ``oci://`` and ``s3://`` backends can follow: a cheap manifest
-lookup, a blob existence check, a streaming blob reader, and idempotent atomic uploads.
+lookup, a blob existence check, a streaming blob reader, idempotent atomic uploads, and one
+replace of a manifest (a push adding acceptance runs to an entry the cache has).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 import time
@@ -50,6 +52,12 @@ class Backend(Protocol):
 
     def put_manifest(self, hash: str, data: bytes) -> bool:
         """Store the manifest for ``hash`` atomically unless present; return True if written."""
+        ...
+
+    def replace_manifest(self, hash: str, data: bytes) -> None:
+        """Store the manifest for ``hash`` atomically, replacing one present: how a push adds
+        acceptance runs to a cached entry. The caller keeps the files of the manifest present
+        (the first manifest wins for them), so only ``accepted`` changes."""
         ...
 
     def has_blob(self, sha256: str) -> bool:
@@ -138,6 +146,28 @@ class FileCache:
     def put_manifest(self, hash: str, data: bytes) -> bool:
         """Write the manifest for ``hash`` unless present."""
         return self._write(self._manifest_path(hash), lambda fd: write_all(fd, data))
+
+    def replace_manifest(self, hash: str, data: bytes) -> None:
+        """Write the manifest for ``hash`` via a temp file and a rename over the present one
+        (a reader sees the old manifest or the new, never a part)."""
+        final = self._manifest_path(hash)
+        try:
+            final.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=final.parent, prefix=".tmp-")
+            try:
+                try:
+                    write_all(fd, data)
+                    os.fsync(fd)
+                    os.fchmod(fd, 0o644)
+                finally:
+                    os.close(fd)
+                os.replace(tmp, final)
+            except BaseException:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
+                raise
+        except OSError as exc:
+            raise CacheError(f"{self.url}: cannot write {final}: {exc}") from None
 
     def has_blob(self, sha256: str) -> bool:
         """Return whether blob ``sha256`` is present."""

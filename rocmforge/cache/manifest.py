@@ -1,6 +1,11 @@
 """The manifest a cache keeps per input hash: which blobs make up one store entry.
 
-``{"schema": 1, "hash", "name", "version", "files": [{"name", "sha256", "size"}], "meta": {...}}``.
+``{"schema": 1, "hash", "name", "version", "files": [{"name", "sha256", "size"}], "meta": {...},
+"accepted": [{"name", "sha256", "size"}]}``; ``accepted`` (optional, absent when empty) lists the
+entry's GPU acceptance runs (``accepted/<hash>/<run>.json`` in a store, see
+:mod:`rocmforge.store.accepted`): they are not files of the entry, which stays sealed as the first
+manifest named it, and a later push may add runs (the union of the cache's and the store's). A
+reader that does not know ``accepted`` ignores it, so the schema stays 1.
 The manifest itself is not signed: what makes it trustworthy is the DSSE envelope among its files
 (over provenance.json, whose subjects carry every wheel's digest). ``meta`` only carries build
 facts that are informational (timings, archs, links).
@@ -39,6 +44,8 @@ class Manifest:
     version: str
     files: tuple[FileRef, ...]
     meta: dict[str, Any]
+    #: the entry's acceptance runs (file name = the run's name in ``accepted/<hash>/``)
+    accepted: tuple[FileRef, ...] = ()
 
     def to_bytes(self) -> bytes:
         """Return the manifest as canonical JSON bytes."""
@@ -50,6 +57,10 @@ class Manifest:
             "files": [{"name": f.name, "sha256": f.sha256, "size": f.size} for f in self.files],
             "meta": self.meta,
         }
+        if self.accepted:
+            data["accepted"] = [
+                {"name": f.name, "sha256": f.sha256, "size": f.size} for f in self.accepted
+            ]
         return json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
 
 
@@ -80,16 +91,11 @@ def parse_manifest(raw: bytes) -> Manifest:
         raise ManifestProblem("the manifest has an unknown schema")
     try:
         hash_, name, version = (str(data[k]) for k in ("hash", "name", "version"))
-        files = []
-        for f in data["files"]:
-            ref = FileRef(str(f["name"]), str(f["sha256"]), int(f["size"]))
-            if bad_name(ref.name):
-                raise ManifestProblem(f"the manifest names an unsafe file {ref.name!r}")
-            if len(ref.sha256) != 64 or any(c not in "0123456789abcdef" for c in ref.sha256):
-                raise ManifestProblem(f"the manifest has a bad digest for {ref.name!r}")
-            if ref.size < 0:
-                raise ManifestProblem(f"the manifest has a bad size for {ref.name!r}")
-            files.append(ref)
+        files = _refs(data["files"], "file")
+        runs = data.get("accepted") or []
+        if not isinstance(runs, list):
+            raise ManifestProblem("the manifest's accepted is not a list")
+        accepted = _refs(runs, "acceptance run")
         meta = data.get("meta") or {}
         if not isinstance(meta, dict):
             raise ManifestProblem("the manifest's meta is not a table")
@@ -97,9 +103,30 @@ def parse_manifest(raw: bytes) -> Manifest:
         raise ManifestProblem(f"the manifest is malformed ({exc})") from None
     if layout.entry_problem(hash_, name, version):
         raise ManifestProblem("the manifest's hash, name or version is invalid")
-    names = [f.name for f in files]
-    if len(set(names)) != len(names):
-        raise ManifestProblem("the manifest lists a file twice")
+    for refs, what in ((files, "a file"), (accepted, "an acceptance run")):
+        names = [f.name for f in refs]
+        if len(set(names)) != len(names):
+            raise ManifestProblem(f"the manifest lists {what} twice")
     return Manifest(
-        hash_, name, version, tuple(files), {k: meta[k] for k in CARRIED_META if k in meta}
+        hash_,
+        name,
+        version,
+        tuple(files),
+        {k: meta[k] for k in CARRIED_META if k in meta},
+        tuple(accepted),
     )
+
+
+def _refs(items: Any, what: str) -> list[FileRef]:
+    """The checked file references of a manifest list (``files`` or ``accepted``)."""
+    out = []
+    for f in items:
+        ref = FileRef(str(f["name"]), str(f["sha256"]), int(f["size"]))
+        if bad_name(ref.name):
+            raise ManifestProblem(f"the manifest names an unsafe {what} {ref.name!r}")
+        if len(ref.sha256) != 64 or any(c not in "0123456789abcdef" for c in ref.sha256):
+            raise ManifestProblem(f"the manifest has a bad digest for {ref.name!r}")
+        if ref.size < 0:
+            raise ManifestProblem(f"the manifest has a bad size for {ref.name!r}")
+        out.append(ref)
+    return out

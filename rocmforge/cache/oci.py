@@ -4,7 +4,11 @@ Each entry is an OCI artifact tagged with its input hash: an image manifest with
 ``artifactType`` :data:`ARTIFACT_TYPE`, the empty config, one layer per file (title annotation =
 file name, the layer digest = the file's sha256) and the entry's identity and informational meta
 in annotations, the way ORAS and Spack store non-image content. Blobs are shared by digest across
-entries. A small ``http.client`` client suffices (no SDK): one keep-alive connection per
+entries. An entry's acceptance runs (the manifest's ``accepted``) are a second artifact, tagged
+``<hash>.accepted`` (:data:`RUNS_SUFFIX`), of artifactType :data:`RUNS_TYPE`: one titled layer
+per run. The entry's own artifact is never replaced (the first push wins); the runs' tag moves
+to a new artifact when a push adds runs, and a reader that does not know it never asks for it.
+A small ``http.client`` client suffices (no SDK): one keep-alive connection per
 backend, blobs uploaded monolithically with ``sendfile`` and downloaded with ``readinto``; see
 docs/performance.md ("Binary caches") for its throughput against ``curl``.
 
@@ -33,6 +37,11 @@ from typing import Any, BinaryIO, cast
 from rocmforge.cache.backend import CacheError, ManifestInfo
 
 ARTIFACT_TYPE = "application/vnd.rocmforge.entry.v1+json"
+#: artifactType of an entry's acceptance runs, tagged ``<hash>`` + :data:`RUNS_SUFFIX`
+RUNS_TYPE = "application/vnd.rocmforge.accepted.v1+json"
+RUNS_SUFFIX = ".accepted"
+#: media type of one run's layer (an in-toto statement, or a DSSE envelope over one)
+RUN_LAYER_TYPE = "application/json"
 MANIFEST_TYPE = "application/vnd.oci.image.manifest.v1+json"
 EMPTY_TYPE = "application/vnd.oci.empty.v1+json"
 EMPTY = b"{}"
@@ -330,18 +339,7 @@ class OciCache:
         if doc is None:
             return None
         ann = doc.get("annotations") or {}
-        files = []
-        for layer in doc.get("layers") or []:
-            if not isinstance(layer, dict):
-                continue
-            digest = str(layer.get("digest", ""))
-            files.append(
-                {
-                    "name": (layer.get("annotations") or {}).get(TITLE, ""),
-                    "sha256": digest.removeprefix("sha256:"),
-                    "size": layer.get("size", -1),
-                }
-            )
+        files = _files(doc)
         try:
             meta = json.loads(ann.get(_PREFIX + "meta", "{}"))
         except ValueError:
@@ -354,21 +352,29 @@ class OciCache:
             "files": files,
             "meta": meta,
         }
+        runs = self._oci_manifest(hash + RUNS_SUFFIX)
+        if runs is not None and runs.get("artifactType") == RUNS_TYPE:
+            out["accepted"] = _files(runs)
         return json.dumps(out).encode()
 
-    def put_manifest(self, hash: str, data: bytes) -> bool:
-        """Push the artifact for ``hash`` (config, then the manifest) unless the tag exists."""
-        if (
-            self._request(
-                "HEAD",
-                f"{self.base}/manifests/{hash}",
-                headers={"Accept": MANIFEST_TYPE},
-                missing_ok=True,
-            )
-            is not None
-        ):
-            return False
-        m = json.loads(data)
+    def _has_tag(self, ref: str) -> bool:
+        resp = self._request(
+            "HEAD",
+            f"{self.base}/manifests/{ref}",
+            headers={"Accept": MANIFEST_TYPE},
+            missing_ok=True,
+        )
+        return resp is not None
+
+    def _put_artifact(
+        self,
+        ref: str,
+        artifact_type: str,
+        layer_type: str,
+        files: list[dict[str, Any]],
+        annotations: dict[str, str],
+    ) -> None:
+        """PUT an image manifest tagged ``ref``: the empty config, one titled layer per file."""
         if not self.has_blob(EMPTY_DIGEST.removeprefix("sha256:")):
             self._upload(EMPTY_DIGEST, EMPTY, len(EMPTY))
         import time
@@ -376,34 +382,70 @@ class OciCache:
         doc = {
             "schemaVersion": 2,
             "mediaType": MANIFEST_TYPE,
-            "artifactType": ARTIFACT_TYPE,
+            "artifactType": artifact_type,
             "config": {"mediaType": EMPTY_TYPE, "digest": EMPTY_DIGEST, "size": len(EMPTY)},
             "layers": [
                 {
-                    "mediaType": LAYER_TYPE,
+                    "mediaType": layer_type,
                     "digest": f"sha256:{f['sha256']}",
                     "size": f["size"],
                     "annotations": {TITLE: f["name"]},
                 }
-                for f in m["files"]
+                for f in files
             ],
             "annotations": {
-                _PREFIX + "hash": m["hash"],
-                _PREFIX + "name": m["name"],
-                _PREFIX + "version": m["version"],
-                _PREFIX + "meta": json.dumps(m.get("meta") or {}, sort_keys=True),
+                **annotations,
                 CREATED: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             },
         }
         body = json.dumps(doc, sort_keys=True).encode()
         self._request(
             "PUT",
-            f"{self.base}/manifests/{hash}",
+            f"{self.base}/manifests/{ref}",
             data=body,
             headers={"Content-Type": MANIFEST_TYPE},
             ok=(200, 201),
         )
+
+    def _put_entry(self, hash: str, m: dict[str, Any]) -> None:
+        self._put_artifact(
+            hash,
+            ARTIFACT_TYPE,
+            LAYER_TYPE,
+            m["files"],
+            {
+                _PREFIX + "hash": m["hash"],
+                _PREFIX + "name": m["name"],
+                _PREFIX + "version": m["version"],
+                _PREFIX + "meta": json.dumps(m.get("meta") or {}, sort_keys=True),
+            },
+        )
+
+    def _put_runs(self, hash: str, m: dict[str, Any]) -> None:
+        """Tag ``<hash>.accepted`` with an artifact of the manifest's runs (none: nothing)."""
+        if m.get("accepted"):
+            self._put_artifact(
+                hash + RUNS_SUFFIX, RUNS_TYPE, RUN_LAYER_TYPE, m["accepted"],
+                {_PREFIX + "hash": m["hash"]},
+            )  # fmt: skip
+
+    def put_manifest(self, hash: str, data: bytes) -> bool:
+        """Push the artifact for ``hash`` (config, then the manifest) unless the tag exists,
+        then its runs' artifact when the manifest lists runs."""
+        if self._has_tag(hash):
+            return False
+        m = json.loads(data)
+        self._put_entry(hash, m)
+        self._put_runs(hash, m)
         return True
+
+    def replace_manifest(self, hash: str, data: bytes) -> None:
+        """Tag ``<hash>.accepted`` with the manifest's runs (the entry's own artifact stays as
+        it is; pushed only when missing)."""
+        m = json.loads(data)
+        if not self._has_tag(hash):
+            self._put_entry(hash, m)
+        self._put_runs(hash, m)
 
     def has_blob(self, sha256: str) -> bool:
         """HEAD the blob."""
@@ -437,19 +479,21 @@ class OciCache:
         return cast(BinaryIO, body)
 
     def delete_manifest(self, hash: str) -> None:
-        """Delete the artifact tagged ``hash`` by its digest (the registry must allow deletes)."""
-        resp = self._request(
-            "HEAD",
-            f"{self.base}/manifests/{hash}",
-            headers={"Accept": MANIFEST_TYPE},
-            missing_ok=True,
-        )
-        if resp is None:
-            return
-        digest = resp.headers.get("Docker-Content-Digest", "")
-        if not digest:
-            raise CacheError(f"{self.url}: the registry gave no digest for {hash}")
-        self._request("DELETE", f"{self.base}/manifests/{digest}", ok=(200, 202))
+        """Delete the artifacts tagged ``hash`` and ``<hash>.accepted`` by their digests (the
+        registry must allow deletes)."""
+        for ref in (hash + RUNS_SUFFIX, hash):
+            resp = self._request(
+                "HEAD",
+                f"{self.base}/manifests/{ref}",
+                headers={"Accept": MANIFEST_TYPE},
+                missing_ok=True,
+            )
+            if resp is None:
+                continue
+            digest = resp.headers.get("Docker-Content-Digest", "")
+            if not digest:
+                raise CacheError(f"{self.url}: the registry gave no digest for {ref}")
+            self._request("DELETE", f"{self.base}/manifests/{digest}", ok=(200, 202))
 
     def prune_blobs(self, referenced: set[str], *, grace: float, dry_run: bool) -> tuple[int, int]:
         """Nothing: a registry frees unreferenced blobs with its own garbage collection."""
@@ -465,6 +509,8 @@ class OciCache:
         import time
 
         for tag in sorted(tags):
+            if tag.endswith(RUNS_SUFFIX):  # an entry's runs, listed with the entry
+                continue
             doc = self._oci_manifest(tag)
             if doc is None or doc.get("artifactType") != ARTIFACT_TYPE:
                 continue
@@ -475,6 +521,23 @@ class OciCache:
             except ValueError:
                 mtime = 0.0
             yield ManifestInfo(tag, size, mtime)
+
+
+def _files(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The files of an artifact: ``{name, sha256, size}`` of each titled layer."""
+    files = []
+    for layer in doc.get("layers") or []:
+        if not isinstance(layer, dict):
+            continue
+        digest = str(layer.get("digest", ""))
+        files.append(
+            {
+                "name": (layer.get("annotations") or {}).get(TITLE, ""),
+                "sha256": digest.removeprefix("sha256:"),
+                "size": layer.get("size", -1),
+            }
+        )
+    return files
 
 
 def open_oci(url: str) -> OciCache:

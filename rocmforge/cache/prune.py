@@ -68,7 +68,7 @@ def list_cache(backend: Backend) -> list[CachedEntry]:
                 version=m.version,
                 size=sum(f.size for f in m.files),
                 pushed=info.mtime,
-                blobs=tuple(f.sha256 for f in m.files),
+                blobs=tuple(f.sha256 for f in m.files + m.accepted),  # its runs' blobs too
                 built_against=_against(m.meta.get("built_against")),
             )
         )

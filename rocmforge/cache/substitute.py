@@ -10,6 +10,13 @@ published through :meth:`Store.publish` (the atomic path a build uses) with ``or
 recording the cache and ``built_against`` the closure. Any refusal is a warning naming the
 cache and the reason, and the next cache (or a build) follows. :func:`offers` answers ``plan``:
 which cache holds which entry, without downloading.
+
+After the entry is published, its acceptance runs (the manifest's ``accepted``) are fetched into
+``accepted/<hash>/`` (:func:`fetch_runs`): each blob must have the manifest's size and sha256
+and parse as a run (:func:`rocmforge.store.accepted.parse_run`); a bad one is a warning and is
+left out, never a refusal of the entry (a run is not covered by the entry's signature; a signed
+run's own signature is checked where it is read, by ``audit``). An entry already in the store is
+not looked up again for runs: that would cost every realize's cache hit a request per cache.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from rocmforge.cache.transfer import copy_hashing
 from rocmforge.cache.urls import open_backend
 from rocmforge.errors import RocmforgeError, StoreError
 from rocmforge.store import layout
+from rocmforge.store.accepted import run_files, write_run
 from rocmforge.store.entry import Entry, input_hash, read_derivation
 from rocmforge.store.store import Store
 from rocmforge.trust.signing import PublicKey, trusted_keys, verify_envelope
@@ -250,9 +258,63 @@ def _try(
             "substituted": round(now(), 3),
             "host": internal.get("host"),
         }
-        return store.publish(
+        entry = store.publish(
             bd.path / "entry", hash=want.hash, name=want.name, version=want.version, meta=meta
         )
+    fetch_runs(store, backend, manifest, reporter)
+    return entry
+
+
+#: The largest run blob read (a statement is a few KB; a manifest cannot make us read more).
+MAX_RUN = 16 << 20
+
+
+def _read_run(backend: Backend, size: int, sha256: str) -> bytes:
+    """The blob of one run, read whole; :class:`Refused` when its size or digest is wrong."""
+    import hashlib
+
+    if size > MAX_RUN:
+        raise Refused(f"its blob is larger than {MAX_RUN} bytes")
+    chunks: list[bytes] = []
+    got = 0
+    with backend.open_blob(sha256) as src:
+        while got <= size:  # a stream may answer a read with less: read to the end, or one over
+            chunk = src.read(size + 1 - got)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            got += len(chunk)
+    raw = b"".join(chunks)
+    if len(raw) != size:
+        raise Refused(f"its blob has {len(raw)} bytes, not {size}" if len(raw) < size else
+                      "its blob is longer than the manifest says")  # fmt: skip
+    if hashlib.sha256(raw).hexdigest() != sha256:
+        raise Refused("its blob does not match its digest")
+    return raw
+
+
+def fetch_runs(store: Store, backend: Backend, manifest: Manifest, reporter: Reporter) -> int:
+    """Keep the acceptance runs ``manifest`` lists that the store lacks in
+    ``accepted/<hash>/``; return how many were written. A run whose blob is missing, damaged
+    or not a run is skipped with a warning naming the cache, the entry and the run."""
+    import http.client
+
+    have = {p.name for p in run_files(store.root, manifest.hash)}
+    kept = 0
+    for ref in manifest.accepted:
+        if ref.name in have:
+            continue
+        try:
+            raw = _read_run(backend, ref.size, ref.sha256)
+            write_run(store.root, manifest.hash, ref.name, raw)
+        except (Refused, RocmforgeError, OSError, http.client.HTTPException) as exc:
+            reporter.warning(
+                f"cache {backend.url}: skipped acceptance run {ref.name} of {manifest.name} "
+                f"{manifest.version} ({manifest.hash}): {_reason(exc)}"
+            )
+            continue
+        kept += 1
+    return kept
 
 
 def _reason(exc: BaseException) -> str:

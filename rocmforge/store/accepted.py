@@ -21,12 +21,15 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rocmforge.errors import StoreError
+from rocmforge.errors import RocmforgeError, StoreError
 from rocmforge.store import layout
 from rocmforge.store.showtext import PASSING
 from rocmforge.util.fsutil import write_atomic
+
+if TYPE_CHECKING:
+    from rocmforge.store.entry import Entry
 
 #: the predicate of a run (``https://in-toto.io/attestation/test-result/v0.1``)
 TEST_RESULT = "https://in-toto.io/attestation/test-result/v0.1"
@@ -266,3 +269,57 @@ def passing(runs: Sequence[AcceptedRun], arch: str | None = None) -> list[Accept
     """The runs that accept their entry, on a node with ``arch`` when given (``gfx942``)."""
     return [r for r in runs if r.passed and (arch is None or arch in (r.node.get("archs") or ()))]
 
+
+# -- the --require-accepted gates (push, export) and query --accepted --------------------------
+
+
+class NotAccepted(RocmforgeError):
+    """``--require-accepted``: an entry has no passing run (exit 1, before anything is written)."""
+
+    exit_code = 1
+
+
+def sound_runs(root: Path | str, hash: str) -> list[AcceptedRun]:
+    """The entry's runs, oldest first, leaving out any damaged file (``show``/``audit`` name
+    those; a damaged run accepts nothing)."""
+    out = []
+    for f in run_files(root, hash):
+        try:
+            out.append(parse_run(hash, f, f.read_bytes()))
+        except (OSError, StoreError):
+            continue
+    return sorted(out, key=lambda r: (r.started, r.file.name))
+
+
+def unaccepted(root: Path | str, entries: Sequence[Entry], arch: str | None = None) -> list[Entry]:
+    """The ``entries`` (of the store at ``root``) no passing run accepts, on a node with
+    ``arch`` when given. An entry is accepted by a passing run of its own, or by a passing run
+    of another of ``entries`` whose subjects hold every wheel of it by sha256 (a dependency
+    tested in its dependent's closure: ``rocmforge test`` keeps the run with the entries named,
+    its subjects are every wheel installed)."""
+    ok = {e.hash: passing(sound_runs(root, e.hash), arch) for e in entries}
+    tested: set[str] = set()
+    for runs in ok.values():
+        for r in runs:
+            tested |= r.digests
+    out = []
+    for e in entries:
+        wheels = {w.sha256 for w in e.meta.wheels}
+        if not ok[e.hash] and not (wheels and wheels <= tested):
+            out.append(e)
+    return out
+
+
+def require_accepted(
+    root: Path | str, entries: Sequence[Entry], arch: str | None, *, verb: str
+) -> None:
+    """Raise :class:`NotAccepted` (one line naming each entry: name, version, hash) unless
+    :func:`unaccepted` finds none; ``verb`` (``push``, ``export``) starts the message."""
+    lacking = unaccepted(root, entries, arch)
+    if lacking:
+        on = f" on {arch}" if arch else ""
+        names = ", ".join(f"{e.name} {e.version} ({e.hash})" for e in lacking)
+        raise NotAccepted(
+            f"{verb} --require-accepted: no passing acceptance run{on} for {names} "
+            "(rocmforge test; nothing was written)"
+        )

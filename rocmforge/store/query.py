@@ -20,7 +20,7 @@ from typing import Any
 
 from rocmforge.errors import RocmforgeError, UsageError
 from rocmforge.store import layout
-from rocmforge.store.accepted import AcceptedRun, read_runs
+from rocmforge.store.accepted import AcceptedRun, passing, read_runs, sound_runs
 from rocmforge.store.entry import Entry, read_derivation
 from rocmforge.store.index import IndexRow
 from rocmforge.store.store import Store
@@ -75,11 +75,16 @@ class Listed:
     roots: tuple[str, ...] = field(default=())
     #: The hashed env values a ``query --env`` matched on (key -> value), empty for ``list``.
     env: Mapping[str, str] = field(default_factory=dict)
+    #: ``query --accepted [--on ARCH]``: the passing runs that matched, oldest first (None when
+    #: runs were not asked for)
+    accepted: tuple[AcceptedRun, ...] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """Return the entry as JSON-ready data."""
+        """Return the entry as JSON-ready data (``accepted``: with ``query --accepted``)."""
         r = self.row
+        extra = {} if self.accepted is None else {"accepted": [a.to_json() for a in self.accepted]}
         return {
+            **extra,
             "env": dict(self.env),
             "hash": r.hash,
             "name": r.name,
@@ -125,11 +130,15 @@ def query_entries(
     env: Sequence[EnvFilter] = (),
     since: float | None = None,
     built_against: str | None = None,
+    accepted: bool = False,
+    arch: str | None = None,
 ) -> list[Listed]:
     """Return the indexed entries matching every filter, oldest first.
 
     ``built_against`` (a hash, prefix or entry path) keeps the entries built against that entry,
-    directly or through another dependency (``meta.json`` ``built_against``).
+    directly or through another dependency (``meta.json`` ``built_against``). ``accepted``
+    keeps the entries with a passing acceptance run of their own (``accepted/<hash>/``; on a
+    node with GPU arch ``arch`` when given), each :class:`Listed` carrying those runs.
     """
     rows = store.index.query(
         name=name,
@@ -149,7 +158,16 @@ def query_entries(
             if wanted in entry.meta.built_against:
                 kept.append(row)
         rows = kept
+    runs: dict[str, tuple[AcceptedRun, ...]] = {}
+    if accepted:
+        for row in rows:
+            ok = passing(sound_runs(store.root, row.hash), arch)
+            if ok:
+                runs[row.hash] = tuple(ok)
+        rows = [r for r in rows if r.hash in runs]
     found = _listed(store, rows)
+    if accepted:
+        found = [dataclasses.replace(e, accepted=runs[e.row.hash]) for e in found]
     if not env:
         return found
     values = store.index.env_values([r.hash for r in rows], [f.key for f in env])

@@ -2,9 +2,12 @@
 
 Without TARGETs every sound entry of the store is pushed. A TARGET brings its closure (what it
 was built against; for a graph recipe or a stack, every node), dependencies first, unless
-``--no-closure``. Only what the cache lacks goes up (an
-entry whose manifest the cache has is skipped without reading it); blobs are written before the
-manifest, each with a no-replace rename, so a concurrent push of the same hash is safe.
+``--no-closure``. Only what the cache lacks goes up (an entry whose manifest the cache has is
+skipped without reading its files); blobs are written before the manifest, each with a
+no-replace rename, so a concurrent push of the same hash is safe. Each entry's acceptance runs
+go with it; an entry the cache has gets the runs its manifest lacks. ``--require-accepted [--on
+ARCH]`` refuses the push, before anything goes up, when an entry has no passing run
+(:func:`rocmforge.store.accepted.unaccepted`).
 """
 
 from __future__ import annotations
@@ -41,9 +44,35 @@ def register(sub: Any) -> None:
         default=True,
         help="push what each TARGET was built against too, dependencies first (default: on)",
     )
+    add_accepted_options(p, "push")
     add_store_option(p)
     add_json_option(p)
     p.set_defaults(func=run)
+
+
+def add_accepted_options(p: Any, verb: str) -> None:
+    """Add ``--require-accepted`` and ``--on ARCH`` (export has its own copy: a verb imports
+    only its own module)."""
+    p.add_argument(
+        "--require-accepted",
+        action="store_true",
+        help=f"{verb} nothing unless every entry has a passing acceptance run (rocmforge test; a "
+        "dependency counts when a passing run of an entry with it tested its wheels)",
+    )
+    p.add_argument(
+        "--on",
+        metavar="ARCH",
+        help="with --require-accepted: the passing run must be on a node with this GPU arch "
+        "(gfx942, sm_90)",
+    )
+
+
+def check_accepted(args: argparse.Namespace, store: Any, entries: Any, verb: str) -> None:
+    """The ``--require-accepted [--on ARCH]`` gate: raise before anything is written."""
+    if args.require_accepted:
+        from rocmforge.store.accepted import require_accepted
+
+        require_accepted(store.root, list(entries), args.on, verb=verb)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -51,6 +80,10 @@ def run(args: argparse.Namespace) -> int:
     from rocmforge.cache.push import push_entries, with_closure
     from rocmforge.cache.urls import open_backend
 
+    if args.on and not args.require_accepted:
+        from rocmforge.errors import UsageError
+
+        raise UsageError(f"push --on {args.on}: --on goes with --require-accepted")
     backend = open_backend(args.cache)
     store = open_store(args)
     with store.shared_lock():
@@ -62,6 +95,7 @@ def run(args: argparse.Namespace) -> int:
             entries = [entry_of(store, t) for t in args.targets]
         if args.closure:
             entries = with_closure(store, entries)
+        check_accepted(args, store, entries, "push")
         reporter = ConsoleReporter(sys.stderr, label="push")
         try:
             pushed = push_entries(backend, entries, reporter=reporter)
@@ -72,6 +106,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     for p in pushed:
         how = "already there" if p.present else f"{p.blobs} blobs, {p.bytes} bytes"
+        if p.runs:
+            how += f" ({p.runs} acceptance run{'s' if p.runs > 1 else ''} added)"
         unsigned = "" if p.signed else " (unsigned: caches refuse it)"
         print(f"{p.name} {p.version} {p.hash}: {how}{unsigned}")
     print(f"pushed {sum(not p.present for p in pushed)} of {len(pushed)} to {backend.url}")

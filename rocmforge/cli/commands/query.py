@@ -1,4 +1,5 @@
-"""``rocmforge query``: find entries by name, version, env flag or age (from the index)."""
+"""``rocmforge query``: find entries by name, version, env flag, age (from the index) or GPU
+acceptance (``--accepted [--on ARCH]``: the runs kept in ``accepted/<hash>/``)."""
 
 from __future__ import annotations
 
@@ -37,6 +38,17 @@ def register(sub: Any) -> None:
         metavar="HASH",
         help="entries built against this entry (hash, prefix or path), directly or transitively",
     )
+    p.add_argument(
+        "--accepted",
+        action="store_true",
+        help="entries with a passing acceptance run (rocmforge test); text shows the newest "
+        "run's headline, --json the runs",
+    )
+    p.add_argument(
+        "--on",
+        metavar="ARCH",
+        help="with --accepted: the passing run was on a node with this GPU arch (gfx942, sm_90)",
+    )
     add_store_option(p)
     add_json_option(p)
     p.set_defaults(func=run)
@@ -44,7 +56,11 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """``rocmforge query``: print the matching entries (one line each); 0 even if none match."""
-    if not (args.json or args.env or args.since or args.built_against):
+    if args.on and not args.accepted:
+        from rocmforge.errors import UsageError
+
+        raise UsageError(f"query --on {args.on}: --on goes with --accepted")
+    if not (args.json or args.env or args.since or args.built_against or args.accepted):
         from rocmforge.store.readers import entry_table
 
         if print_read(args, lambda root, _: entry_table(root, args.name, args.version)):
@@ -61,17 +77,35 @@ def run(args: argparse.Namespace) -> int:
         env=filters,
         since=since,
         built_against=args.built_against,
+        accepted=args.accepted,
+        arch=args.on,
     )
     if args.json:
         emit_json([e.to_json() for e in found])
     else:
-        print_table(found, env_keys=list(dict.fromkeys(f.key for f in filters)))
+        print_table(
+            found,
+            env_keys=list(dict.fromkeys(f.key for f in filters)),
+            accepted=args.accepted,
+        )
     return 0
 
 
-def print_table(entries: Sequence[Any], env_keys: Sequence[str] = ()) -> None:
+def _headline(entry: Any) -> str:
+    """The newest matching run's headline (``query --accepted``), ``(+N)`` for the others."""
+    runs = entry.accepted or ()
+    if not runs:
+        return "-"
+    more = f" (+{len(runs) - 1})" if len(runs) > 1 else ""
+    return str(runs[-1].headline()) + more
+
+
+def print_table(
+    entries: Sequence[Any], env_keys: Sequence[str] = (), accepted: bool = False
+) -> None:
     """Print entries as ``list`` does (:func:`rocmforge.util.table.format_summary`), then one
-    column per ``env_keys`` (the values ``query --env`` matched on)."""
+    column per ``env_keys`` (the values ``query --env`` matched on), then with ``accepted``
+    the newest passing run's headline (``query --accepted``)."""
     import sys
 
     from rocmforge.util.table import format_summary
@@ -86,7 +120,8 @@ def print_table(entries: Sequence[Any], env_keys: Sequence[str] = ()) -> None:
             e.last_used,
             len(e.roots),
             *(e.env.get(k, "-") for k in env_keys),
+            *((_headline(e),) if accepted else ()),
         )
         for e in entries
     )
-    sys.stdout.write(format_summary(rows, env_keys))
+    sys.stdout.write(format_summary(rows, [*env_keys, *(("ACCEPTED",) if accepted else ())]))
