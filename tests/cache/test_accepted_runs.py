@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import TINY_RECIPE, DATA, rf, rf_in
+from conftest import DATA, TINY_RECIPE, rf, rf_in
 from test_oci import Registry, registry  # noqa: F401 (the registry fixture)
 
 from rocmforge.accept.attest import statement, subjects_of
@@ -305,7 +305,8 @@ def test_query_accepted_and_on(built: dict[str, Any]) -> None:
     _run(built, "2026-12-02T10:00:00Z", archs=("gfx942",))
     text = query("--accepted").stdout
     assert "ACCEPTED" in text.splitlines()[0]
-    assert h[:12] in text and "1x AMD Instinct MI300X (gfx942), 2026-12-02, smoke tier PASSED" in text
+    assert h[:12] in text
+    assert "1x AMD Instinct MI300X (gfx942), 2026-12-02, smoke tier PASSED" in text
     (found,) = json.loads(query("--accepted", "--on", "gfx942", "--json").stdout)
     assert found["hash"] == h
     (run,) = found["accepted"]
