@@ -280,3 +280,15 @@ def test_over_layers_the_test_venv_on_an_existing_environment(tmp_path: Path) ->
     # without --over the module is not there: the run fails naming it
     proc = rf("test", recipe, "--store", store)
     assert proc.returncode == 1 and "No module named 'nodetorch'" in proc.stdout, proc.stdout
+
+
+def test_realize_test_push_carries_the_new_run(tmp_path: Path) -> None:
+    recipe = _project(tmp_path, SCRIPT_OK, 'script = "gpu_check.py"\n')
+    store, cache = tmp_path / "store", tmp_path / "cache"
+    proc = rf("realize", recipe, "--store", store, "--test", "--push", f"file://{cache}")
+    assert proc.returncode == 0, proc.stderr
+    (entry,) = (store / layout.ACCEPTED).iterdir()
+    (run,) = read_runs(store, entry.name)
+    manifests = [p for p in cache.rglob("*") if p.is_file() and run.file.name.encode() in
+                 p.read_bytes()]  # fmt: skip
+    assert manifests, "the run pushed with the entry is named by its manifest"

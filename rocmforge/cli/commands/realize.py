@@ -135,11 +135,11 @@ def run(args: argparse.Namespace) -> int:
     from rocmforge.pipeline.realize import check_link, check_locked, lint
     from rocmforge.plan.graph import lint_facts_for
 
-    if args.test and (args.check or args.executor == "slurm"):
+    if args.test and (args.check or args.executor == "slurm" or getattr(args, "matrix", None)):
         from rocmforge.errors import UsageError
 
-        error = UsageError("--test runs here after a local realize: not with --check or "
-                           "--executor slurm")  # fmt: skip
+        error = UsageError("--test runs here after a local realize of its recipes: not with "
+                           "--check, --matrix or --executor slurm")  # fmt: skip
         error.about_recipe = False
         raise error
     if args.check and args.push:
@@ -261,6 +261,15 @@ def _run_local(
 
         for stack in graph.stacks:
             memo.record_stack(str(store.root), str(stack.file), [str(r) for r in stack.recipes])
+    tested = 0
+    if args.test and cells is None:  # before the push: the runs go up with the entries
+        from rocmforge.cli.commands.test import accept_and_print
+
+        tested = accept_and_print(
+            args, store, [store.load(result.reports[f].path) for f in graph.targets],
+            [graph.recipes[f] for f in graph.targets], tiers=None, out=sys.stderr,
+            no_gpu_ok=True,
+        )  # fmt: skip
     pushed = None
     if push is not None:
         pushed = _push(push, store, [result.reports[f] for f in result.order])
@@ -274,15 +283,6 @@ def _run_local(
     reports = [result.reports[f] for f in shown]
     if pushed is not None:
         print(pushed, file=sys.stderr)
-    tested = 0
-    if args.test:
-        from rocmforge.cli.commands.test import accept_and_print
-
-        tested = accept_and_print(
-            args, store, [store.load(r.path) for r in reports],
-            [graph.recipes[f] for f in shown if f in graph.targets], tiers=None, out=sys.stderr,
-            no_gpu_ok=True,
-        )  # fmt: skip
     if args.json:
         emit_json([r.to_json() for r in reports])
     else:
