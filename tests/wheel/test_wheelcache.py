@@ -180,3 +180,28 @@ def test_gc_plans_an_unpacked_tree_with_its_wheel() -> None:
     got = plan_sources(items, SourceRefs())
     assert [i.rel for i in got] == [tree, "wheels/x-1-py3-none-any.whl"]
     assert got[0].kind == "unpacked wheel"
+
+
+def test_a_large_tree_is_linked_by_threads_file_for_file(tmp_path: Path) -> None:
+    from rocmforge.wheel.wheelcache import LINK_THREADS_ABOVE, link_tree
+
+    tree = tmp_path / "tree"
+    for i in range(LINK_THREADS_ABOVE + 500):
+        d = tree / "lib" / f"pkg{i % 37}" / f"sub{i % 5}"
+        d.mkdir(parents=True, exist_ok=True)
+        (d / f"f{i}.py").write_text(str(i))
+    os.symlink("pkg0", tree / "lib" / "alias")
+    venv = tmp_path / "venv"
+    venv.mkdir()
+    n = link_tree(tree, venv)
+    assert n == LINK_THREADS_ABOVE + 500
+    for src in tree.rglob("*.py"):
+        dst = venv / src.relative_to(tree)
+        assert os.path.samefile(src, dst)  # a hard link, not a copy
+    assert os.readlink(venv / "lib" / "alias") == "pkg0"
+    again = tmp_path / "again"
+    again.mkdir()
+    (again / "lib" / "pkg3" / "sub3").mkdir(parents=True)
+    (again / "lib" / "pkg3" / "sub3" / "f3.py").write_text("mine")
+    with pytest.raises(FileExistsError):
+        link_tree(tree, again)
