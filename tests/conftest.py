@@ -354,6 +354,18 @@ def python_copy(tmp_path: Path) -> Path:
     return copy
 
 
+def make_tiny_project(base: Path, extra: str = "") -> Path:
+    """Write the tiny project (``tiny-src/``) and its recipe ``tiny.toml`` (with ``extra``
+    appended) under ``base``; return the recipe."""
+    src = base / "tiny-src"
+    (src / "tiny").mkdir(parents=True)
+    shutil.copy(DATA / "mkwheel.py", src / "mkwheel.py")
+    (src / "tiny" / "__init__.py").write_text("VALUE = 42\n")
+    recipe = base / "tiny.toml"
+    recipe.write_text(TINY_RECIPE.format(src=src) + extra)
+    return recipe
+
+
 def build_tiny_entry(base: Path) -> dict[str, Any]:
     """Build the tiny project into a new store under ``base`` with the real CLI; return the
     recipe, the store, the entry's directory name, the wheel's name and its blake3."""
@@ -361,12 +373,7 @@ def build_tiny_entry(base: Path) -> dict[str, Any]:
 
     from rocmforge.util.hashing import file_blake3
 
-    src = base / "tiny-src"
-    (src / "tiny").mkdir(parents=True)
-    shutil.copy(DATA / "mkwheel.py", src / "mkwheel.py")
-    (src / "tiny" / "__init__.py").write_text("VALUE = 42\n")
-    recipe = base / "tiny.toml"
-    recipe.write_text(TINY_RECIPE.format(src=src))
+    recipe = make_tiny_project(base)
     store = base / "store"
     proc = rf("realize", recipe, "--store", store, "--json")
     assert proc.returncode == 0, proc.stderr

@@ -11,7 +11,6 @@ figures, detail).
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -22,17 +21,11 @@ STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://in-toto.io/attestation/test-result/v0.1"
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def subjects_of(files: Sequence[tuple[str, Path]]) -> list[dict[str, Any]]:
     """Resource descriptors ``{name, digest: {sha256}}`` of ``(name, file)`` pairs."""
-    return [{"name": name, "digest": {"sha256": _sha256(path)}} for name, path in files]
+    from rocmforge.util.hashing import file_sha256
+
+    return [{"name": name, "digest": {"sha256": file_sha256(path)}} for name, path in files]
 
 
 def statement(report: AcceptanceReport, subjects: list[dict[str, Any]]) -> dict[str, Any]:

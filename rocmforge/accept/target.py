@@ -37,6 +37,7 @@ from rocmforge.store import layout
 from rocmforge.store.accepted import last_known_good, run_name, write_run
 from rocmforge.store.entry import DerivationDoc, Entry, read_derivation
 from rocmforge.store.store import Store
+from rocmforge.util.hashing import file_sha256
 
 #: the distribution whose presence in the closure makes ``smoke`` the default tier
 TORCH = "torch"
@@ -76,18 +77,9 @@ def closure_of(
     wheels: list[tuple[Path, str]] = []
     for e in entries:
         for record in e.meta.wheels:
-            wheels.append((e.path / record.file, record.sha256 or _sha256(e.path / record.file)))
+            path = e.path / record.file
+            wheels.append((path, record.sha256 or file_sha256(path)))
     return Closure(tuple(targets), tuple(entries), tuple(wheels), tuple(extra))
-
-
-def _sha256(path: Path) -> str:
-    import hashlib
-
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _version_of(python: str) -> str | None:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import TINY_RECIPE, rf, rf_in
+from conftest import make_tiny_project, rf, rf_in
 
 from rocmforge.accept.report import AcceptanceReport, Check
 from rocmforge.accept.target import judge_last_known_good
@@ -38,14 +38,9 @@ print("ROCMFORGE-CHECK " + json.dumps({"check": "value", "status": "passed", "se
 
 
 def _project(tmp_path: Path, script: str, test_table: str) -> Path:
-    src = tmp_path / "tiny-src"
-    (src / "tiny").mkdir(parents=True)
-    shutil.copy(Path(__file__).parent.parent / "data" / "mkwheel.py", src / "mkwheel.py")
-    (src / "tiny" / "__init__.py").write_text("VALUE = 42\n")
+    tmp_path.mkdir(parents=True, exist_ok=True)
     (tmp_path / "gpu_check.py").write_text(script)
-    recipe = tmp_path / "tiny.toml"
-    recipe.write_text(TINY_RECIPE.format(src=src) + "\n[test]\n" + test_table)
-    return recipe
+    return make_tiny_project(tmp_path, "\n[test]\n" + test_table)
 
 
 def _realize(recipe: Path, store: Path, *extra: str) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import DATA, TINY_RECIPE, rf, rf_in
+from conftest import make_tiny_project, rf, rf_in
 from test_oci import Registry, registry  # noqa: F401 (the registry fixture)
 
 from rocmforge.accept.attest import statement, subjects_of
@@ -40,12 +40,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     proc = rf("key", "generate", "--json", "--name", "builder-a", env=env_a)
     assert proc.returncode == 0, proc.stderr
     public = str(json.loads(proc.stdout)["public_key"])
-    src = base / "tiny-src"
-    (src / "tiny").mkdir(parents=True)
-    shutil.copy(DATA / "mkwheel.py", src / "mkwheel.py")
-    (src / "tiny" / "__init__.py").write_text("VALUE = 42\n")
-    recipe = base / "tiny.toml"
-    recipe.write_text(TINY_RECIPE.format(src=src))
+    recipe = make_tiny_project(base)
     store = base / "store-a"
     proc = rf("realize", recipe, "--store", store, "--json", env=env_a)
     assert proc.returncode == 0, proc.stderr
