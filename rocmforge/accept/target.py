@@ -60,6 +60,23 @@ class Closure:
         """Whether a wheel of the closure is torch."""
         return any(layout.normal_name(e.name) == TORCH for e in self.entries)
 
+    def archs(self) -> list[str] | None:
+        """The GPU archs every GPU library of the closure's torch holds (``meta.json``
+        ``archs``, as the build's check read them from the offload bundles): what the smoke
+        tier holds each device's arch against. None when no torch entry recorded any (the
+        tier then asks ``torch.cuda.get_arch_list()``)."""
+        found: set[str] | None = None
+        for e in self.entries:
+            if layout.normal_name(e.name) != TORCH:
+                continue
+            for libs in (e.meta.archs or {}).values():
+                for lib in libs.values() if isinstance(libs, Mapping) else ():
+                    common = lib.get("common") if isinstance(lib, Mapping) else None
+                    if isinstance(common, list) and common:
+                        archs = {str(a).split(":")[0] for a in common}
+                        found = archs if found is None else found & archs
+        return sorted(found) if found is not None else None
+
     def subjects(self) -> list[dict[str, Any]]:
         """The statement's subjects: every wheel installed, by file name and sha256."""
         return [{"name": w.name, "digest": {"sha256": sha}} for w, sha in
@@ -304,7 +321,7 @@ def accept_closure(
         for tier in tiers:
             report = run_tier(tier, target, runner=runner, devices=devices,
                               workdir=workdir / tier, log=log, environ=environ, gpus=gpus,
-                              timeouts=limits, thresholds=table,
+                              archs=closure.archs(), timeouts=limits, thresholds=table,
                               max_bytes=max_bytes)  # fmt: skip
             if tier == "comm":
                 report = judge_last_known_good(report, store.root, table)

@@ -287,3 +287,22 @@ def test_realize_test_push_carries_the_new_run(tmp_path: Path) -> None:
     manifests = [p for p in cache.rglob("*") if p.is_file() and run.file.name.encode() in
                  p.read_bytes()]  # fmt: skip
     assert manifests, "the run pushed with the entry is named by its manifest"
+
+
+def test_the_smoke_tier_holds_devices_against_the_archs_the_torch_entry_recorded() -> None:
+    from rocmforge.accept.target import Closure
+    from rocmforge.store.entry import Entry, EntryMeta
+
+    def entry(name: str, archs: dict[str, Any] | None) -> Entry:
+        meta = EntryMeta.from_json({"hash": "b" * 32, "name": name, "version": "1", "created": 0,
+                                    "size": 0, "wheels": [], **({"archs": archs} if archs else {})},
+                                   file="meta.json")  # fmt: skip
+        return Entry.from_meta(Path("/nowhere"), meta)
+
+    lib = {"bundles": 2, "union": ["gfx90a", "gfx942:sramecc+:xnack-"]}
+    torch = entry("torch", {"torch-2.w.whl": {"lib/libtorch_hip.so": {**lib, "common": [
+        "gfx90a", "gfx942:sramecc+:xnack-"]}, "lib/libc10_hip.so": {**lib, "common": ["gfx942"]}}})
+    vision = entry("torchvision", {"tv.whl": {"lib/x.so": {**lib, "common": ["gfx1100"]}}})
+    # every torch library holds gfx942; gfx90a is missing from one; torchvision is not torch
+    assert Closure((torch,), (torch, vision), ()).archs() == ["gfx942"]
+    assert Closure((vision,), (vision,), ()).archs() is None  # no torch: torch's own list
