@@ -169,6 +169,35 @@ def passed_env(environ: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in environ.items() if k.startswith(PASSED_PREFIXES)}
 
 
+def check_env(python: TargetPython, environ: Mapping[str, str]) -> dict[str, str]:
+    """The whole environment the checks run with: a clean one (``PATH`` of the interpreter's
+    directory and the system's, ``HOME``/``TMPDIR`` ``/tmp``, unbuffered output, no user site),
+    the caller's :func:`passed_env`, and ``LD_LIBRARY_PATH`` to the host's GPU driver when
+    the probe found it outside ``/usr``."""
+    env = {
+        "PATH": f"{os.path.dirname(python.executable)}:/usr/bin:/bin",
+        "HOME": "/tmp",
+        "LC_ALL": "C.UTF-8",
+        "TMPDIR": "/tmp",
+        "PYTHONNOUSERSITE": "1",
+        "PYTHONUNBUFFERED": "1",
+        **passed_env(environ),
+    }
+    if python.driver_dirs:
+        env["LD_LIBRARY_PATH"] = ":".join(python.driver_dirs)
+    return env
+
+
+def python_mounts(python: TargetPython) -> list[Mount]:
+    """What the sandbox must show of the interpreter under test: its relocated directories,
+    then its prefixes, ``sys.path`` and driver directories (the outermost of nested ones)."""
+    shown = sorted({*python.mounts, *python.driver_dirs})
+    shown = [d for d in shown if not any(d != o and d.startswith(o.rstrip("/") + "/")
+                                         for o in shown)]  # fmt: skip
+    return [*(Mount(host=Path(h), inside=i) for h, i in python.relocated),
+            *(Mount(host=Path(d), inside=d) for d in shown)]  # fmt: skip
+
+
 def run_tier(
     tier: str,
     python: TargetPython,
@@ -247,24 +276,9 @@ def run_script(
     """
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     workdir.mkdir(parents=True, exist_ok=True)
-    env = {
-        "PATH": f"{os.path.dirname(python.executable)}:/usr/bin:/bin",
-        "HOME": "/tmp",
-        "LC_ALL": "C.UTF-8",
-        "TMPDIR": "/tmp",
-        "PYTHONNOUSERSITE": "1",
-        "PYTHONUNBUFFERED": "1",
-        **passed_env(environ),
-    }
-    if python.driver_dirs:
-        env["LD_LIBRARY_PATH"] = ":".join(python.driver_dirs)
+    env = check_env(python, environ)
     mount = scripts or Mount(host=script.parent, inside=PROJECT_DIR)
-    shown = sorted({*python.mounts, *python.driver_dirs})
-    shown = [d for d in shown if not any(d != o and d.startswith(o.rstrip("/") + "/")
-                                         for o in shown)]  # fmt: skip
-    mounts = [mount, *(Mount(host=Path(h), inside=i) for h, i in python.relocated),
-              *(Mount(host=Path(d), inside=d) for d in shown),
-              *device_mounts(devices)]  # fmt: skip
+    mounts = [mount, *python_mounts(python), *device_mounts(devices)]
     inside = str(script) if runner.level == "none" else f"{mount.inside}/{script.name}"
     argv = [python.executable, inside, *args]
     clock = CheckClock(timeouts)

@@ -2,7 +2,8 @@
 
 The module starts its own slurmctld, slurmd and munged (``scripts/slurm-up.sh``, Debian's
 slurm-wlm and munge) on free loopback ports with all state in a temp dir, and stops them at the
-end (``scripts/slurm-down.sh``: jobs cancelled first, daemons by pid file). Recipes are
+end (``scripts/slurm-down.sh``: jobs cancelled first, daemons by pid file; tests/e2e/
+slurm_cluster.py, shared with test_slurm_comm.py). Recipes are
 compiler-free (a step writes the wheel), so each job costs the scheduler pass and a realize.
 """
 
@@ -11,9 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,50 +21,17 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, pip_args, rf
+from slurm_cluster import private_slurm
 
 sys.path.insert(0, str(REPO / "bench"))
 from bench_graph import recipe
-
-TOOLS = ("slurmctld", "slurmd", "munged", "mungekey", "sbatch", "squeue", "scontrol", "scancel")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
 def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """A private Slurm for this module; yields the environment a client and a job need."""
-    missing = [t for t in TOOLS if shutil.which(t) is None]
-    if missing:
-        why = f"Slurm is not installed ({', '.join(missing)} missing): scripts/test.sh"
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{why} should have installed it in CI")
-        pytest.skip(why)
-    if os.geteuid() != 0:
-        pytest.skip("slurm-up.sh runs slurmctld/slurmd as root")
-    base = tmp_path_factory.mktemp("slurm")
-    env = {**os.environ, "SLURMCTLD_PORT": str(_free_port()), "SLURMD_PORT": str(_free_port())}
-    up = subprocess.run([str(REPO / "scripts" / "slurm-up.sh"), str(base)], env=env,
-                        capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
-    conf = str(base / "slurm.conf")
-    try:
-        assert up.returncode == 0, up.stdout + up.stderr
-        config = tmp_path_factory.mktemp("config")
-        keyenv = {"XDG_CONFIG_HOME": str(config), "ROCMFORGE_TRUSTED_KEYS": ""}
-        proc = rf("key", "generate", "--json", "--name", "slurm-test", env=keyenv)
-        assert proc.returncode == 0, proc.stderr
-        yield {
-            "SLURM_CONF": conf,
-            "XDG_CONFIG_HOME": str(config),
-            "ROCMFORGE_TRUSTED_KEYS": json.loads(proc.stdout)["public_key"],
-        }
-    finally:
-        subprocess.run([str(REPO / "scripts" / "slurm-down.sh"), str(base)],
-                       env={**os.environ, "SLURM_CONF": conf}, capture_output=True,
-                       timeout=120, check=False)  # fmt: skip
+    with private_slurm(tmp_path_factory) as env:
+        yield env
 
 
 def _args(tmp_path: Path, *extra: str | Path) -> list[str | Path]:

@@ -67,7 +67,64 @@ def register(sub: Any) -> None:
     add_store_option(p)
     add_substitute_options(p, require=False)
     add_json_option(p)
-    p.set_defaults(func=run)
+    _add_slurm_options(p)
+    p.set_defaults(func=_run_or_refuse)
+
+
+#: the options of ``--executor slurm`` (their ``dest``), refused with the local executor
+_SLURM_DESTS = ("nodes", "gpus_per_node", "no_gres", "job_dir", "partition", "account", "qos",
+                "time", "sbatch_arg")  # fmt: skip
+
+
+def _add_slurm_options(p: Any) -> None:
+    """``--executor slurm`` and its options: the comm tier of ``--python`` as one Slurm job
+    (rocmforge/accept/slurmcomm.py; docs/cluster.md, "Across nodes (Slurm)")."""
+    g = p.add_argument_group("across nodes (--executor slurm: --tier comm of --python only; "
+                             "docs/cluster.md)")  # fmt: skip
+    g.add_argument("--executor", choices=("local", "slurm"), default="local",
+                   help="local (default): the GPUs of this node; slurm: one job, one task per "
+                   "GPU, the rendezvous at the job's first node")  # fmt: skip
+    g.add_argument("--nodes", type=int, metavar="N", help="nodes of the job (default 1)")
+    g.add_argument("--gpus-per-node", type=int, metavar="G",
+                   help="GPUs of each node: one task (rank) per GPU (required)")
+    g.add_argument("--no-gres", action="store_true",
+                   help="the cluster has no GPU gres: ask for no --gres=gpu:G")
+    g.add_argument("--job-dir", metavar="DIR",
+                   help="shared directory for the job's scripts and output (default "
+                   "$ROCMFORGE_JOB_DIR, else job-dir of the [slurm] table)")  # fmt: skip
+    g.add_argument("--partition", metavar="NAME", help="sbatch --partition")
+    g.add_argument("--account", metavar="NAME", help="sbatch --account")
+    g.add_argument("--qos", metavar="NAME", help="sbatch --qos")
+    g.add_argument("--time", metavar="DURATION",
+                   help="the job's time limit (default: the checks' timeouts summed plus "
+                   "7 min; the [slurm] table's time is for builds)")  # fmt: skip
+    g.add_argument("--sbatch-arg", action="append", default=[], metavar="ARG",
+                   help="one more sbatch argument (repeatable, e.g. --sbatch-arg=--exclusive)")
+
+
+def _run_or_refuse(args: argparse.Namespace) -> int:
+    """Refuse the Slurm options where they do not apply (one line, exit 2), then :func:`run`."""
+    from rocmforge.errors import UsageError
+
+    given = [d for d in _SLURM_DESTS if getattr(args, d, None) not in (None, False, [])]
+    if args.executor != "slurm":
+        if given:
+            flag = "--" + given[0].replace("_", "-")
+            raise UsageError(f"{flag} is an option of --executor slurm")
+        return run(args)
+    if not args.python:
+        raise UsageError("--executor slurm runs the comm tier of an environment: give "
+                         "--python PATH (at the same path on every node), not TARGETs")
+    if set(args.tier or ()) != {"comm"}:
+        raise UsageError("--executor slurm runs the comm tier only: give --tier comm")
+    if args.gpus_per_node is None:
+        raise UsageError("--executor slurm needs --gpus-per-node G (one task per GPU)")
+    if args.gpus_per_node < 1 or (args.nodes is not None and args.nodes < 1):
+        raise UsageError("--nodes and --gpus-per-node must be at least 1")
+    if args.gpus is not None:
+        raise UsageError("--gpus: with --executor slurm the world size is --nodes x "
+                         "--gpus-per-node")  # fmt: skip
+    return run(args)
 
 
 def _timeouts(items: list[str]) -> dict[str, float]:
@@ -142,17 +199,22 @@ def _run_python(args: argparse.Namespace) -> int:
     import tempfile
 
     from rocmforge.accept.devices import find_devices
-    from rocmforge.accept.run import accept_python
+    from rocmforge.accept.run import AcceptanceRun, accept_python
     from rocmforge.util.fsutil import json_bytes, write_atomic
 
     tier = (args.tier or ["smoke"])[-1]
     thresholds = _thresholds(args.thresholds, [])
     runner = _runner(args.sandbox)
+    slurm = _slurm_options(args) if getattr(args, "executor", "local") == "slurm" else None
     workdir = Path(tempfile.mkdtemp(prefix="rocmforge-test-"))
-    done = accept_python(args.python, tier=tier, runner=runner, workdir=workdir,
-                         environ=os.environ, devices=find_devices(), gpus=args.gpus,
-                         timeouts=_timeouts(args.timeout), thresholds=thresholds,
-                         max_bytes=args.max_bytes)  # fmt: skip
+    done: AcceptanceRun
+    if slurm is not None:
+        done = _accept_on_slurm(args, slurm, runner, workdir, thresholds)
+    else:
+        done = accept_python(args.python, tier=tier, runner=runner, workdir=workdir,
+                             environ=os.environ, devices=find_devices(), gpus=args.gpus,
+                             timeouts=_timeouts(args.timeout), thresholds=thresholds,
+                             max_bytes=args.max_bytes)  # fmt: skip
     if args.attestation:
         write_atomic(Path(args.attestation), json_bytes(done.statement))
     report = done.report
@@ -166,6 +228,49 @@ def _run_python(args: argparse.Namespace) -> int:
     if args.attestation:
         print(f"attestation: {args.attestation}")
     return report.exit_code
+
+
+def _slurm_options(args: argparse.Namespace) -> Any:
+    """The Slurm options of ``--executor slurm``: the flags over the configuration files'
+    ``[slurm]`` table, as realize reads it (docs/cluster.md)."""
+    import os
+
+    from rocmforge.cli.commands._cluster import JOB_DIR_ENV, _configured_slurm
+    from rocmforge.errors import UsageError
+    from rocmforge.executor.slurm import SlurmOptions
+
+    config, where = _configured_slurm(args)
+    flags = {"job-dir": args.job_dir or os.environ.get(JOB_DIR_ENV) or None,
+             "partition": args.partition, "account": args.account, "qos": args.qos,
+             "time": args.time, "sbatch-args": list(args.sbatch_arg) or None}  # fmt: skip
+    table = {**config, **{k: v for k, v in flags.items() if v is not None}}
+    if table.get("job-dir") is None:
+        raise UsageError(f"--executor slurm needs --job-dir DIR (or ${JOB_DIR_ENV}, or job-dir "
+                         "in a config file's [slurm] table): a directory every node shares")
+    return SlurmOptions.from_mapping(table, where="test --executor slurm" + (
+        f" (with {where})" if where else ""))  # fmt: skip
+
+
+def _accept_on_slurm(args: argparse.Namespace, opts: Any, runner: Any, workdir: Path,
+                     thresholds: Any) -> Any:  # fmt: skip
+    """``--executor slurm``: the comm tier as one Slurm job; its state changes on stderr."""
+    from rocmforge.accept.slurmcomm import CommJob, accept_python_slurm
+
+    job = CommJob(nodes=args.nodes or 1, gpus_per_node=args.gpus_per_node,
+                  gres=not args.no_gres)  # fmt: skip
+
+    def on_state(info: Any, files: Any) -> None:
+        where = f" on {info.node}" if info.node else ""
+        pending = info.state == "PENDING" and info.reason not in ("", "None")
+        why = f" ({info.reason})" if pending else ""
+        print(f"rocmforge: [slurm] comm job {info.id}: {info.state.lower()}{why}{where}, "
+              f"output {files.output}", file=sys.stderr, flush=True)
+
+    return accept_python_slurm(args.python, opts=opts, job=job, runner=runner,
+                               workdir=workdir, timeouts=_timeouts(args.timeout),
+                               thresholds=thresholds, max_bytes=args.max_bytes,
+                               on_state=on_state,
+                               time_limit=opts.time if args.time else None)  # fmt: skip
 
 
 def _print_report(report: Any, out: Any) -> None:
