@@ -1,9 +1,15 @@
-"""``rocmforge doctor [RECIPE]``: what this machine has for ROCm builds, and how a recipe fits."""
+"""``rocmforge doctor [RECIPE]``: what this machine has for ROCm builds, and how a recipe fits.
+
+``rocmforge doctor --comm [--python PATH] [--timeout S] [--nodes N]``: whether NCCL/RCCL can
+talk here (:mod:`rocmforge.accept.commdoctor`): the interfaces and what ``NCCL_SOCKET_IFNAME``
+selects, the RCCL/NCCL variables, ``/dev/shm``, the GPUs, and a timed init + all_reduce.
+"""
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +34,22 @@ def register(sub: Any) -> None:
         default="/",
         help="look for /opt/rocm* and /usr under DIR (a container image, a chroot)",
     )
+    comm = p.add_argument_group("communication (--comm)")
+    comm.add_argument("--comm", action="store_true",
+                      help="check what NCCL/RCCL needs: interfaces and NCCL_SOCKET_IFNAME, "
+                           "the RCCL variables, /dev/shm, GPUs; exit 0 ok, 1 a problem that "
+                           "stops NCCL (or the timed run failed or hung), 2 bad input, 3 no GPU "
+                           "for --python")  # fmt: skip
+    comm.add_argument("--python", metavar="PATH",
+                      help="also run a timed init_process_group + all_reduce in this "
+                           "interpreter (it needs torch), NCCL_DEBUG=INFO read")  # fmt: skip
+    comm.add_argument("--timeout", type=float, default=None, metavar="S",
+                      help="kill the timed run after S seconds (default 60)")
+    comm.add_argument("--nodes", type=int, default=None, metavar="N",
+                      help="the run spans N nodes (default: $SLURM_JOB_NUM_NODES, else 1): "
+                           "lo/docker0 bootstraps are errors across nodes")  # fmt: skip
+    comm.add_argument("--sandbox", choices=("bwrap", "none"), default="bwrap",
+                      help="where the timed run runs (bwrap: loopback only)")
     add_store_option(p)
     add_json_option(p)
     p.set_defaults(func=run)
@@ -35,6 +57,14 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """``rocmforge doctor [RECIPE]``: print the machine report and the recipe's lint results."""
+    if args.comm:
+        return run_comm(args)
+    for flag, value in (("--python", args.python), ("--timeout", args.timeout),
+                        ("--nodes", args.nodes)):  # fmt: skip
+        if value is not None:
+            from rocmforge.errors import UsageError
+
+            raise UsageError(f"{flag} goes with --comm (rocmforge doctor --comm {flag} ...)")
     from rocmforge.build.doctor import doctor
     from rocmforge.recipe.load import load_recipe
 
@@ -179,3 +209,109 @@ def _system_lines(system: Any) -> list[str]:
         f"  unowned:   {system['unowned_hashed']} loose files under /usr no package owns, "
         "content-hashed",
     ]
+
+
+def run_comm(args: argparse.Namespace) -> int:
+    """``rocmforge doctor --comm``: print (or ``--json``) the communication report; its exit
+    code (0 ok, 1 a problem that stops NCCL or a failed/hung run, 3 no GPU for --python)."""
+    from rocmforge.accept.commdoctor import DEFAULT_TIMEOUT, comm_doctor
+    from rocmforge.errors import UsageError
+
+    if args.recipe:
+        raise UsageError(f"doctor --comm takes no recipe ({args.recipe}): run doctor "
+                         f"{args.recipe} for it")  # fmt: skip
+    if args.nodes is not None and args.nodes < 1:
+        raise UsageError(f"--nodes {args.nodes}: must be 1 or more")
+    timeout = DEFAULT_TIMEOUT if args.timeout is None else args.timeout
+    if not timeout > 0:
+        raise UsageError(f"--timeout {args.timeout:g}: must be more than 0 seconds")
+    runner = None
+    if args.python:
+        from rocmforge.build.sandbox import detect_runner
+        from rocmforge.store import layout
+        from rocmforge.store.locate import host_cache
+
+        runner = detect_runner(args.sandbox, probe_cache=Path(host_cache()) / layout.CACHE_BWRAP)
+    report = comm_doctor(environ=os.environ, nodes=args.nodes, python=args.python,
+                         runner=runner, timeout=timeout)  # fmt: skip
+    if args.json:
+        emit_json(report.to_json())
+    else:
+        if runner is not None and runner.warning:
+            print(f"warning: {runner.warning}", file=sys.stderr)
+        for line in render_comm(report):
+            print(line)
+    return report.exit_code
+
+
+def render_comm(report: Any) -> list[str]:
+    """The lines of a :class:`~rocmforge.accept.commdoctor.CommReport`: a line per
+    interface, what NCCL_SOCKET_IFNAME selects, the problems, /dev/shm, the GPUs, the timed
+    run and the advice."""
+    spec = report.ifname
+    raw = report.variables.get("NCCL_SOCKET_IFNAME")
+    head = f"NCCL_SOCKET_IFNAME={raw}" if raw is not None else "NCCL_SOCKET_IFNAME unset"
+    out = [f"interfaces ({head}):"]
+    width = max((len(v.interface.name) for v in report.interfaces), default=2)
+    for v in report.interfaces:
+        i = v.interface
+        addrs = ", ".join(str(a) for a in i.addresses) or "no address"
+        mtu = f"mtu {i.mtu}" if i.mtu else ""
+        out.append(f"  {i.name:<{width}}  {i.state():<22} {mtu:<10} {addrs:<34} {v.note}")
+    if report.sysfs_warning:
+        out.append(f"  warning: {report.sysfs_warning}")
+    if spec is not None:
+        out.append(f"  NCCL_SOCKET_IFNAME reads as: {spec.describe()}")
+    same = len({(c.chosen, c.bootstrap) for c in report.choices}) == 1
+    hows = {c.how for c in report.choices}
+    for c in report.choices[:1] if same else report.choices:
+        who = "NCCL and RCCL" if same else c.rules
+        chosen = ", ".join(c.chosen) or "nothing"
+        how = c.how if not same or len(hows) == 1 else "; ".join(
+            f"{x.rules}: {x.how}" for x in report.choices)
+        boot = f"; bootstrap on {c.bootstrap} {c.bootstrap_address}" if c.bootstrap else ""
+        out.append(f"  {who}: {chosen} ({how}){boot}")
+    nodes = f"{report.nodes} node(s)"
+    problems = [f for f in report.findings if f.severity != "note"]
+    notes = [f for f in report.findings if f.severity == "note"]
+    out.append(f"problems ({nodes}):" if problems else f"problems ({nodes}): none")
+    for f in problems:
+        out.append(f"  {f.severity}: {f.text}")
+        if f.fix:
+            out.append(f"    fix: {f.fix}")
+    for f in notes:
+        out.append(f"  note: {f.text}")
+    shm = report.shm
+    if shm.exists:
+        out.append(f"/dev/shm: {shm.free_bytes / 2**30:.1f} GiB free of "
+                   f"{shm.total_bytes / 2**30:.1f} GiB ({shm.path})")  # fmt: skip
+    else:
+        out.append(f"/dev/shm: {shm.path} does not exist")
+    d = report.devices
+    if d.kind is None:
+        out.append(f"devices: no GPU found (looked for {d.looked_for})")
+    else:
+        out.append(f"devices: {d.kind}, {d.found} GPU(s), {d.visible} visible ({d.why})")
+    r = report.run
+    if r.status in ("skipped", "no gpu"):
+        out.append(f"timed run: {'skipped' if r.status == 'skipped' else 'not run'}: "
+                   f"{r.detail}")
+    else:
+        version = f", NCCL {r.nccl_version}" if r.nccl_version else ""
+        out.append(f"timed run: {r.status.upper()} at stage {r.stage or 'start'}, world size "
+                   f"{r.world_size}, {r.seconds:.1f} s of {r.timeout:g} s{version} "
+                   f"(sandbox {r.sandbox})")  # fmt: skip
+        out.append(f"  {r.detail}")
+        if r.ifname_used:
+            out.append(f"  the sandbox has loopback only: the run used NCCL_SOCKET_IFNAME="
+                       f"{r.ifname_used} (--sandbox none runs it on this host's interfaces)")
+        elif r.sandbox == "bwrap":
+            out.append("  the sandbox has loopback only (--sandbox none runs it on this host's "
+                       "interfaces)")
+        if r.status != "passed" and r.tail:
+            out.append("  last lines of the log:")
+            out += [f"    {line}" for line in r.tail]
+        if r.log:
+            out.append(f"  log: {r.log}")
+    out.append(f"advice: {report.advice}")
+    return out
