@@ -962,14 +962,15 @@ def run_environment(
 def timed_run(
     executable: str,
     *,
-    runner: Runner,
+    runner: Runner | None,
     devices: GpuDevices,
     workdir: Path,
     environ: Mapping[str, str],
     timeout: float = DEFAULT_TIMEOUT,
 ) -> CommRun:
     """Run the comm script's init + all_reduce in ``executable`` under ``runner``, killed
-    ``timeout`` seconds after it starts, and read where it got to. Raises
+    ``timeout`` seconds after it starts, and read where it got to (status ``no gpu``, and
+    ``runner`` not needed, when no GPU is visible). Raises
     :class:`~rocmforge.errors.UsageError` when ``executable`` does not run."""
     from rocmforge.accept.run import SCRIPTS, probe_python, run_script
 
@@ -982,6 +983,8 @@ def timed_run(
     if visible == 0:
         return CommRun("no gpu", f"no GPU visible: {why} ({devices.gpus} found)",
                        timeout=timeout)  # fmt: skip
+    if runner is None:
+        raise UsageError("a timed run needs a sandbox runner")
     world = max(1, visible)
     env, ifname_used = run_environment(environ, runner.level)
     config: dict[str, Any] = {
@@ -1133,8 +1136,6 @@ def comm_doctor(
         run = CommRun("skipped", "no --python given: the timed init_process_group + all_reduce "
                                  "needs an interpreter with torch")  # fmt: skip
     else:
-        if runner is None:
-            raise UsageError("a timed run needs a sandbox runner")
         where = workdir or Path(tempfile.mkdtemp(prefix="rocmforge-doctor-"))
         run = timed_run(python, runner=runner, devices=devices, workdir=where,
                         environ=environ, timeout=timeout)  # fmt: skip

@@ -225,15 +225,18 @@ def run_comm(args: argparse.Namespace) -> int:
     timeout = DEFAULT_TIMEOUT if args.timeout is None else args.timeout
     if not timeout > 0:
         raise UsageError(f"--timeout {args.timeout:g}: must be more than 0 seconds")
+    from rocmforge.accept.devices import find_devices
+
+    devices = find_devices()
     runner = None
-    if args.python:
+    if args.python and devices.kind is not None:  # no GPU: exit 3, no sandbox needed
         from rocmforge.build.sandbox import detect_runner
         from rocmforge.store import layout
         from rocmforge.store.locate import host_cache
 
         runner = detect_runner(args.sandbox, probe_cache=Path(host_cache()) / layout.CACHE_BWRAP)
-    report = comm_doctor(environ=os.environ, nodes=args.nodes, python=args.python,
-                         runner=runner, timeout=timeout)  # fmt: skip
+    report = comm_doctor(environ=os.environ, devices=devices, nodes=args.nodes,
+                         python=args.python, runner=runner, timeout=timeout)  # fmt: skip
     if args.json:
         emit_json(report.to_json())
     else:
