@@ -213,3 +213,30 @@ def test_the_failure_line_is_ncclS_own_words() -> None:
     tb = ["Traceback (most recent call last):", '  File "x.py", line 1', "ValueError: bad", ""]
     assert telling_line(tb) == "ValueError: bad"
     assert telling_line(["one", "two", ""]) == "two" and telling_line([]) == "no output"
+
+
+@needs_bwrap
+@pytest.mark.slow
+def test_a_device_whose_arch_the_wheel_lacks_stops_before_any_kernel(tmp_path: Path) -> None:
+    init = (
+        "__version__ = '2.10.0+rocm7.1'\n"
+        "class version:\n    hip = '7.1.0'\n    cuda = None\n    git_version = 'abc'\n"
+        "class _Props:\n    gcnArchName = 'gfx90a:sramecc+:xnack-'\n    major, minor = 9, 0\n"
+        "class cuda:\n"
+        "    is_available = staticmethod(lambda: True)\n"
+        "    device_count = staticmethod(lambda: 1)\n"
+        "    get_device_name = staticmethod(lambda i: 'AMD Instinct MI250X')\n"
+        "    get_device_properties = staticmethod(lambda i: _Props())\n"
+        "    get_arch_list = staticmethod(lambda: ['gfx90a'])\n"
+    )
+    python = probe_python(_venv_with_torch(tmp_path, init))
+    with (tmp_path / "log").open("wb") as log:
+        report = run_tier("smoke", python, runner=BwrapRunner(BWRAP or "bwrap"),
+                          devices=ONE_GPU, workdir=tmp_path / "w", log=log, environ={},
+                          archs=["gfx942"])  # what the wheel's libraries hold  # fmt: skip
+    names = [(c.name, c.status) for c in report.checks]
+    assert names[-1] == ("archs", "failed"), names  # no matmul, conv, ... after it
+    detail = report.checks[-1].detail
+    assert "AMD Instinct MI250X" in detail and "gfx90a:sramecc+:xnack-" in detail
+    assert "only gfx942" in detail and "rebuild with gfx90a" in detail
+    assert report.exit_code == 1

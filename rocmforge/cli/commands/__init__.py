@@ -20,7 +20,7 @@ COMMANDS: dict[str, str] = {
     "list": "list store entries: hash, name, version, size, created, last used, roots",
     "show": "show everything about one store entry",
     "verify": "re-hash store entries and check the index; non-zero exit on any problem",
-    "doctor": "show ROCm, GPUs, RAM, cores and sandbox; lint a recipe against them",
+    "doctor": "show ROCm, GPUs, RAM, cores and sandbox; lint a recipe; --comm: will NCCL connect",
     "gc": "delete unrooted entries (all, or by --keep-last/--older-than/--max-size)",
     "pin": "keep an entry through every gc under a name",
     "unpin": "remove a pin (gc may then collect its entry)",
@@ -30,6 +30,6 @@ COMMANDS: dict[str, str] = {
     "export": "write a closure's wheels as a simple index, find-links dir and constraints.txt",
     "push": "upload store entries to a binary cache (only what it lacks)",
     "cache": "list or prune a binary cache (file://DIR, oci://HOST/REPO)",
-    "test": "run GPU acceptance checks (smoke, comm tiers) on a Python environment's torch",
+    "test": "run GPU acceptance checks on built wheels (their closure) or an environment's torch",
     "config": "show the effective configuration (caches, trusted keys) and where it came from",
 }
