@@ -175,8 +175,23 @@ def assert_change_is_seen(
     assert entry_hash(second) != entry_hash(first), "the memo answered with the old build"
     assert entry_hash(second) == plan_hash(recipe, store, env)  # what the full pipeline says
     # and the new state is remembered
-    assert answered_by_memo(recipe, store, env), f"memo guards moved: {moved_guards(store)}"
+    assert answered_by_memo(recipe, store, env), memo_state(recipe, store, entry_hash(second))
     return first, second
+
+
+def memo_state(recipe: Path, store: Path, want: str) -> str:
+    """Why the memo did not answer: which of its conditions fails now (a failure's message)."""
+    from rocmforge.pipeline import memo
+
+    item = memo._load_item(str(store), str(recipe))
+    if item is None:
+        return "no memo record for the recipe"
+    result = item.get("result") or {}
+    held = memo._valid(item)
+    wheels = memo._entry_wheels(os.path.abspath(store), result) if result else None
+    return (f"record for {result.get('hash')} (want {want}), sandbox {result.get('sandbox')}, "
+            f"guards+trees hold: {held is not None}, wheels as published: {wheels is not None}, "
+            f"moved guards: {moved_guards(store)}")
 
 
 def moved_guards(store: Path) -> list[str]:
