@@ -172,44 +172,34 @@ def assert_change_is_seen(
     # in ~15 ms on a quiet machine, so wait the slack out: this is a change between realizes.
     time.sleep(3 * RACY_SLACK_NS / 1e9)
     second = realize_env(recipe, store, env)
+    from rocmforge.pipeline import memo
+
+    recorded = memo._load_item(str(store), str(recipe))  # before the checks below rewrite it
     assert entry_hash(second) != entry_hash(first), "the memo answered with the old build"
     assert entry_hash(second) == plan_hash(recipe, store, env)  # what the full pipeline says
     # and the new state is remembered
-    assert answered_by_memo(recipe, store, env), memo_state(recipe, store, entry_hash(second))
+    assert answered_by_memo(recipe, store, env), memo_state(recorded, store, entry_hash(second))
     return first, second
 
 
-def memo_state(recipe: Path, store: Path, want: str) -> str:
-    """Why the memo did not answer: which of its conditions fails now (a failure's message)."""
+def memo_state(item: dict[str, object] | None, store: Path, want: str) -> str:
+    """Why the memo did not answer: which condition of the record ``item`` (as the realize
+    left it, before a fall-through realize rewrote it) fails now (a failure's message)."""
     from rocmforge.pipeline import memo
 
-    item = memo._load_item(str(store), str(recipe))
     if item is None:
-        return "no memo record for the recipe"
+        return "the realize recorded nothing"
     result = item.get("result") or {}
-    held = memo._valid(item)
+    assert isinstance(result, dict)
+    moved = []
+    for guard, sig, follow in item["guards"]:  # type: ignore[attr-defined]
+        if memo._sig(guard, follow=bool(follow)) != sig:
+            moved.append(guard)
+    trees = [t[0] for t in item.get("trees", []) if not memo._trees_hold([t])]  # type: ignore[attr-defined]
     wheels = memo._entry_wheels(os.path.abspath(store), result) if result else None
     return (f"record for {result.get('hash')} (want {want}), sandbox {result.get('sandbox')}, "
-            f"guards+trees hold: {held is not None}, wheels as published: {wheels is not None}, "
-            f"moved guards: {moved_guards(store)}")
-
-
-def moved_guards(store: Path) -> list[str]:
-    """The memo guards whose stat signature differs from the file now (why the memo missed)."""
-    import marshal
-
-    out = []
-    for path in (store / "cache").glob("realize-memo-*/*.marshal"):
-        for item in marshal.loads(path.read_bytes()).values():
-            for guard, sig, follow in item["guards"]:
-                try:
-                    st = os.stat(guard) if follow else os.lstat(guard)
-                    now = (st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
-                except OSError:
-                    now = None
-                if now != sig:
-                    out.append(guard)
-    return out
+            f"moved guards: {moved}, trees that moved: {trees}, "
+            f"wheels as published: {wheels is not None}")
 
 
 def plan_hash(recipe: Path, store: Path, env: dict[str, str] | None = None) -> str:
