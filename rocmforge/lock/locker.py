@@ -37,6 +37,8 @@ class LockChange:
     key: str
     old: str | None
     new: str | None
+    #: where the new value comes from, when another file decides it (a tree file at a commit)
+    why: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -54,7 +56,9 @@ class LockReport:
         return {
             "recipe": str(self.recipe),
             "written": self.written,
-            "changes": [{"key": c.key, "old": c.old, "new": c.new} for c in self.changes],
+            "changes": [
+                {"key": c.key, "old": c.old, "new": c.new, "why": c.why} for c in self.changes
+            ],
             "notes": list(self.notes),
         }
 

@@ -54,7 +54,7 @@ class SourceNotHere(Exception):
     its files say cannot be compared here (a provisional note, not a change)."""
 
 
-def _source_file(recipe: Recipe, name: str, *, store: Store, fetch: bool) -> tuple[bytes, str]:
+def source_file(recipe: Recipe, name: str, *, store: Store, fetch: bool) -> tuple[bytes, str]:
     """Return the bytes of ``name`` in the recipe's source (a path source, or the git mirror at
     ``rev``) and where they were read. Raises :class:`SourceNotHere` when ``fetch`` is False
     and the commit is not in the mirror cache, FileNotFoundError if the file is not there."""
@@ -89,7 +89,7 @@ def source_build_requires(recipe: Recipe, *, store: Store) -> tuple[str, ...]:
     ``setuptools>=40.8.0``.
     """
     try:
-        raw, where = _source_file(recipe, "pyproject.toml", store=store, fetch=True)
+        raw, where = source_file(recipe, "pyproject.toml", store=store, fetch=True)
     except FileNotFoundError:
         return ("setuptools>=40.8.0",)
     try:
@@ -111,7 +111,7 @@ def source_file_requires(recipe: Recipe, *, store: Store, fetch: bool = True) ->
     name = recipe.requirements.build_file
     assert name is not None
     try:
-        raw, where = _source_file(recipe, name, store=store, fetch=fetch)
+        raw, where = source_file(recipe, name, store=store, fetch=fetch)
     except FileNotFoundError as exc:
         raise SourceError(
             f"{recipe.file}: requirements.build-file: {exc.args[0] if exc.args else name} "

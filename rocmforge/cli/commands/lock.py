@@ -26,6 +26,9 @@ def register(sub: Any) -> None:
         "NAME.lock beside NAME.toml; a recipe of exact pins only gets [requirements] digests). "
         "A stack, or a recipe built against other recipes, locks its whole closure. "
         "Comments and layout of the recipe are kept byte for byte outside the changed values. "
+        "Pins that the pinned tree decides (Triton's LLVM from its cmake/llvm-info.json, AOTriton "
+        "from torch's cmake/External/aotriton.cmake) are read from that tree and written; "
+        "--check names each that disagrees, with both values and the tree file. "
         "The resolver is uv if installed, else pip; ROCMFORGE_PIP_ARGS passes index options.",
     )
     p.add_argument("recipes", nargs="*", metavar="TARGET", help="recipe or stack file")
@@ -84,10 +87,17 @@ def run(args: argparse.Namespace) -> int:
             for report in lock_companions(Path(stack), store=store, write=not args.check)
         ]
     else:
+        from rocmforge.lock.derived import lock_derived, merge
+
         closure = closure_files(recipes)  # stacks expanded, dependencies first
         reports = [
-            lock_recipe(
-                r, store=store, fetcher=_LazyPipFetcher(), write=not args.check, upgrade=upgrade
+            merge(
+                lock_recipe(
+                    r, store=store, fetcher=_LazyPipFetcher(), write=not args.check,
+                    upgrade=upgrade,
+                ),
+                # then what the (now pinned) tree decides: Triton's LLVM, AOTriton
+                lock_derived(r, store=store, write=not args.check, fetch=not args.check),
             )
             for r in closure
         ]
@@ -103,5 +113,6 @@ def run(args: argparse.Namespace) -> int:
             verb = "updated" if report.written else "would change"
             print(f"{report.recipe}: {verb}")
             for c in report.changes:
-                print(f"  {c.key}: {c.old or '(none)'} -> {c.new or '(removed)'}")
+                why = f" ({c.why})" if c.why else ""
+                print(f"  {c.key}: {c.old or '(none)'} -> {c.new or '(removed)'}{why}")
     return 1 if args.check and any(r.changes for r in reports) else 0
