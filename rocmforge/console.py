@@ -43,11 +43,14 @@ def render_memo(answer: MemoAnswer) -> int:
     if plan is not None:
         sys.stderr.write(plan.warnings)
         sys.stderr.flush()
+        from rocmforge.pipeline.memo import RECIPE_MARK
+        from rocmforge.util.shownpath import shown_path
+
+        text = plan.text.replace(RECIPE_MARK, shown_path(plan.recipe))
         sys.stdout.write(
-            f"name:    {plan.name} {plan.version}\n"
-            f"hash:    {plan.hash}\n"
-            f"cached:  yes, {plan.path}\n"
-            f"derivation:\n{plan.text}"
+            f"name:       {plan.name} {plan.version}\n"
+            f"hash:       {plan.hash}\n"
+            f"cached:     yes, {plan.path}\n{text}"
         )
         sys.stdout.flush()
         return 0

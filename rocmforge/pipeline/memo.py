@@ -469,6 +469,14 @@ def host_facts() -> list[object]:
     return [os.environ.get("MAX_JOBS"), cpus, mem]
 
 
+#: Stands for the recipe's path in a remembered plan text: the memo answer puts in the path as
+#: the command line names it (the plan may have been recorded from another directory).
+RECIPE_MARK = "\x00RECIPE\x00"
+#: The form of a remembered plan text: a record of another form (the whole derivation before
+#: the summary) is never answered.
+PLAN_FORM = 2
+
+
 def record_plan(store_root: str, recipe: str, *, hash: str, warnings: str, text: str) -> None:
     """Remember what ``plan RECIPE`` printed for a cached ``hash``: its ``warnings`` (stderr)
     and the derivation ``text``, beside the realize memo's result for ``recipe``.
@@ -485,7 +493,8 @@ def record_plan(store_root: str, recipe: str, *, hash: str, warnings: str, text:
     result = _valid(item)
     if result is None or result.get("hash") != hash:
         return
-    plan = {"hash": hash, "warnings": warnings, "text": text, "host": host_facts()}
+    plan = {"hash": hash, "warnings": warnings, "text": text, "host": host_facts(),
+            "form": PLAN_FORM}  # fmt: skip
     if item.get("plan") != plan:  # a plan --rehash of an unchanged recipe rewrites nothing
         item["plan"] = plan
         _write_item(store_root, key, item)
@@ -524,11 +533,13 @@ class PlanAnswer:
     """The remembered ``plan RECIPE`` of a cached recipe: its warnings (stderr), the entry
     and the derivation text."""
 
-    __slots__ = ("hash", "name", "path", "text", "version", "warnings")
+    __slots__ = ("hash", "name", "path", "recipe", "text", "version", "warnings")
 
     def __init__(
-        self, *, name: str, version: str, hash: str, path: str, warnings: str, text: str
-    ) -> None:
+        self, *, name: str, version: str, hash: str, path: str, warnings: str, text: str,
+        recipe: str = "",
+    ) -> None:  # fmt: skip
+        self.recipe = recipe
         self.name = name
         self.version = version
         self.hash = hash
@@ -548,7 +559,9 @@ def fast_plan(argv: Sequence[str]) -> MemoAnswer | None:
     if item is None or "results" in item:
         return None
     plan = item.get("plan")
-    if not isinstance(plan, dict) or plan.get("host") != host_facts():
+    if not isinstance(plan, dict) or plan.get("form") != PLAN_FORM:
+        return None
+    if plan.get("host") != host_facts():
         return None
     warnings, text = plan.get("warnings"), plan.get("text")
     if not (isinstance(warnings, str) and isinstance(text, str)):
@@ -570,6 +583,7 @@ def fast_plan(argv: Sequence[str]) -> MemoAnswer | None:
         path=os.path.join(root, str(result["path"])),
         warnings=warnings,
         text=text,
+        recipe=recipe,
     )
     return MemoAnswer(lock, plan=answer)
 

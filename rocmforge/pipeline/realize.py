@@ -180,11 +180,18 @@ def _nearest(store: Store, derivation: Mapping[str, Any]) -> Nearest | None:
         return None  # a diagnosis must never stop a plan or a build
 
 
-def _explain_miss(store: Store, derivation: Mapping[str, Any], reporter: Reporter) -> None:
-    """On a miss, tell the reporter which cached build is nearest and which keys differ."""
+def _explain_miss(
+    store: Store, derivation: Mapping[str, Any], reporter: Reporter, recipe: Path
+) -> None:
+    """On a miss, tell the reporter which cached build is nearest and what differs, by kind
+    (:func:`rocmforge.plan.summary.miss_line`), with the ``explain`` command for every key."""
     near = _nearest(store, derivation)
     if near is not None:
-        reporter.warning(near.message())
+        from rocmforge.plan.summary import miss_line
+        from rocmforge.util.shownpath import shown_path
+
+        explain = f"rocmforge explain {near.hash[:12]} {shown_path(recipe)}"
+        reporter.warning(miss_line(near.name, near.version, near.hash, near.differences, explain))
 
 
 _ENTRY_NAME = re.compile(r"^[0-9a-f]{32}-.+")
@@ -444,7 +451,7 @@ def build_step(
     if replacing is not None:
         reporter.warning(_weaker_note(replacing, wanted))
     else:
-        _explain_miss(store, r.derivation.data, reporter)
+        _explain_miss(store, r.derivation.data, reporter, r.recipe.file)
     runner = runner_factory()
     if not satisfies(runner.level, wanted):
         from rocmforge.errors import SandboxError

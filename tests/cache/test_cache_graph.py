@@ -63,7 +63,7 @@ def test_graph_push_plan_substitute_closure_and_gc(tmp_path: Path, monkeypatch) 
     text = rf("plan", top, "--graph", "--store", store_b, env=env_b).stdout
     assert f"(missing, substitutable from {url})" in text, text
     one = rf("plan", top, "--store", store_b, env=env_b).stdout
-    assert f"cache:   substitutable from {url}" in one, one
+    assert f"cache:      substitutable from {url}" in one, one
     offline = rf("plan", top, "--store", store_b, "--json", "--offline", env=env_b)
     assert json.loads(offline.stdout)["substitutable"] is None
 

@@ -15,19 +15,33 @@ from conftest import TINY_RECIPE, commit_all, git, pip_args, rf
 
 
 @pytest.mark.slow
-def test_plan_text_is_the_summary_then_the_derivation_indented(
+def test_plan_text_is_a_summary_and_full_adds_the_derivation_indented(
     tiny_recipe: Path, store: Path
 ) -> None:
     r = rf("plan", tiny_recipe, "--store", store)
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
-    assert lines[0].startswith("name:    tiny 0.1") and lines[1].startswith("hash:    ")
-    start = lines.index("derivation:")
-    assert all(ln.startswith("  ") for ln in lines[start + 1 :])
-    assert "  env: {}" in lines or any(ln.startswith("  env:") for ln in lines)
-    assert not any(ln.strip() in ("{", "}") for ln in lines), "no JSON braces without --json"
+    assert lines[0].startswith("name:       tiny 0.1") and lines[1].startswith("hash:       ")
+    labels = [ln.split(":", 1)[0] for ln in lines]
+    assert labels == ["name", "hash", "cached", "source", "toolchain", "env", "requires", "system",
+                      "derivation"], r.stdout  # fmt: skip
+    assert lines[2] == "cached:     no"
+    assert lines[3].startswith("source:     path tree blake3:")
+    assert lines[4].startswith("toolchain:  system on ") and "cpython 3." in lines[4]
+    assert lines[5] == "env:        (none)" and lines[6] == "requires:   (none)"
+    assert re.fullmatch(r"system:     \d+ \w+ packages, .*", lines[7]), lines[7]
+    count = int(lines[8].split()[1])
+    assert lines[8].endswith(f"`rocmforge plan {tiny_recipe} --full` (--json for scripts)")
+    full = rf("plan", tiny_recipe, "--store", store, "--full").stdout.splitlines()
+    assert full[:8] == lines[:8]  # the summary, then the whole derivation
+    start = full.index("derivation:")
+    assert len(full) - start - 1 == count
+    assert all(ln.startswith("  ") for ln in full[start + 1 :])
+    assert any(ln.startswith("  env:") for ln in full)
+    assert any(ln.startswith("    packages:") for ln in full)  # every system package, in --full
+    assert not any(ln.strip() in ("{", "}") for ln in full), "no JSON braces without --json"
     data = json.loads(rf("plan", tiny_recipe, "--store", store, "--json").stdout)
-    assert data["hash"] in lines[1]
+    assert data["hash"] in lines[1] and "packages" in data["derivation"]["toolchain"]
 
 
 READERS = [["list"], ["query", "--name", "tiny"], ["du"], ["gc", "--dry-run"], ["verify"],

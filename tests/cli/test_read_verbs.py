@@ -294,7 +294,7 @@ def test_plan_of_a_remembered_recipe_is_answered_from_the_memo(tmp_path: Path) -
     argv = ["plan", str(recipe), "--store", str(store)]
     env = {"ROCMFORGE_PIP_ARGS": pip_args()}
     _, first = _console(argv, tmp_path, env)  # the first plan records what it printed
-    assert first[0] == 0 and "cached:  yes" in first[1] and "left out" in first[2]
+    assert first[0] == 0 and "cached:     yes" in first[1] and "left out" in first[2]
     fast, again = _console(argv, tmp_path, env)
     assert fast and again == first
     assert not _console([*argv, "--json"], tmp_path, env)[0]
@@ -310,4 +310,4 @@ def test_plan_of_a_remembered_recipe_is_answered_from_the_memo(tmp_path: Path) -
     # a changed recipe: a new hash, not cached
     recipe.write_text(PLAN_RECIPE + "[env]\nX = \"1\"\n")
     fast, (code, out, _) = _console(argv, tmp_path, env)
-    assert not fast and code == 0 and "cached:  no" in out
+    assert not fast and code == 0 and "cached:     no" in out

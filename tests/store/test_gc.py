@@ -315,6 +315,18 @@ def test_dry_run_deletes_nothing_and_says_why(timed_store: tuple[Path, dict[str,
     assert report["dry_run"] and len(report["deleted"]) == 5 and names(root) == before
 
 
+def test_gc_text_lists_what_it_kept_and_why(timed_store: tuple[Path, dict[str, Entry]]) -> None:
+    root, made = timed_store
+    assert rf_in("pin", "old-torch", made["a"].hash[:8], "--store", root).returncode == 0
+    proc = rf_in("gc", "--store", root, "--dry-run", "--keep-last", "1")
+    assert proc.returncode == 0, proc.stderr
+    kept = [ln for ln in proc.stdout.splitlines() if ln.startswith("kept ")]
+    assert len(kept) == 3, proc.stdout  # the pin, and the newest torch and numpy
+    assert kept[0].startswith(f"kept {made['a'].path.name}  ")  # rooted ones first
+    assert kept[0].endswith("(rooted: pin old-torch: `rocmforge unpin old-torch` lets it go)")
+    assert all("keep-last 1: 1st newest of" in ln for ln in kept[1:]), kept
+
+
 def test_bad_policy_values_are_usage_errors(tmp_path: Path) -> None:
     for flags in (["--older-than", "30"], ["--max-size", "lots"], ["--keep-last", "-1"]):
         proc = rf_in("gc", "--store", tmp_path / "s", *flags)

@@ -69,12 +69,15 @@ def test_realize_and_plan_name_the_nearest_cached_build(
     assert planned["nearest"]["hash"] == built["hash"]
     assert [d["key"] for d in planned["nearest"]["differences"]] == ["env.TINY_FLAG"]
     text = rf("plan", b, "--store", store)
-    assert f"nearest cached build {built['hash'][:12]} differs in:" in text.stdout
+    assert f"nearest cached build {built['hash'][:12]} (tiny 0.1) differs in:" in text.stdout
+    hint = f"`rocmforge explain {built['hash'][:12]} {b}` lists every key"
+    assert f'\n  env.TINY_FLAG: "on" -> "off"\n  {hint}\n' in text.stdout, text.stdout
 
     second = rf("realize", b, "--store", store)
     assert second.returncode == 0, second.stderr
     assert f"nearest cached build {built['hash'][:12]}" in second.stderr
     assert 'env.TINY_FLAG: "on" -> "off"' in second.stderr
+    assert f'differs in: env.TINY_FLAG: "on" -> "off" ({hint})' in second.stderr
 
 
 @pytest.mark.slow

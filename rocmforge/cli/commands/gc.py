@@ -120,6 +120,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"{verb} {e.dirname}  {format_size(e.size)}  ({'; '.join(d.reasons)})")
     for s in report.sources:
         print(f"{verb} {s.kind} sources/{s.rel}  {format_size(s.size)}  (no kept entry uses it)")
+    for line in kept_lines(report.plan.keep):
+        print(line)
     for w in report.warnings:
         print(f"warning: {w}", file=sys.stderr)
     if report.sources_kept_because and not args.keep_sources:
@@ -137,6 +139,33 @@ def run(args: argparse.Namespace) -> int:
         f"{kept} entries kept ({format_size(report.plan.size_after)})"
     )
     return 0
+
+
+#: At most this many kept entries are listed in gc's text (``--json`` lists every one).
+KEPT_SHOWN = 20
+
+
+def kept_lines(keep: Any, limit: int = KEPT_SHOWN) -> list[str]:
+    """``kept DIR  SIZE  (why)`` for each kept entry, rooted ones first, at most ``limit``: a
+    result link that roots an entry says how to let it go (a leftover ``-o`` link keeps an old
+    build for as long as it points at it)."""
+    from rocmforge.util.sizes import format_size
+
+    def why(reason: str) -> str:
+        if reason.startswith("rooted: link "):
+            return f"{reason}: rm it or point it elsewhere to let gc delete the entry"
+        if reason.startswith("rooted: pin "):
+            return f"{reason}: `rocmforge unpin {reason.removeprefix('rooted: pin ')}` lets it go"
+        return reason
+
+    ordered = sorted(keep, key=lambda d: not any(r.startswith("rooted:") for r in d.reasons))
+    lines = [
+        f"kept {d.entry.dirname}  {format_size(d.entry.size)}  ({'; '.join(map(why, d.reasons))})"
+        for d in ordered[:limit]
+    ]
+    if len(ordered) > limit:
+        lines.append(f"... and {len(ordered) - limit} more kept (gc --json lists every one)")
+    return lines
 
 
 def _run_failed(args: argparse.Namespace, store: Any, older: float | None) -> int:

@@ -17,6 +17,7 @@ from rocmforge.cli.commands._common import (
     open_store,
     substitution_of,
 )
+from rocmforge.util.shownpath import shown_path
 
 
 def register(sub: Any) -> None:
@@ -27,6 +28,12 @@ def register(sub: Any) -> None:
         "--graph",
         action="store_true",
         help="show the graph of recipes it is built against: each node's hash, cached or not",
+    )
+    p.add_argument(
+        "--full",
+        action="store_true",
+        help="print the whole derivation (every system package) after the summary; --json "
+        "gives it as data",
     )
     p.add_argument(
         "--rehash",
@@ -111,32 +118,64 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         emit_json({**report.to_json(), "left_out": left, "substitutable": offered.get(report.hash)})
         return 0
-    print(f"name:    {report.name} {report.version}")
+    partial = " (provisional: not everything could be resolved here)"
+    head = [
+        row("name", f"{report.name} {report.version}"),
+        row("hash", report.hash + (partial if report.provisional else "")),
+        row("cached", "yes, " + str(report.path) if report.cached else "no"),
+    ]
+    body = summary_text(report, recipe=shown_path(args.recipe), offered=offered, full=args.full)
+    sys.stdout.write("".join(f"{line}\n" for line in head) + body)
+    sys.stdout.flush()
+    plain = not args.full  # the memo answers only the plain form (any option falls through)
+    if plain and report.cached and not report.provisional and not _probes_the_toolchain(recipe):
+        from rocmforge.pipeline.memo import RECIPE_MARK, record_plan
+
+        kept = summary_text(report, recipe=RECIPE_MARK, offered=offered, full=False)
+        record_plan(str(store.root), str(recipe.file), hash=report.hash,
+                    warnings="".join(warned), text=kept)  # fmt: skip
+    return 0
+
+
+#: The width of the labels of ``plan``'s summary (``toolchain:`` and one space).
+LABEL_WIDTH = 12
+
+
+def row(label: str, text: str) -> str:
+    """One summary line: ``label:`` padded to :data:`LABEL_WIDTH`, then ``text``."""
+    return f"{label + ':':<{LABEL_WIDTH}}{text}"
+
+
+def summary_text(report: Any, *, recipe: str, offered: dict[str, Any], full: bool) -> str:
+    """What ``plan`` prints after its name, hash and cached lines: the provisional notes, the
+    derivation in one line per part (:func:`rocmforge.plan.summary.summary_lines`), the nearest
+    cached build on a miss by kind of difference, then the whole derivation (``full``) or the
+    command that prints it; ``recipe`` is the recipe's path as the commands shown name it."""
+    from rocmforge.plan.summary import difference_groups, summary_lines
+
+    lines: list[str] = []
     if report.provisional:
-        print(f"hash:    {report.hash} (provisional: not everything could be resolved here)")
-        for note in report.provisional:
-            print(f"  - {note}")
-        print("  `rocmforge realize` resolves these (or stops on them) before building")
-    else:
-        print(f"hash:    {report.hash}")
-    print(f"cached:  {'yes, ' + str(report.path) if report.cached else 'no'}")
+        lines.extend(f"  - {note}" for note in report.provisional)
+        lines.append("  `rocmforge realize` resolves these (or stops on them) before building")
     if report.hash in offered:
         where = offered[report.hash]
-        print(f"cache:   {'substitutable from ' + where if where else 'in no configured cache'}")
+        lines.append(row("cache", "substitutable from " + where if where else
+                         "in no configured cache"))  # fmt: skip
+    lines.extend(row(label, text) for label, text in summary_lines(report.derivation))
     if report.nearest:
-        print(f"nearest cached build {report.nearest.hash[:12]} differs in:")
-        for d in report.nearest.differences:
-            print(f"  {d}")
-    print("derivation:")
-    text = "".join(f"{line}\n" for line in derivation_lines(report.derivation, indent=1))
-    sys.stdout.write(text)
-    sys.stdout.flush()
-    if report.cached and not report.provisional and not _probes_the_toolchain(recipe):
-        from rocmforge.pipeline.memo import record_plan
-
-        record_plan(str(store.root), str(recipe.file), hash=report.hash, warnings="".join(warned),
-                    text=text)  # fmt: skip
-    return 0
+        near = report.nearest
+        lines.append(f"nearest cached build {near.hash[:12]} ({near.name} {near.version}) "
+                     "differs in:")  # fmt: skip
+        lines.extend(f"  {g}" for g in difference_groups(near.differences))
+        lines.append(f"  `rocmforge explain {near.hash[:12]} {recipe}` lists every key")
+    drv = derivation_lines(report.derivation, indent=1)
+    if full:
+        lines.append("derivation:")
+        lines.extend(drv)
+    else:
+        lines.append(row("derivation", f"{len(drv)} lines: `rocmforge plan {recipe} --full` "
+                         "(--json for scripts)"))  # fmt: skip
+    return "".join(f"{line}\n" for line in lines)
 
 
 def _probes_the_toolchain(recipe: Any) -> bool:
