@@ -72,6 +72,42 @@ def parse_recipe_text(text: str, *, file: Path, locked: bool = True) -> Recipe:
     return _load(Path(os.path.abspath(file)), text, locked=locked)
 
 
+def _lockable(problem: Problem) -> bool:
+    """True for a problem that ``rocmforge lock`` fixes (its hint says so)."""
+    return "`rocmforge lock " in problem.message
+
+
+def _unlocked_beyond(merged: dict[str, Any], file: Path, problems: list[Problem]) -> list[Problem]:
+    """When the only problems are ones ``lock`` fixes (an unpinned ``ref``), the lock file is
+    never reached; check it anyway, with a stand-in commit, so one message names everything the
+    next ``rocmforge lock`` must do."""
+    if not problems or not all(_lockable(p) for p in problems):
+        return []
+    source = merged.get("source")
+    if not isinstance(source, dict) or "ref" not in source:
+        return []
+    from rocmforge.recipe.lockfile import apply_lock
+
+    stand_in = {**merged, "source": {**source, "rev": "0" * 40}}
+    try:
+        apply_lock(Recipe.from_dict(stand_in, file=file))
+    except RecipeError as e:
+        return [p for p in e.problems if _lockable(p) and p not in problems]
+    return []
+
+
+def _lock_note(problems: list[Problem]) -> str | None:
+    """``2 things need `rocmforge lock recipes/x.toml`: source.rev, requirements.build`` when
+    more than one problem is fixed by one lock."""
+    keys = list(dict.fromkeys(p.key for p in problems if _lockable(p)))
+    if len(keys) < 2:
+        return None
+    from rocmforge.util.shownpath import shown_path
+
+    target = shown_path(problems[0].file)
+    return f"{len(keys)} things need `rocmforge lock {target}`: {', '.join(keys)}"
+
+
 def _load(file: Path, text: str, *, locked: bool = True) -> Recipe:
     files: list[Path] = []
     try:
@@ -82,7 +118,11 @@ def _load(file: Path, text: str, *, locked: bool = True) -> Recipe:
         try:
             recipe = Recipe.from_dict(merged, file=file)
         except RecipeError as e:
-            raise RecipeError(_relocate(e.problems, layers)) from None
+            problems = list(e.problems)
+            if locked:
+                problems += _unlocked_beyond(merged, file, problems)
+            note = _lock_note(problems)
+            raise RecipeError(_relocate(tuple(problems), layers), note=note) from None
     except RecipeError as e:
         raise _name_the_recipe(e, files) from None
     recipe = dataclasses.replace(recipe, extends_chain=tuple(layer.file for layer in layers))
@@ -99,7 +139,8 @@ def _name_the_recipe(error: RecipeError, files: list[Path]) -> RecipeError:
         return error
     top = files[0]
     chain = " -> ".join([str(top), *(_show(f, top) for f in files[1:])])
-    return RecipeError(error.problems, note=f"in recipe {top} (extends chain: {chain})")
+    note = f"in recipe {top} (extends chain: {chain})"
+    return RecipeError(error.problems, note=f"{note}; {error.note}" if error.note else note)
 
 
 def _read(file: Path, declared_by: _Layer | None) -> str:

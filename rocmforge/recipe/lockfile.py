@@ -241,6 +241,8 @@ def apply_lock(recipe: Recipe) -> Recipe:
     A recipe that needs a lock (specifiers, or ``build-system = true``) and has no matching one
     raises :class:`RecipeError` with the command to run.
     """
+    from rocmforge.util.shownpath import shown_path
+
     reqs = recipe.requirements
     if not reqs.specifiers and not reqs.build_system and reqs.build_file is None:
         return recipe
@@ -260,7 +262,7 @@ def apply_lock(recipe: Recipe) -> Recipe:
                     file=recipe.file,
                     key="requirements.build",
                     message=f"requirements are not locked ({why}); "
-                    f"run `rocmforge lock {recipe.file}`",
+                    f"run `rocmforge lock {shown_path(recipe.file)}`",
                 )
             ]
         )

@@ -389,7 +389,15 @@ class _Checker:
         self.lines = lines
         self.problems: list[Problem] = []
 
+    @property
+    def lock_target(self) -> str:
+        """The recipe's path as a ``rocmforge lock PATH`` hint names it."""
+        from rocmforge.util.shownpath import shown_path
+
+        return shown_path(self.file)
+
     def add(self, key: str, message: str) -> None:
+        """Record one problem at ``key`` (its line where the key is known)."""
         line = locate_line(key, self.lines)
         self.problems.append(Problem(file=self.file, key=key, message=message, line=line))
 
@@ -517,8 +525,8 @@ def _source(c: _Checker, data: Mapping[str, Any], base: Path) -> SourceSpec:
     if "rev" not in t and ref is not None:
         c.add(
             "source.rev",
-            f"missing: ref = {ref!r} is not pinned to a commit; run `rocmforge lock RECIPE` "
-            "to write the full commit into rev",
+            f"missing: ref = {ref!r} is not pinned to a commit; run "
+            f"`rocmforge lock {c.lock_target}` to write the full commit into rev",
         )
         rev = None
     else:
@@ -527,7 +535,7 @@ def _source(c: _Checker, data: Mapping[str, Any], base: Path) -> SourceSpec:
         c.add(
             "source.rev",
             "must be a full 40-character commit; put a tag or branch in `ref` and run "
-            "`rocmforge lock RECIPE`",
+            f"`rocmforge lock {c.lock_target}`",
         )
     return SourceSpec(
         kind="git",
@@ -813,7 +821,8 @@ def _digests(c: _Checker, t: Mapping[str, Any], pins: list[str]) -> dict[str, st
         if norm is None:
             c.add(key, f"{pin!r} is not a 'name==version' pin")
         elif norm not in wanted:
-            c.add(key, f"{pin!r} is not in requirements.build; run `rocmforge lock RECIPE`")
+            c.add(key, f"{pin!r} is not in requirements.build; "
+                  f"run `rocmforge lock {c.lock_target}`")  # fmt: skip
         elif not isinstance(digest, str) or not _DIGEST.match(digest):
             c.add(key, "must be 'sha256:<64 hex>' or 'blake3:<64 hex>'")
         else:

@@ -204,6 +204,38 @@ def test_unlocked_requirement_is_bad_input(tiny_src: Path, tmp_path: Path, store
     assert "not locked" in proc.stderr and "rocmforge lock" in proc.stderr
 
 
+UNPINNED = """\
+schema = 1
+[package]
+name = "x"
+version = "1.0"
+[source]
+git = "https://example.invalid/x.git"
+ref = "v1.0"
+[requirements]
+build = ["setuptools>=70"]
+[build]
+steps = ["true"]
+"""
+
+
+def test_everything_lock_fixes_is_named_at_once_with_the_real_path(
+    tmp_path: Path, store: Path
+) -> None:
+    (tmp_path / "recipes").mkdir()
+    write(tmp_path / "recipes" / "x.toml", UNPINNED)
+    for verb in ("plan", "realize"):
+        proc = rf_in(verb, "recipes/x.toml", "--store", store, cwd=tmp_path)
+        assert proc.returncode == 2, proc.stderr
+        errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
+        assert len(errors) == 2, proc.stderr  # the unpinned ref and the unlocked requirements
+        assert all("run `rocmforge lock recipes/x.toml`" in ln for ln in errors), errors
+        assert "source.rev" in errors[0] and "requirements.build" in errors[1]
+        assert proc.stderr.splitlines()[-1] == (
+            "note: 2 things need `rocmforge lock recipes/x.toml`: source.rev, requirements.build"
+        )
+
+
 def _fake_cc(directory: Path, version: str) -> Path:
     path = directory / f"cc-{version}"
     path.write_text(
