@@ -312,7 +312,7 @@ def test_fetch_failure_is_exit_3(url: str, tmp_path: Path) -> None:
 
 
 def test_readme_exit_codes_match() -> None:
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[2] / "docs" / "cli.md").read_text()
     line = " ".join(readme.split("- Exit codes:", 1)[1].split("\n- ", 1)[0].split())
     assert "3 environment (store, sandbox, fetch" in line and "full disk" in line, line
     assert "2 bad input" in line and "141" in line

@@ -19,9 +19,10 @@ from conftest import REPO, TINY_RECIPE, rf
 
 
 def _realize_json(
-    recipe: Path, store: Path, *extra: str, env: dict[str, str] | None = None
-) -> dict:
-    proc = rf("realize", recipe, "--store", store, "--json", *extra, env=env)
+    recipe: Path, store: Path, *extra: str, env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+) -> dict:  # fmt: skip
+    proc = rf("realize", recipe, "--store", store, "--json", *extra, env=env, cwd=cwd)
     assert proc.returncode == 0, proc.stderr
     (report,) = json.loads(proc.stdout)
     return report
@@ -262,6 +263,38 @@ def test_out_link_points_at_the_entry(tiny_recipe: Path, store: Path, tmp_path: 
     link = tmp_path / "result"
     report = _realize_json(tiny_recipe, store, "-o", str(link))
     assert link.is_symlink() and link.resolve() == Path(report["path"]).resolve()
+
+
+def _uv() -> str | None:
+    """The uv beside the test interpreter (the [test] extra installs it), else one on PATH."""
+    beside = Path(sys.executable).parent / "uv"
+    return str(beside) if beside.is_file() else shutil.which("uv")
+
+
+@pytest.mark.slow
+def test_the_out_link_installs_with_pip_and_uv_as_documented(
+    tiny_recipe: Path, store: Path, tmp_path: Path
+) -> None:
+    """``-o result`` links to the entry directory; ``pip install result/*.whl`` and ``uv pip
+    install result/*.whl`` (README, docs/cli.md) install the wheel from it, run as written."""
+    uv = _uv()
+    if uv is None:
+        pytest.skip("uv is not installed (scripts/setup.sh --for-tests installs it)")
+    _realize_json(tiny_recipe, store, "-o", "result", cwd=tmp_path)
+    for tool in ("pip", "uv"):
+        env_dir = tmp_path / f"venv-{tool}"
+        venv.create(env_dir, with_pip=tool == "pip")
+        python = env_dir / "bin" / "python"
+        command = (
+            f"{python} -m pip install -q --no-index result/*.whl"
+            if tool == "pip"
+            else f"{uv} pip install -q --offline --python {python} result/*.whl"
+        )
+        proc = subprocess.run(command, shell=True, cwd=tmp_path, capture_output=True, text=True,
+                              check=False)  # fmt: skip
+        assert proc.returncode == 0, (tool, proc.stderr)
+        done = subprocess.run([python, "-c", "import tiny"], capture_output=True, check=False)
+        assert done.returncode == 0, (tool, done.stderr)
 
 
 @pytest.mark.slow
