@@ -97,7 +97,7 @@ def unlocked_sdk(recipe: Recipe) -> ToolchainError | None:
 # -- the rocm sdist (source of the rocm_sdk module) ------------------------------------------------
 
 
-def _locations(args: Sequence[str]) -> tuple[list[str], list[str]]:
+def index_locations(args: Sequence[str]) -> tuple[list[str], list[str]]:
     """(index URLs, find-links) named by pip options ``args`` (a later ``--index-url`` wins)."""
     main: list[str] = []
     extra: list[str] = []
@@ -119,7 +119,7 @@ def _locations(args: Sequence[str]) -> tuple[list[str], list[str]]:
     return ([] if no_index else [*main, *extra]), links
 
 
-def _listing(where: str) -> list[tuple[str, str]]:
+def listing(where: str) -> list[tuple[str, str]]:
     """(file name, location) of the files a find-links directory or a PEP 503 page lists."""
     from urllib.parse import unquote, urljoin, urlsplit
 
@@ -145,11 +145,11 @@ def _listing(where: str) -> list[tuple[str, str]]:
 
 def _sdists(args: Sequence[str]) -> list[tuple[str, str]]:
     """(version, location) of every ``rocm-<version>.tar.gz`` the index options reach."""
-    indexes, links = _locations(args)
+    indexes, links = index_locations(args)
     pages = [f"{u.rstrip('/')}/{SELECTOR}/" for u in indexes] + links
     found: dict[str, str] = {}
     for page in pages:
-        for name, where in _listing(page):
+        for name, where in listing(page):
             m = re.fullmatch(rf"{SELECTOR}-(.+)\.tar\.gz", name, re.IGNORECASE)
             if m and m.group(1) not in found:
                 found[m.group(1)] = where

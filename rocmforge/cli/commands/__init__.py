@@ -14,6 +14,7 @@ COMMANDS: dict[str, str] = {
     "plan": "show the derivation and input hash, without building",
     "log": "print the build log of a build",
     "lock": "pin a git ref to a full commit and build requirements to wheel digests",
+    "outdated": "list newer releases of a recipe's pins (git tags, Python index, ROCm SDK)",
     "audit": "tell what produced a wheel (verified / claimed / diverged / tampered / unknown)",
     "explain": "show key by key why two builds differ",
     "query": "find store entries by name, version, env flag or age",
