@@ -66,8 +66,12 @@ def run(args: argparse.Namespace) -> int:
 
             raise UsageError(f"{flag} goes with --comm (rocmforge doctor --comm {flag} ...)")
     from rocmforge.build.doctor import doctor
+    from rocmforge.cli.commands._nextsteps import stack_recipes
     from rocmforge.recipe.load import load_recipe
 
+    stack = stack_recipes(args.recipe) if args.recipe else None
+    if stack is not None:
+        return _run_stack(args, *stack)
     recipe = load_recipe(args.recipe) if args.recipe else None
     report = doctor(recipe, env=os.environ, sysroot=Path(args.sysroot))
     store = store_info(args)
@@ -77,10 +81,49 @@ def run(args: argparse.Namespace) -> int:
         lines = render(report, recipe)
         state = "exists" if store["exists"] else "not created yet: realize creates it"
         lines.insert(1, f"  store:     {store['path']} ({store['how']}; {state})")
+        if recipe is not None:
+            lines += _next_lines(args, store, report, [recipe.package.name], stack=False)
         for line in lines:
             print(line)
     # 1 when realize of the recipe would stop (a lint error, a missing or mismatched toolchain)
     return 1 if recipe is not None and report.blocking else 0
+
+
+def _next_lines(
+    args: argparse.Namespace, store: dict[str, Any], report: Any, names: list[str], *, stack: bool
+) -> list[str]:
+    """Free disk at the store, the MAX_JOBS afforded, and the numbered next steps."""
+    from rocmforge.cli.commands._nextsteps import next_steps, resource_lines
+
+    m = report.machine
+    return ["resources:", *resource_lines(Path(store["path"]), m.ram_bytes, m.cpu_count),
+            *next_steps(args.recipe, stack=stack, names=names)]  # fmt: skip
+
+
+def _run_stack(args: argparse.Namespace, name: str, files: list[Path]) -> int:
+    """``doctor STACK``: the machine once, each recipe's lints and toolchain, then the
+    resources and next steps for the stack; 1 when realize of any recipe would stop."""
+    from rocmforge.build.doctor import doctor
+    from rocmforge.recipe.load import load_recipe
+
+    recipes = [load_recipe(f) for f in files]
+    reports = [doctor(r, env=os.environ, sysroot=Path(args.sysroot)) for r in recipes]
+    store = store_info(args)
+    if args.json:
+        emit_json({"stack": name, "store": store,
+                   "recipes": [{"recipe": str(r.file), **rep.to_json()}
+                               for r, rep in zip(recipes, reports, strict=True)]})  # fmt: skip
+    else:
+        lines = render(reports[0], None)  # the machine, once
+        state = "exists" if store["exists"] else "not created yet: realize creates it"
+        lines.insert(1, f"  store:     {store['path']} ({store['how']}; {state})")
+        for r, rep in zip(recipes, reports, strict=True):
+            lines += render(rep, r)[len(render(rep, None)) :]
+        names = [r.package.name for r in recipes]
+        lines += _next_lines(args, store, reports[0], names, stack=True)
+        for line in lines:
+            print(line)
+    return 1 if any(rep.blocking for rep in reports) else 0
 
 
 def store_info(args: argparse.Namespace) -> dict[str, Any]:
