@@ -196,6 +196,11 @@ class BuildTimeout(BuildError):
     """The build exceeded ``[build].timeout``; its whole process tree was killed."""
 
 
+class BuildStalled(BuildTimeout):
+    """A build step finished no edge for ``--stall-timeout``; its process tree was killed and
+    the message names what was still running."""
+
+
 class CheckError(BuildError):
     """The built wheel failed its check (install or import in a fresh venv, version mismatch)."""
 

@@ -14,13 +14,14 @@ sit at the top. The wings, in the order of the pipeline, lowest first (:data:`WI
 6. ``lock``: pins (refs, requirement closures, companions, SDK wheels)
 7. ``plan``: resolve a recipe or a graph into a derivation and its hash
 8. ``trust``: provenance, signing, audit, explain (it reads plans, never reaches into a build)
-9. ``build``: the sandbox, the build, the check
-10. ``cache``: binary caches (substitute, push, export)
-11. ``executor``: Slurm
-12. ``accept``: GPU acceptance of what was built (the checks, their sandbox, the proof)
-13. ``pipeline``: realize one recipe or a graph (lookup, substitute, build, publish), the memo
-14. ``cli``: the parser, the verb table, the commands (the only printers)
-15. the entry points: ``console.py``, ``__main__.py``
+9. ``observe``: build telemetry (ninja logs, process-tree samples, ETA, stalls, trace, report)
+10. ``build``: the sandbox, the build, the check
+11. ``cache``: binary caches (substitute, push, export)
+12. ``executor``: Slurm
+13. ``accept``: GPU acceptance of what was built (the checks, their sandbox, the proof)
+14. ``pipeline``: realize one recipe or a graph (lookup, substitute, build, publish), the memo
+15. ``cli``: the parser, the verb table, the commands (the only printers)
+16. the entry points: ``console.py``, ``__main__.py``
 
 A module may import from its own wing or a lower one. ``store/layout.py`` is import-free (only
 the stdlib ``os`` and ``stat``) and may be imported from any wing.
@@ -47,7 +48,7 @@ LAYOUT_ALLOWED = {"os", "stat", "__future__"}
 
 #: The wings, lowest first: a module may import from its own wing or an earlier one.
 WINGS = ("util", "recipe", "store", "sources", "toolchain", "wheel", "lock", "plan", "trust",
-         "build", "cache", "executor", "accept", "pipeline", "cli")  # fmt: skip
+         "observe", "build", "cache", "executor", "accept", "pipeline", "cli")  # fmt: skip
 _SUBPACKAGE_LAYER = {name: i for i, name in enumerate(WINGS)}
 #: The modules allowed at the top of the package, and their layer.
 _TOP_LAYER = {"__init__": 0, "errors": 0, "config": 0, "console": len(WINGS),

@@ -927,6 +927,7 @@ class _Deadline:
         log: BinaryIO,
         on_line: Callable[[str], None] | None = None,
         deadline: Callable[[], float | None] | None = None,
+        on_start: Callable[[int], None] | None = None,
     ) -> RunResult:
         """Run as the wrapped runner does, with ``end`` as the deadline when it is earlier."""
 
@@ -937,7 +938,8 @@ class _Deadline:
         left = max(0.1, self.end - time.monotonic())
         result = self.runner.run(argv, cwd=cwd, env=env, mounts=mounts,
                                  timeout=left if timeout is None else min(timeout, left),
-                                 log=log, on_line=on_line, deadline=until)  # fmt: skip
+                                 log=log, on_line=on_line, deadline=until,
+                                 on_start=on_start)  # fmt: skip
         self.timed_out = result.timed_out
         return result
 

@@ -27,6 +27,7 @@ from rocmforge.build.sandbox import Mount, Runner, compose_mounts
 from rocmforge.build.scm import source_env
 from rocmforge.errors import (
     BuildError,
+    BuildStalled,
     BuildTimeout,
     CheckError,
     Diagnosis,
@@ -236,6 +237,22 @@ def warn_foreign_runpaths(
             reporter.warning(text)
 
 
+def _apply_advice(resolved: Resolved, env: dict[str, str], watch: Any, log: BinaryIO) -> None:
+    """Set MAX_JOBS from ``watch.advice`` when the recipe leaves it to rocmforge: not in its
+    ``[env]``, not passed through from the caller (a graph's share of the cores still bounds
+    it). Never hashed: parallelism does not change the wheel."""
+    advice = getattr(watch, "advice", None)
+    build = resolved.recipe.build
+    if advice is None or "MAX_JOBS" in resolved.recipe.env:
+        return
+    if "MAX_JOBS" in build.passthrough and "MAX_JOBS" in os.environ:
+        return
+    share = env.get("MAX_JOBS")
+    jobs = advice.jobs if not (share and share.isdigit()) else min(advice.jobs, int(share))
+    env["MAX_JOBS"] = str(jobs)
+    log.write(f"rocmforge: MAX_JOBS={jobs}: {advice.text()} (from {advice.source})\n".encode())
+
+
 def _run_steps(
     resolved: Resolved,
     runner: Runner,
@@ -247,6 +264,7 @@ def _run_steps(
     extra: Sequence[Mount] = (),
     hidden: Sequence[str] = (),
     cache: Any = None,
+    watch: Any = None,
 ) -> tuple[list[StepTiming], Any]:
     """Run the build steps (and the ``[build] repair`` step) in the sandbox; return each step's
     start and duration, and the compiler cache's setup when one was used (``cache`` is the
@@ -257,6 +275,12 @@ def _run_steps(
 
     The log gets a ``rocmforge: [<UTC time>] step i/n: <command>`` line before each step and a
     ``rocmforge: [<UTC time>] step i/n finished in N s`` line after it.
+
+    ``watch`` (a :class:`rocmforge.observe.watch.BuildWatch`, None: no telemetry) samples each
+    step's process tree and follows its ninja; with its ``--stall-timeout`` a step that stalls
+    is killed (:class:`~rocmforge.errors.BuildStalled`). ``watch.advice``, when set, is the
+    MAX_JOBS the previous build's memory advises, applied when the recipe leaves MAX_JOBS to
+    rocmforge (neither its ``[env]`` nor the caller's passed-through environment sets it).
     """
     mounts = [
         Mount(host=root / "src", inside="/build/src", writable=True),
@@ -271,6 +295,9 @@ def _run_steps(
     paths = {name: runner.sandbox_path(m) for name, m in zip(names, mounts[:4], strict=True)}
     paths["tmp"] = "/tmp" if paths["src"] == "/build/src" else str(root / "tmp")
     env = build_env(resolved, paths=paths, host_env=os.environ)
+    if watch is not None:
+        watch.inside_src = paths["src"]
+        _apply_advice(resolved, env, watch, log)
     setup = None
     if cache is not None:  # mounts and env only: nothing of the cache enters the derivation
         from rocmforge.build import ccache
@@ -324,6 +351,8 @@ def _run_steps(
         started, clock = time.time(), time.monotonic()
         log.write(f"rocmforge: [{_utc(started)}] {label}: {command}\n".encode())
         log.flush()
+        if watch is not None:
+            watch.start_step(label)
         result = runner.run(
             argv,
             cwd=paths["src"],
@@ -332,12 +361,29 @@ def _run_steps(
             timeout=max(1.0, deadline - time.monotonic()),
             log=log,
             on_line=reporter.log_line,
+            deadline=watch.deadline if watch is not None and watch.stall_timeout else None,
+            on_start=watch.attach if watch is not None else None,
         )
         seconds = round(time.monotonic() - clock, 3)
-        done = f"rocmforge: [{_utc(time.time())}] {label} finished in {seconds:.1f} s\n"
+        usage = ""
+        if watch is not None:
+            from rocmforge.observe.record import human_bytes
+
+            used = watch.end_step(seconds)
+            cpu = f"CPU {used.cpu_seconds:.1f} s, " if used.cpu_seconds is not None else ""
+            usage = f" ({cpu}peak RSS {human_bytes(used.peak_rss)})"
+        done = f"rocmforge: [{_utc(time.time())}] {label} finished in {seconds:.1f} s{usage}\n"
         log.write(done.encode())
         log.flush()
         timings.append(StepTiming(label=label, command=command, started=started, seconds=seconds))
+        stall = watch.deadline() if watch is not None and watch.stall_timeout else None
+        if result.timed_out and stall is not None and stall < deadline - 0.5 \
+                and stall <= time.monotonic():
+            assert watch is not None
+            reason = watch.note_killed()
+            log.write(f"rocmforge: {reason}\n".encode())
+            log.flush()
+            raise BuildStalled(reason)
         if result.timed_out:
             raise BuildTimeout(f"{label} timed out after {resolved.recipe.build.timeout:.0f} s")
         if result.returncode != 0:
@@ -620,9 +666,10 @@ def _build_in(
     log: BinaryIO,
     check_requirements: Sequence[Path],
     cache: Any = None,
+    watch: Any = None,
 ) -> Staged:
     """Prepare, build and stage ``resolved`` in the fresh build directory ``root`` (with the
-    compiler cache ``cache``, if any)."""
+    compiler cache ``cache``, if any; ``watch``: the build's telemetry, see :func:`_run_steps`)."""
     reporter.phase("prepare")
     materialize_source(
         resolved.recipe.source, resolved.source, root / "src", cache=store.sources_dir
@@ -682,6 +729,7 @@ def _build_in(
         extra=extra,
         hidden=hidden,
         cache=cache,
+        watch=watch,
     )
     staged = _stage(resolved, store, root, runner, reporter, log, check_requirements)
     return dataclasses.replace(
@@ -728,6 +776,76 @@ def _hide_host_rocm(store: Store) -> list[str]:
 
     hidden_dirs, hidden_files = host_rocm_files(store.cache_dir)
     return [*hidden_dirs, *hidden_files]
+
+
+#: ``ROCMFORGE_TELEMETRY=off`` (or 0, no, false) builds without the watch (the benchmark's "off").
+TELEMETRY_ENV = "ROCMFORGE_TELEMETRY"
+
+
+def telemetry_enabled(env: Mapping[str, str] = os.environ) -> bool:
+    """Whether builds are watched (:mod:`rocmforge.observe`): unless ``ROCMFORGE_TELEMETRY``
+    is ``off``, ``0``, ``no`` or ``false``."""
+    return env.get(TELEMETRY_ENV, "").strip().lower() not in ("off", "0", "no", "false")
+
+
+def _make_watch(
+    resolved: Resolved,
+    store: Store,
+    reporter: Reporter,
+    stall_after: float | None,
+    stall_timeout: float | None,
+) -> Any:
+    """The build's :class:`~rocmforge.observe.watch.BuildWatch` (None with telemetry off),
+    with the history and the MAX_JOBS advice of the newest entry of the same name."""
+    if not telemetry_enabled():
+        return None
+    from rocmforge.observe.advice import advise_jobs
+    from rocmforge.observe.record import previous_record
+    from rocmforge.observe.watch import BuildWatch, History
+    from rocmforge.toolchain.machine import cpu_count, ram_bytes
+
+    drv = resolved.derivation
+    history = advice = None
+    found = previous_record(store.entries_dir, drv.name)
+    if found is not None:
+        path, record = found
+        history = History.from_record(record, str(path))
+        advice = advise_jobs(
+            record.job_peak_rss, ram_bytes=ram_bytes(), cores=cpu_count(), source=path.name
+        )
+    watch = BuildWatch(
+        reporter=reporter, history=history, stall_after=stall_after, stall_timeout=stall_timeout
+    )
+    watch.advice = advice
+    return watch
+
+
+class _WatchedReporter:
+    """The reporter a watched build talks to: lines go through the watch (ninja's status),
+    phases are recorded; everything reaches the caller's reporter."""
+
+    def __init__(self, inner: Reporter, watch: Any) -> None:
+        self.inner = inner
+        self.watch = watch
+
+    def phase(self, name: str) -> None:
+        """Record the phase and pass it on."""
+        self.watch.phase(name)
+        self.inner.phase(name)
+
+    def log_line(self, line: str) -> None:
+        """Let the watch read the line (it passes it on)."""
+        self.watch.on_line(line)
+
+    def warning(self, message: str) -> None:
+        """Pass the warning on."""
+        self.inner.warning(message)
+
+    def progress(self, text: str) -> None:
+        """Pass ninja's progress and ETA on, to a reporter that shows it."""
+        shown = getattr(self.inner, "progress", None)
+        if shown is not None:
+            shown(text)
 
 
 def rebuild(
@@ -799,8 +917,15 @@ def build(
     check_requirements: Sequence[Path] = (),
     replace: bool = False,
     compiler_cache: bool = True,
+    stall_after: float | None = None,
+    stall_timeout: float | None = None,
 ) -> BuildOutcome:
     """Build ``resolved`` in a fresh directory under ``store/tmp`` and publish it.
+
+    Unless ``ROCMFORGE_TELEMETRY=off``, the build is watched (:mod:`rocmforge.observe`): ninja
+    progress and an ETA from the previous entry of the same name, stall warnings after
+    ``stall_after`` seconds without a finished edge (None: the default) and a failure after
+    ``stall_timeout``, the process tree sampled; the record goes into the entry.
 
     ``check_requirements`` are the wheels of ``[check] requirements``, installed beside the built
     wheel for the import check only. With ``replace`` the new entry supersedes an existing one
@@ -809,25 +934,42 @@ def build(
     """
     drv = resolved.derivation
     started = time.time()
+    watch = _make_watch(resolved, store, reporter, stall_after, stall_timeout)
+    if watch is not None:
+        reporter = _WatchedReporter(reporter, watch)
     with store.new_build_dir(drv.hash) as bd:
         root = bd.path
         log_path = root / layout.BUILD_DIR_LOG
         for d in ("out", "home", "tmp"):
             (root / d).mkdir()
+        if watch is not None:
+            watch.host_src = root / "src"
         try:
             with open(log_path, "ab") as log:
+                if watch is not None:
+                    watch.log = log
                 cache = None
                 if compiler_cache and resolved.recipe.build.compiler_cache != "off":
                     from rocmforge.build import ccache
 
                     cache = ccache.settings(store.root)
                 staged = _build_in(
-                    root, resolved, store, runner, reporter, log, check_requirements, cache
-                )
+                    root, resolved, store, runner, reporter, log, check_requirements, cache,
+                    watch,
+                )  # fmt: skip
                 portability = check_portable(resolved, root, log_path, reporter)
                 log.write(f"rocmforge: build finished in {time.time() - started:.1f} s\n".encode())
             reporter.phase("publish")
             compress_file(log_path, root / "entry" / layout.BUILD_LOG, durable=False)
+            byproducts = [root / "entry" / layout.BUILD_LOG]
+            telemetry = None
+            if watch is not None:
+                from rocmforge.observe.record import write_record
+
+                record = watch.finish(root / "src", warn=reporter.warning)
+                write_record(record, root / "entry" / layout.TELEMETRY)
+                byproducts.append(root / "entry" / layout.TELEMETRY)
+                telemetry = record.summary()
             finished = time.time()
             seconds = finished - started
             statement = make_statement(
@@ -838,7 +980,7 @@ def build(
                 finished=finished,
                 links=staged.links,
                 cache=store.sources_dir,
-                byproducts=[root / "entry" / layout.BUILD_LOG],
+                byproducts=byproducts,
             )
             if staged.repair:  # what [build] repair did: the wheels before and after, the policy
                 internal = statement["predicate"]["buildDefinition"]["internalParameters"]
@@ -863,6 +1005,7 @@ def build(
                 compiler_cache=staged.compiler_cache,
                 portability=[f.to_json() for f in portability],
                 built_against=sorted({d.hash for d in resolved.dependencies}),
+                telemetry=telemetry,
             )
             publish = store.replace if replace else store.publish
             entry = publish(

@@ -78,6 +78,7 @@ class Runner(Protocol):
         log: BinaryIO,
         on_line: Callable[[str], None] | None = None,
         deadline: Callable[[], float | None] | None = None,
+        on_start: Callable[[int], None] | None = None,
     ) -> RunResult:
         """Run ``argv`` with exactly ``env``, stdout+stderr appended to ``log``.
 
@@ -85,7 +86,9 @@ class Runner(Protocol):
         process tree is killed and ``timed_out`` is set; on KeyboardInterrupt it is killed too.
         ``deadline``, asked a few times a second, may name an earlier end (a ``time.monotonic``
         instant, or None for none): a caller's per-step budget, moved as the output shows the
-        command's progress (the GPU acceptance checks' own timeouts).
+        command's progress (the GPU acceptance checks' own timeouts). ``on_start`` is called
+        with the pid of the supervisor once the command runs (the root of its process tree, for
+        :mod:`rocmforge.observe`).
         """
         ...
 
@@ -201,13 +204,14 @@ class BwrapRunner:
         log: BinaryIO,
         on_line: Callable[[str], None] | None = None,
         deadline: Callable[[], float | None] | None = None,
+        on_start: Callable[[int], None] | None = None,
     ) -> RunResult:
         """Run ``argv`` inside bubblewrap with exactly ``env``; see :class:`Runner`."""
         _check_mounts(mounts, relocated=True)
         cmd = self.command(argv, cwd=cwd, env=env, mounts=mounts)
         return run_supervised(
             cmd, env={}, cwd="/", timeout=timeout, log=log, on_line=on_line,
-            grace=self.kill_grace, deadline=deadline,
+            grace=self.kill_grace, deadline=deadline, on_start=on_start,
         )  # fmt: skip
 
 
@@ -235,6 +239,7 @@ class NoneRunner:
         log: BinaryIO,
         on_line: Callable[[str], None] | None = None,
         deadline: Callable[[], float | None] | None = None,
+        on_start: Callable[[int], None] | None = None,
     ) -> RunResult:
         """Run ``argv`` under the reaper with exactly ``env``; see :class:`Runner`."""
         _check_mounts(mounts, relocated=False)
@@ -246,7 +251,7 @@ class NoneRunner:
             raise SandboxError(f"cannot start {shlex.join(argv)!r}: {program}: no such program")
         return run_supervised(
             argv, env=env, cwd=cwd, timeout=timeout, log=log, on_line=on_line,
-            grace=self.kill_grace, deadline=deadline,
+            grace=self.kill_grace, deadline=deadline, on_start=on_start,
         )  # fmt: skip
 
 
@@ -260,6 +265,7 @@ def run_supervised(
     on_line: Callable[[str], None] | None,
     grace: float,
     deadline: Callable[[], float | None] | None = None,
+    on_start: Callable[[int], None] | None = None,
 ) -> RunResult:
     """Run ``argv`` with exactly ``env`` under :mod:`rocmforge.util.reaper`; every runner's ``run``.
 
@@ -271,8 +277,10 @@ def run_supervised(
     read_fd, write_fd = os.pipe()
     pending = [write_fd]  # closed by _send_env once the reaper runs, else below
 
-    def send() -> None:
+    def send(pid: int) -> None:
         _send_env(pending.pop(), env)
+        if on_start is not None:
+            on_start(pid)
 
     try:
         cmd = [sys.executable, "-I", "-S", _REAPER, str(read_fd), str(os.getpid()), str(grace)]
@@ -537,13 +545,13 @@ def _run_streaming(
     on_line: Callable[[str], None] | None,
     grace: float,
     pass_fds: Sequence[int] = (),
-    started: Callable[[], None] | None = None,
+    started: Callable[[int], None] | None = None,
     deadline: Callable[[], float | None] | None = None,
 ) -> RunResult:
     """Spawn ``cmd`` in a new session, stream its output to ``log``, kill its group at the end.
 
-    ``pass_fds`` stay open in the child; ``started`` is called once it runs (before any output
-    is read), and if it raises, the child is killed and the error propagates.
+    ``pass_fds`` stay open in the child; ``started`` is called with its pid once it runs (before
+    any output is read), and if it raises, the child is killed and the error propagates.
     """
     start = time.monotonic()
     end = None if timeout is None else start + timeout
@@ -567,7 +575,7 @@ def _run_streaming(
     timed_out = False
     try:
         if started is not None:
-            started()
+            started(proc.pid)
         timed_out = _pump(proc, pipe.fileno(), end, log, lines, deadline)
         if timed_out:
             _terminate(proc, grace)

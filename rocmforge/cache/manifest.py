@@ -23,7 +23,7 @@ SCHEMA = 1
 #: meta.json fields a manifest carries across (informational; everything trusted is signed).
 #: ``built_against`` lets ``cache gc`` keep closures without reading derivations; a substitute
 #: takes it from the verified derivation instead.
-CARRIED_META = ("build_seconds", "archs", "links", "steps", "built_against")
+CARRIED_META = ("build_seconds", "archs", "links", "steps", "built_against", "telemetry")
 
 
 @dataclass(frozen=True, slots=True)

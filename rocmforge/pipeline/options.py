@@ -66,6 +66,11 @@ class RealizeOptions:
     jobs: int = 1
     #: ``--keep-going``: after a failure, still build what does not depend on it.
     keep_going: bool = False
+    #: ``--stall-after D``: warn after D seconds without a finished edge (None: 5x the previous
+    #: build's longest edge, at least 10 minutes).
+    stall_after: float | None = None
+    #: ``--stall-timeout D``: fail a build step after D seconds without a finished edge.
+    stall_timeout: float | None = None
 
     @property
     def level(self) -> str:
@@ -113,4 +118,8 @@ class RealizeOptions:
             argv += ["-j", str(self.jobs)]
         if self.keep_going:
             argv.append("--keep-going")
+        if self.stall_after is not None:
+            argv += ["--stall-after", f"{self.stall_after!r}s"]
+        if self.stall_timeout is not None:
+            argv += ["--stall-timeout", f"{self.stall_timeout!r}s"]
         return argv

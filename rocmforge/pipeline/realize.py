@@ -484,6 +484,8 @@ def build_step(
         check_requirements=tuple(closure_wheels([q.wheel for q in check_reqs], r)),
         replace=replacing is not None,
         compiler_cache=options.compiler_cache,
+        stall_after=options.stall_after,
+        stall_timeout=options.stall_timeout,
     )
     return Outcome(entry=outcome.entry, sandbox=outcome.sandbox)
 

@@ -121,6 +121,9 @@ class EntryMeta:
     built_against: tuple[str, ...] = ()
     #: Where a substituted entry came from (``cache``, ``keyid``, ``substituted``); None when built.
     origin: Mapping[str, Any] | None = None
+    #: The build's telemetry summary (peak RSS, CPU seconds, compile-job peak, per step; see
+    #: :mod:`rocmforge.observe.record`); None when built without it.
+    telemetry: Mapping[str, Any] | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     @property
@@ -176,6 +179,7 @@ class EntryMeta:
             ),
             "built_against": list(self.built_against) or None,
             "origin": self.origin,
+            "telemetry": self.telemetry,
         }
         out.update((k, v) for k, v in optional.items() if v is not None)
         return out
@@ -210,6 +214,7 @@ def build_fields(
     compiler_cache: Mapping[str, Any] | None = None,
     portability: Sequence[Mapping[str, str]] = (),
     built_against: Sequence[str] = (),
+    telemetry: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Return what a build knows of its entry's ``meta.json``, under the file's keys, for
     :meth:`~rocmforge.store.store.Store.publish` (which adds hash, name, version, created and
@@ -233,6 +238,8 @@ def build_fields(
         out["portability"] = [dict(p) for p in portability]
     if built_against:
         out["built_against"] = list(built_against)
+    if telemetry is not None:
+        out["telemetry"] = dict(telemetry)
     return out
 
 

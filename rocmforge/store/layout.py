@@ -9,7 +9,8 @@ too although they sit above the store. Checks use plain ``str`` methods.
 Layout under the store root::
 
     entries/<hash>-<name>-<version>/   published, read-only: the wheels, derivation.json,
-                                       build.log.zst, provenance.json, meta.json
+                                       build.log.zst, provenance.json, meta.json,
+                                       telemetry.json.zst (when recorded)
     tmp/<hash>.<pid>.<rand>/           builds in progress, each guarded by tmp/<same>.lock
     locks/<hash>.lock                  per-hash build locks
     failed/<entry name>.log.zst        logs of failed builds (and a .json diagnosis beside each)
@@ -47,6 +48,8 @@ META = "meta.json"
 DERIVATION = "derivation.json"
 BUILD_LOG = "build.log.zst"
 PROVENANCE = "provenance.json"
+#: The build's telemetry record: samples, step usage, the ninja logs (rocmforge.observe.record).
+TELEMETRY = "telemetry.json.zst"
 #: DSSE envelope over provenance.json, signed with the store's ed25519 key (absent when unsigned).
 PROVENANCE_DSSE = "provenance.dsse.json"
 WHEEL_SUFFIX = ".whl"

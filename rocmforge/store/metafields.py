@@ -94,7 +94,7 @@ def wheel_fields(value: Any, *, file: object, key: str) -> dict[str, Any]:
 KNOWN = frozenset(
     {"hash", "name", "version", "created", "size", "wheels", "sandbox", "build_seconds",
      "sources", "files", "archs", "links", "seal", "steps", "compiler_cache",
-     "portability", "built_against", "origin"}
+     "portability", "built_against", "origin", "telemetry"}
 )  # fmt: skip
 
 
@@ -169,6 +169,15 @@ def meta_fields(data: Any, *, file: object) -> dict[str, Any]:
         isinstance(origin, dict) and isinstance(origin.get("cache"), str)
     ):
         raise fail(file, "origin", "a table with a 'cache' URL", origin)
+    telemetry = data.get("telemetry")
+    if telemetry is not None and not (
+        isinstance(telemetry, dict)
+        and all(
+            isinstance(telemetry.get(k), int) and not isinstance(telemetry[k], bool)
+            for k in ("peak_rss", "job_peak_rss", "jobs_peak")
+        )
+    ):
+        raise fail(file, "telemetry", "a table of peak_rss/job_peak_rss/jobs_peak", telemetry)
     return {
         "hash": hash_,
         "name": name,
@@ -190,5 +199,6 @@ def meta_fields(data: Any, *, file: object) -> dict[str, Any]:
         "portability": portability,
         "built_against": tuple(against),
         "origin": origin,
+        "telemetry": telemetry,
         "extra": {k: v for k, v in data.items() if k not in KNOWN},
     }

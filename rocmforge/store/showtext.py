@@ -16,6 +16,7 @@ from __future__ import annotations
 from _collections_abc import Mapping
 
 from rocmforge.util.leanjson import dumps_str
+from rocmforge.util.sizes import memory_size, usage_line
 from rocmforge.util.table import human_size, human_time
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
@@ -235,8 +236,30 @@ def show_text(
         add(f"  compiler     {cache_summary(*counts[1:])} of {counts[0]} calls")
     if run.get("started"):
         add(f"  built        {run['started']} .. {run['finished']} on {run['host']}")
+    tel = meta.get("telemetry")
+    used = {}
+    if isinstance(tel, dict):
+        ninja = tel.get("ninja") or {}
+        edges = ""
+        if ninja.get("edges"):
+            versions = "/".join(f"v{v}" for v in ninja.get("versions") or ())
+            edges = f"; {ninja['edges']} ninja edges (log {versions})"
+        stalls = f"; {tel['stalls']} stall warning(s)" if tel.get("stalls") else ""
+        add(f"  telemetry    {usage_line(tel)}{edges}{stalls}")
+        used = {s.get("label"): s for s in tel.get("steps") or () if isinstance(s, dict)}
     for t in meta.get("steps") or ():
         add(f"  {t['label']:<13}{duration(t['seconds']):>9}  {t['command']}")
+        u = used.get(t["label"])
+        if u is not None and (u.get("peak_rss") or u.get("cpu_seconds")):
+            cpu = u.get("cpu_seconds")
+            largest = memory_size(u.get("job_peak_rss") or 0)
+            jobs = (
+                f", {u['jobs_peak']} compile jobs at most (largest {largest})"
+                if u.get("jobs_peak")
+                else ""
+            )
+            cpu_text = f"CPU {cpu:.1f} s, " if isinstance(cpu, (int, float)) else ""
+            add(f"    usage      {cpu_text}peak RSS {memory_size(u.get('peak_rss') or 0)}{jobs}")
     for w in meta["wheels"]:
         add(f"  wheel        {w['file']} ({human_size(w.get('size') or 0)})")
         add(f"    sha256     {w['sha256']}")

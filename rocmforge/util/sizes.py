@@ -52,3 +52,28 @@ def tree_size(path: str | os.PathLike[str]) -> int:
             except FileNotFoundError:
                 continue
     return total
+
+
+def memory_size(n: float) -> str:
+    """``3.7 GB``, ``180 MB``, ``12 kB``: a memory size as the telemetry lines print it."""
+    for unit, size in (("GB", 1024**3), ("MB", 1024**2), ("kB", 1024)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}" if n < 10 * size else f"{n / size:.0f} {unit}"
+    return f"{int(n)} B"
+
+
+def usage_line(summary: object) -> str:
+    """A build's telemetry summary (``meta.json`` ``telemetry``) in one line: ``peak RSS 1.2 GB,
+    CPU 41.0 s, compile jobs peaked at 180 MB (2 at once)``."""
+    get = summary.get if isinstance(summary, dict) else (lambda key: None)
+    parts = [f"peak RSS {memory_size(get('peak_rss') or 0)}"]
+    cpu = get("cpu_seconds")
+    if isinstance(cpu, (int, float)):
+        parts.append(f"CPU {cpu:.1f} s")
+    job = get("job_peak_rss")
+    if isinstance(job, int) and job:
+        parts.append(
+            f"compile jobs peaked at {memory_size(job)} "
+            f"({get('jobs_peak') or 0} at once)"
+        )
+    return ", ".join(parts)

@@ -46,6 +46,8 @@ def _representative(project: Path) -> RealizeOptions:
         out_link="result",
         jobs=3,
         keep_going=True,
+        stall_after=90.0,
+        stall_timeout=1800.5,
     )
 
 

@@ -13,6 +13,8 @@ COMMANDS: dict[str, str] = {
     "realize": "build a recipe (or reuse the cached build)",
     "plan": "show the derivation and input hash, without building",
     "log": "print the build log of a build",
+    "trace": "write a build's timeline (phases, steps, ninja edges, memory) as Chrome trace JSON",
+    "report": "write a build's one-page HTML report (timeline, slowest edges, memory, sizes)",
     "lock": "pin a git ref to a full commit and build requirements to wheel digests",
     "outdated": "list newer releases of a recipe's pins (git tags, Python index, ROCm SDK)",
     "audit": "tell what produced a wheel (verified / claimed / diverged / tampered / unknown)",

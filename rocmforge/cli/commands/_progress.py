@@ -35,6 +35,8 @@ class ConsoleReporter:
         self.started = time.monotonic()
         self.current = "resolve"
         self.last = ""
+        #: ninja's progress and ETA (``[12,345/18,020] 68% ETA 0:41 (from the ...)``), if any
+        self.status = ""
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._drawn = 0.0
@@ -56,7 +58,8 @@ class ConsoleReporter:
         except OSError:
             width = 0
         width = width if width >= 20 else 100
-        text = f"[{self.label} {self.current} {self._elapsed()}] {self.last}"
+        status = f"{self.status} " if self.status else ""
+        text = f"[{self.label} {self.current} {self._elapsed()}] {status}{self.last}"
         with self._lock:
             self.stream.write("\r\x1b[K" + text[: max(10, width - 1)])
             self.stream.flush()
@@ -76,16 +79,22 @@ class ConsoleReporter:
         shown = (f"{size / 1024**2:.1f} MB" if size >= 1024**2
                  else f"{size / 1024:.1f} kB" if size >= 1024 else f"{size} B")  # fmt: skip
         last = f"; last: {self.last[:200]}" if self.last else ""
+        status = f" {self.status};" if self.status else ""
         with self._lock:
             self._say(
-                f"rocmforge: {self.label}: {self.current} still running (+{self._elapsed()}); "
-                f"output {shown}{last}"
+                f"rocmforge: {self.label}: {self.current} still running (+{self._elapsed()});"
+                f"{status} output {shown}{last}"
             )
             self.stream.flush()
+
+    def progress(self, text: str) -> None:
+        """Remember ninja's progress and ETA for the status line and the heartbeat."""
+        self.status = text
 
     def phase(self, name: str) -> None:
         """Show that a new phase started."""
         self.current = name
+        self.status = ""
         if self.tty:
             self._draw()
         else:

@@ -75,18 +75,38 @@ def run(args: argparse.Namespace) -> int:
     recipe = load_recipe(args.recipe) if args.recipe else None
     report = doctor(recipe, env=os.environ, sysroot=Path(args.sysroot))
     store = store_info(args)
+    advice = _jobs_advice(store, recipe)
     if args.json:
-        emit_json({**report.to_json(), "store": store})
+        extra = {"max_jobs": advice.to_json() if advice else None} if recipe is not None else {}
+        emit_json({**report.to_json(), "store": store, **extra})
     else:
         lines = render(report, recipe)
         state = "exists" if store["exists"] else "not created yet: realize creates it"
         lines.insert(1, f"  store:     {store['path']} ({store['how']}; {state})")
+        if recipe is not None:
+            name = recipe.package.name
+            lines.append(
+                f"  MAX_JOBS:  {advice.text()} (from {Path(advice.source).name})"
+                if advice is not None
+                else f"  MAX_JOBS:  no build of {name} with telemetry in the store to advise from"
+            )
         if recipe is not None:
             lines += _next_lines(args, store, report, [recipe.package.name], stack=False)
         for line in lines:
             print(line)
     # 1 when realize of the recipe would stop (a lint error, a missing or mismatched toolchain)
     return 1 if recipe is not None and report.blocking else 0
+
+
+def _jobs_advice(store: dict[str, Any], recipe: Any) -> Any:
+    """The MAX_JOBS advice for ``recipe`` from the newest entry of its name with telemetry in
+    the store (:mod:`rocmforge.observe.advice`), None when there is none."""
+    if recipe is None or not store["exists"]:
+        return None
+    from rocmforge.observe.advice import previous_advice
+    from rocmforge.store import layout
+
+    return previous_advice(Path(store["path"]) / layout.ENTRIES, recipe.package.name)
 
 
 def _next_lines(

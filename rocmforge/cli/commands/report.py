@@ -1,0 +1,49 @@
+"""``rocmforge report TARGET -o FILE.html``: a build's one self-contained HTML page.
+
+The timeline, the 20 slowest edges, the compiler-cache hit rate, the memory curve and the
+wheel's size by library (:mod:`rocmforge.observe.report`); no script, no network. An entry
+without telemetry is exit 1, saying so.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from rocmforge.cli.commands import COMMANDS
+from rocmforge.cli.commands._common import add_store_option, open_store
+
+
+def register(sub: Any) -> None:
+    """Add the ``report`` command."""
+    p = sub.add_parser("report", help=COMMANDS["report"])
+    p.add_argument("target", metavar="TARGET", help="input hash (prefix), entry name or path")
+    p.add_argument("-o", "--output", required=True, metavar="FILE", help="write the page here")
+    add_store_option(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """``rocmforge report TARGET -o FILE.html``: write the page; print where."""
+    from rocmforge.observe.record import read_record
+    from rocmforge.observe.report import report_html
+
+    entry = open_store(args).resolve(args.target)
+    page = report_html(
+        read_record(entry.path), entry.meta.to_json(), entry.wheels, name=entry.path.name
+    )
+    write_output(Path(args.output), page.encode())
+    print(f"{args.output}: the report of {entry.path.name} ({len(page)} bytes)")
+    return 0
+
+
+def write_output(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically; a UsageError naming it when that fails."""
+    from rocmforge.errors import UsageError
+    from rocmforge.util.fsutil import write_atomic
+
+    try:
+        write_atomic(path, data, durable=False)
+    except OSError as exc:
+        raise UsageError(f"-o {path}: cannot write it: {exc.strerror or exc}") from None

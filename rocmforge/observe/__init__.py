@@ -1,0 +1,1 @@
+"""Build telemetry: ninja progress and ETA, process-tree samples, stall alarms, the timeline."""
