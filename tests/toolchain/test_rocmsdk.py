@@ -389,7 +389,8 @@ def test_init_refuses_links_out_of_the_sdk_and_changed_wheels(tmp_path: Path) ->
 
 
 def test_rocm_module_copied_from_the_sdist_never_built(tmp_path: Path) -> None:
-    from rocmforge.lock.sdkwheels import index_locations as _locations, _sdists
+    from rocmforge.lock.sdkwheels import _sdists
+    from rocmforge.lock.sdkwheels import index_locations as _locations
 
     index = tmp_path / "index"
     paths = _tiny_sdk(index)
