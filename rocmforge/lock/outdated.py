@@ -109,11 +109,10 @@ def tag_versions(url: str) -> list[str]:
 def index_versions(name: str, args: Sequence[str]) -> tuple[list[str], str]:
     """The versions of package ``name`` (wheels and sdists) on the indexes and find-links of
     pip options ``args``, and a description of where it looked."""
-    from rocmforge.lock.sdkwheels import index_locations, listing
+    from rocmforge.lock.sdkwheels import listing, project_pages
 
-    indexes, links = index_locations(args)
     normal = re.sub(r"[-_.]+", "-", name).lower()
-    pages = [f"{u.rstrip('/')}/{normal}/" for u in indexes] + list(links)
+    pages = project_pages(normal, args)
     versions: list[str] = []
     file_re = re.compile(
         rf"^{re.escape(normal).replace('-', '[-_.]')}-([^-]+?)(?:-.*\.whl|\.tar\.gz|\.zip)$",

@@ -143,12 +143,17 @@ def listing(where: str) -> list[tuple[str, str]]:
     return out
 
 
+def project_pages(project: str, args: Sequence[str]) -> list[str]:
+    """The PEP 503 pages of ``project`` (a normalized name) on the indexes of pip options
+    ``args``, then their find-links locations (each read by :func:`listing`)."""
+    indexes, links = index_locations(args)
+    return [f"{u.rstrip('/')}/{project}/" for u in indexes] + links
+
+
 def _sdists(args: Sequence[str]) -> list[tuple[str, str]]:
     """(version, location) of every ``rocm-<version>.tar.gz`` the index options reach."""
-    indexes, links = index_locations(args)
-    pages = [f"{u.rstrip('/')}/{SELECTOR}/" for u in indexes] + links
     found: dict[str, str] = {}
-    for page in pages:
+    for page in project_pages(SELECTOR, args):
         for name, where in listing(page):
             m = re.fullmatch(rf"{SELECTOR}-(.+)\.tar\.gz", name, re.IGNORECASE)
             if m and m.group(1) not in found:

@@ -336,3 +336,14 @@ def print_read(
     else:
         sys.stdout.write(out if isinstance(out, str) else out.decode(errors="replace"))
     return True
+
+
+def write_output(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically; a UsageError naming it when that fails."""
+    from rocmforge.errors import UsageError
+    from rocmforge.util.fsutil import write_atomic
+
+    try:
+        write_atomic(path, data, durable=False)
+    except OSError as exc:
+        raise UsageError(f"-o {path}: cannot write it: {exc.strerror or exc}") from None

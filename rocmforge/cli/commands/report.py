@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from rocmforge.cli.commands import COMMANDS
-from rocmforge.cli.commands._common import add_store_option, open_store
+from rocmforge.cli.commands._common import add_store_option, open_store, write_output
 
 
 def register(sub: Any) -> None:
@@ -37,13 +37,3 @@ def run(args: argparse.Namespace) -> int:
     print(f"{args.output}: the report of {entry.path.name} ({len(page)} bytes)")
     return 0
 
-
-def write_output(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically; a UsageError naming it when that fails."""
-    from rocmforge.errors import UsageError
-    from rocmforge.util.fsutil import write_atomic
-
-    try:
-        write_atomic(path, data, durable=False)
-    except OSError as exc:
-        raise UsageError(f"-o {path}: cannot write it: {exc.strerror or exc}") from None

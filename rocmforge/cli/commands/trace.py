@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from rocmforge.cli.commands import COMMANDS
-from rocmforge.cli.commands._common import add_store_option, open_store
+from rocmforge.cli.commands._common import add_store_option, open_store, write_output
 
 
 def register(sub: Any) -> None:
@@ -27,7 +27,6 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """``rocmforge trace TARGET -o FILE``: write the entry's trace; print where."""
-    from rocmforge.cli.commands.report import write_output
     from rocmforge.observe.record import read_record
     from rocmforge.observe.trace import trace_events
 
