@@ -3,7 +3,7 @@ recipes; acknowledged lints do not stop a build; an error lint stops realize bef
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
 
@@ -609,17 +609,21 @@ def test_realize_probes_and_lints_once(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """The CLI lints every recipe before building any; realize must not lint (or probe) again."""
+    """The CLI lints every recipe before building any; realize must not lint (or probe) again.
+
+    Counted at the lint probe (``lint_facts``), not at ``/proc/meminfo``: the build's telemetry
+    records the host's RAM too, and that is not a second lint."""
     from rocmforge.cli import main as cli
+    from rocmforge.pipeline import realize as realize_mod
     from rocmforge.recipe import lints
     from rocmforge.toolchain import machine
 
-    probes: list[Path] = []
-    real_ram = machine.ram_bytes
+    probes: list[str] = []
+    real_facts = machine.lint_facts
 
-    def ram_spy(meminfo: Path = Path("/proc/meminfo")) -> int | None:
-        probes.append(meminfo)
-        return real_ram(meminfo)
+    def facts_spy(recipe: Recipe, env: Mapping[str, str] | None = None) -> LintFacts:
+        probes.append(recipe.package.name)
+        return real_facts(recipe, env)
 
     runs: list[str] = []
     first = lints.LINTS[0]
@@ -628,7 +632,8 @@ def test_realize_probes_and_lints_once(
         runs.append(recipe.package.name)
         return first(recipe, facts)
 
-    monkeypatch.setattr(machine, "ram_bytes", ram_spy)
+    monkeypatch.setattr(machine, "lint_facts", facts_spy)
+    monkeypatch.setattr(realize_mod, "lint_facts", facts_spy)
     monkeypatch.setattr(lints, "LINTS", (lint_spy, *lints.LINTS[1:]))
     monkeypatch.setenv("ROCMFORGE_PIP_ARGS", pip_args())
     monkeypatch.delenv("ROCMFORGE_STORE", raising=False)

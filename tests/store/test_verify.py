@@ -41,7 +41,7 @@ def _kinds(report: dict) -> set[tuple[str, str]]:
 def test_a_clean_store_verifies(two: list[dict], store: Path) -> None:
     code, report = _verify(store)
     assert code == 0 and report["ok"] and report["entries"] == 2
-    assert report["files"] == 2 * 4  # wheel, derivation, provenance, build log
+    assert report["files"] == 2 * 5  # wheel, derivation, provenance, build log, telemetry
     text = rf("verify", "--store", store)
     assert text.returncode == 0 and "2 entries" in text.stdout
 
