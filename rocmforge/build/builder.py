@@ -217,21 +217,47 @@ def _swap_repaired(resolved: Resolved, out: Path) -> dict[str, Any]:
     }
 
 
+def drop_interpreter_runpaths(resolved: Resolved, wheels: Sequence[Path], log: BinaryIO) -> None:
+    """Remove the toolchain Python's own ``<prefix>/lib`` from the RUNPATH/RPATH of every library
+    in ``wheels``, in place, before they are stamped and normalized, as auditwheel would.
+
+    That entry comes from the interpreter's ``sysconfig`` ``LDSHARED``/``LDFLAGS``
+    (``-Wl,-rpath,<prefix>/lib`` of a pyenv, conda or ``--prefix`` Python), not from the project,
+    and points at the build machine; each removal is said in the build log."""
+    from rocmforge.toolchain.runpath import interpreter_lib_dirs, strip_wheel_runpaths
+    from rocmforge.wheel.members import replace_members
+
+    dirs = interpreter_lib_dirs(resolved.toolchain.python_prefix)
+    for w in wheels:
+        members, dropped = strip_wheel_runpaths(w, dirs=dirs)
+        if not members:
+            continue
+        replace_members(w, members)
+        for lib, cut in dropped.items():
+            log.write(
+                f"rocmforge: {w.name}: {lib}: removed RUNPATH {':'.join(cut)} (the toolchain "
+                "Python's own prefix, from its sysconfig LDSHARED)\n".encode()
+            )
+
+
 def warn_foreign_runpaths(
     resolved: Resolved, wheels: Sequence[Path], reporter: Reporter, log: BinaryIO
 ) -> None:
-    """Warn about libraries whose RUNPATH points outside the wheel and the toolchain root
-    (a pyenv Python's ``-rpath`` into its prefix, say)."""
+    """Warn about libraries whose RUNPATH still points outside the wheel and the toolchain root
+    after :func:`drop_interpreter_runpaths` (an ``-rpath`` the project or the recipe adds), with
+    the fix in the recipe."""
     from rocmforge.toolchain.runpath import foreign_runpaths
 
     tc_env = resolved.toolchain.env
     roots = [tc_env[k] for k in ("ROCM_PATH", "ROCM_HOME", "HIP_PATH") if tc_env.get(k)]
     for w in wheels:
         for lib, bad in foreign_runpaths(w, allowed_roots=roots).items():
+            flags = " ".join(f"-Wl,-rpath,{b}" for b in bad)
             text = (
                 f"{w.name}: {lib} has RUNPATH {':'.join(bad)}, outside the wheel and the toolchain "
-                "root, so it looks for libraries on the build machine (a pyenv Python adds its "
-                "prefix); link without that -rpath or repair the wheel ([build] repair)"
+                f"root, so it looks for libraries on the build machine; drop `{flags}` from the "
+                "recipe's [env] LDFLAGS or, if the project adds it, with a [source] patches "
+                "entry (or make it $ORIGIN-relative)"
             )
             log.write(f"rocmforge: warning: {text}\n".encode())
             reporter.warning(text)
@@ -427,6 +453,7 @@ def _stage(
     wheels = out_wheels(root / "out")
     if not wheels:
         raise BuildError("the build finished but wrote no wheel into $OUT")
+    drop_interpreter_runpaths(resolved, wheels, log)
     warn_foreign_runpaths(resolved, wheels, reporter, log)
     digests: dict[str, dict[str, str]] = {}
     staged = root / "entry"

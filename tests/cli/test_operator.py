@@ -342,6 +342,57 @@ def test_a_runpath_outside_the_wheel_is_warned_about(tmp_path: Path, wheelhouse:
     assert r.stdout.strip().endswith("linux_x86_64.whl")
 
 
+def _interpreter_with_rpath() -> tuple[str, str, str]:
+    """The test's base interpreter, its ``<prefix>/lib`` and the ``[env]`` line that gives its
+    extensions ``-Wl,-rpath,<prefix>/lib`` as a pyenv/conda Python's sysconfig LDSHARED does
+    (empty where its own LDSHARED already carries it, as pyenv's here)."""
+    import sysconfig
+
+    python = os.path.realpath(sys._base_executable)
+    libdir = os.path.join(sys.base_prefix, "lib")
+    ldshared = str(sysconfig.get_config_var("LDSHARED"))
+    if f"-rpath,{libdir}" in ldshared:
+        return python, libdir, ""
+    return python, libdir, f'[env]\nLDSHARED = "{ldshared} -Wl,-rpath,{libdir}"\n'
+
+
+@pytest.mark.slow
+def test_the_interpreters_own_runpath_is_removed_and_the_projects_is_warned_with_a_fix(
+    tmp_path: Path, wheelhouse: Path
+) -> None:
+    import zipfile
+
+    from rocmforge.toolchain.runpath import elf_runpaths
+
+    python, libdir, env = _interpreter_with_rpath()
+    recipe = _cext(tmp_path, wheelhouse, repair=False)
+    toolchain = f'[toolchain]\npython = "{python}"\n\n{env}[build]'
+    text = recipe.read_text().replace("[build]", toolchain)
+    recipe.write_text(text)
+    r = rf("realize", recipe, "--store", tmp_path / "s", "--json")
+    assert r.returncode == 0, r.stderr
+    (built,) = json.loads(r.stdout)
+    with zipfile.ZipFile(built["wheels"][0]) as zf:
+        (ext,) = [n for n in zf.namelist() if n.startswith("cx/_c.")]
+        assert elf_runpaths(zf.read(ext)) == ["/opt/elsewhere/lib"]  # the project's stays
+    warnings = [ln for ln in r.stderr.splitlines() if ln.startswith("warning:")]
+    (warning,) = [ln for ln in warnings if "RUNPATH" in ln]
+    assert libdir not in warning and "RUNPATH /opt/elsewhere/lib," in warning
+    assert "drop `-Wl,-rpath,/opt/elsewhere/lib` from the recipe's [env] LDFLAGS" in warning
+    assert "[source] patches" in warning
+    log = rf("log", recipe, "--store", tmp_path / "s").stdout
+    assert f"{ext}: removed RUNPATH {libdir} (the toolchain Python's own prefix" in log
+    # without the project's -rpath the build warns about nothing and the wheel has no RUNPATH
+    (tmp_path / "cx-src" / "setup.py").write_text(CEXT_SETUP.replace(
+        ', extra_link_args=["-Wl,-rpath,/opt/elsewhere/lib"]', ""))  # fmt: skip
+    r = rf("realize", recipe, "--store", tmp_path / "s", "--json")
+    assert r.returncode == 0, r.stderr
+    assert "RUNPATH" not in r.stderr
+    (built,) = json.loads(r.stdout)
+    with zipfile.ZipFile(built["wheels"][0]) as zf:
+        assert elf_runpaths(zf.read(ext)) == []
+
+
 @pytest.mark.slow
 def test_repair_with_auditwheel_gives_a_manylinux_wheel_recorded_in_provenance(
     tmp_path: Path, wheelhouse: Path
