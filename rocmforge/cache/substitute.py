@@ -38,7 +38,7 @@ from rocmforge.store import layout
 from rocmforge.store.accepted import run_files, write_run
 from rocmforge.store.entry import Entry, input_hash, read_derivation
 from rocmforge.store.store import Store
-from rocmforge.trust.signing import PublicKey, trusted_keys, verify_envelope
+from rocmforge.trust.signing import PublicKey, SignatureCheck, trusted_keys, verify_envelope
 from rocmforge.util.hashing import file_digests
 from rocmforge.util.progress import Reporter
 
@@ -98,13 +98,13 @@ def _check(
     want: Wanted,
     trusted: Mapping[str, PublicKey],
     blake3s: Mapping[str, str],
-) -> tuple[str, dict[str, Any], tuple[Wanted, ...]]:
+) -> tuple[SignatureCheck, dict[str, Any], tuple[Wanted, ...]]:
     """Check signature, statement and derivation of the downloaded entry.
 
     ``blake3s`` are the downloaded wheels' blake3 digests: each must be the one the signed
     statement names (a statement without one is checked by the wheel's sha256 instead).
 
-    Return the signing key's id, the signed statement, and the entries it was built against
+    Return the (valid) signature check, the signed statement, and the entries it was built against
     (from the verified derivation's ``recipes``).
     """
     names = {f.name for f in manifest.files}
@@ -123,9 +123,8 @@ def _check(
     if not isinstance(envelope, dict):
         raise Refused("the signature envelope is not a JSON object")
     check = verify_envelope(envelope, trusted, payload=payload)
-    if check.status != "valid":
-        who = f" ({check.keyid})" if check.keyid else ""
-        raise Refused(f"signature {check.status}{who}: {check.detail}")
+    if check.status != "valid":  # the detail names the signers (and the trusted keys)
+        raise Refused(f"signature {check.status}: {check.detail}")
     try:
         statement = json.loads(payload)
         internal = statement["predicate"]["buildDefinition"]["internalParameters"]
@@ -164,7 +163,7 @@ def _check(
         if layout.entry_problem(dep.hash, dep.name, dep.version):
             raise Refused(f"derivation.json names an invalid dependency {dep.hash!r}")
         deps.append(dep)
-    return str(check.keyid), statement, tuple(deps)
+    return check, statement, tuple(deps)
 
 
 def manifest_size(manifest: Manifest, name: str) -> int:
@@ -237,7 +236,7 @@ def _try(
             blake3s = _download(backend, manifest, dest)
         except (OSError, http.client.HTTPException) as exc:  # cut short, disk full: no entry
             raise CacheError(f"cannot download {want.hash}: {_reason(exc)}") from None
-        keyid, statement, deps = _check(manifest, dest, want, trusted, blake3s)
+        check, statement, deps = _check(manifest, dest, want, trusted, blake3s)
         # Its closure first, as Nix substitutes a path's references before the path: an entry
         # never lands in the store without what it was built against.
         _closure(store, caches, deps, reporter, trusted, protect)
@@ -254,7 +253,8 @@ def _try(
         meta["built_against"] = sorted({d.hash for d in deps})
         meta["origin"] = {
             "cache": backend.url,
-            "keyid": keyid,
+            "keyid": check.keyid,
+            "fingerprint": check.fingerprint,
             "substituted": round(now(), 3),
             "host": internal.get("host"),
         }

@@ -287,7 +287,9 @@ def _verified(root: str, db: sqlite3.Connection, wheel: str) -> dict[str, object
         store_path=entry,
         archs=archs,
         links=links,
-        signature={"status": "unsigned", "keyid": None, "detail": ""},
+        signature={
+            "status": "unsigned", "keyid": None, "fingerprint": None, "detail": "", "signers": []
+        },
         origin=origin,
         derivation=derivation,
     )

@@ -1,8 +1,13 @@
 """Signing provenance: ed25519 keys, DSSE envelopes, and the trusted-keys list.
 
 Keys are text, one line each, in the form Nix uses for binary caches: ``NAME:BASE64``, where the
-secret key file holds the 32-byte ed25519 seed and a public key the 32-byte verify key. ``NAME``
-is the key's id (``keyid`` in the envelope): it says which trusted key to check a signature with.
+secret key file holds the 32-byte ed25519 seed and a public key the 32-byte verify key. A key's
+identity is its name together with its **fingerprint**, the hex sha256 of the 32-byte verify key
+(:attr:`PublicKey.fingerprint`, shown as ``NAME (ed25519 9f3c1a2b..)``): two keys of one name
+(two hosts both called ``vm-rocmforge-1``, a key and its replacement) are never confused. A
+signature's ``keyid`` is ``NAME:ed25519:FINGERPRINT`` (:attr:`PublicKey.keyid`); a signature made
+before fingerprints were recorded has ``NAME`` alone and is checked with every trusted key of
+that name.
 
 - The **signing key** (``rocmforge key generate``) lives outside every store, mode 0600:
   ``$ROCMFORGE_SIGNING_KEY`` if set (an empty value turns signing off), else
@@ -15,8 +20,10 @@ is the key's id (``keyid`` in the envelope): it says which trusted key to check 
   (:func:`trusted_keys`, :func:`verify_envelope`).
 
 The envelope is DSSE v1: ``payloadType`` ``application/vnd.in-toto+json``, ``payload`` the
-base64 of the exact bytes of ``provenance.json``, and one signature over the DSSE
-pre-authentication encoding (PAE). PyNaCl is imported only to sign or verify (it costs ~13 ms),
+base64 of the exact bytes of ``provenance.json``, and one or more signatures over the DSSE
+pre-authentication encoding (PAE): each signer adds its own (:func:`add_signature`,
+:func:`merge_envelopes`), and an envelope is ``valid`` when any signature by a trusted key
+verifies. PyNaCl is imported only to sign or verify (it costs ~13 ms),
 never on a cache hit.
 """
 
@@ -24,6 +31,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import json
 import os
 from collections.abc import Mapping, Sequence
@@ -50,6 +58,17 @@ class SigningKeyError(RocmforgeError):
     exit_code = UsageError.exit_code
 
 
+class EnvelopeMismatch(RocmforgeError):
+    """Two envelopes sign different statements: their signatures cannot be merged (exit 1)."""
+
+    exit_code = 1
+
+
+def short_fingerprint(fingerprint: str) -> str:
+    """Return a fingerprint as shown in messages: ``ed25519 9f3c1a2b..``."""
+    return f"ed25519 {fingerprint[:8]}.."
+
+
 @dataclass(frozen=True, slots=True)
 class PublicKey:
     """A named ed25519 verify key."""
@@ -60,6 +79,47 @@ class PublicKey:
     def text(self) -> str:
         """Return the key as ``NAME:BASE64``."""
         return f"{self.name}:{base64.b64encode(self.key).decode('ascii')}"
+
+    @property
+    def fingerprint(self) -> str:
+        """The hex sha256 of the 32-byte verify key: what tells two keys of one name apart."""
+        return hashlib.sha256(self.key).hexdigest()
+
+    @property
+    def keyid(self) -> str:
+        """The ``keyid`` of this key's signatures: ``NAME:ed25519:FINGERPRINT``."""
+        return f"{self.name}:ed25519:{self.fingerprint}"
+
+    def describe(self) -> str:
+        """Return the key as messages name it: ``NAME (ed25519 9f3c1a2b..)``."""
+        return f"{self.name} ({short_fingerprint(self.fingerprint)})"
+
+
+@dataclass(frozen=True, slots=True)
+class Signer:
+    """Who a signature says made it (its ``keyid``): a name and, unless the signature is older
+    than fingerprints, the key's fingerprint. Unauthenticated: a claim, checked by verifying."""
+
+    name: str
+    fingerprint: str | None
+
+    @staticmethod
+    def of(keyid: str) -> Signer:
+        """Parse a signature's ``keyid`` (``NAME:ed25519:HEX`` or a bare ``NAME``)."""
+        name, sep, rest = keyid.partition(":ed25519:")
+        if sep and len(rest) == 64 and all(c in "0123456789abcdef" for c in rest):
+            return Signer(name, rest)
+        return Signer(keyid, None)
+
+    def describe(self) -> str:
+        """Return the signer as messages name it: ``NAME (ed25519 9f3c1a2b..)``."""
+        if self.fingerprint is None:
+            return f"{self.name or '?'} (no fingerprint recorded)"
+        return f"{self.name} ({short_fingerprint(self.fingerprint)})"
+
+    def to_json(self) -> dict[str, str | None]:
+        """Return the signer as JSON-ready data."""
+        return {"name": self.name, "fingerprint": self.fingerprint}
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,18 +135,29 @@ class SecretKey:
 class SignatureCheck:
     """What checking an entry's envelope found.
 
-    ``status``: ``valid`` (signed by a trusted key, payload is the entry's statement), ``invalid``
-    (signed by a trusted key but the signature or payload does not match: tampered),
-    ``untrusted`` (signed, but by no trusted key), ``unsigned`` (no envelope).
+    ``status``: ``valid`` (a signature by a trusted key verifies, and the payload is the entry's
+    statement), ``invalid`` (a signature made by a trusted key, named by its fingerprint, does
+    not verify under it, or the signed payload is not the statement: tampered), ``untrusted``
+    (signed, but by no trusted key: ``detail`` names the signers and the trusted keys),
+    ``unsigned`` (no envelope). ``keyid`` and ``fingerprint`` name the key the status is about
+    (the one that verified, or failed); ``signers`` are every signature's claimed signer.
     """
 
     status: str
     keyid: str | None = None
     detail: str = ""
+    fingerprint: str | None = None
+    signers: tuple[Signer, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """Return the check as JSON-ready data."""
-        return {"status": self.status, "keyid": self.keyid, "detail": self.detail}
+        return {
+            "status": self.status,
+            "keyid": self.keyid,
+            "fingerprint": self.fingerprint,
+            "detail": self.detail,
+            "signers": [s.to_json() for s in self.signers],
+        }
 
 
 def config_dir() -> Path:
@@ -159,17 +230,59 @@ def inside_store(path: Path) -> Path | None:
     return None
 
 
-def generate_key(path: Path, name: str) -> SecretKey:
-    """Create a new ed25519 key named ``name`` in ``path`` (mode 0600, never overwritten)."""
+@dataclass(frozen=True, slots=True)
+class GeneratedKey:
+    """What :func:`generate_key` did: the new key, its file, and (``--force``) the key it
+    replaced and where that old key was kept."""
+
+    key: SecretKey
+    path: Path
+    replaced: PublicKey | None = None
+    kept_old: Path | None = None
+
+
+def default_key_name(host: str, taken: Sequence[str]) -> str:
+    """Return ``HOST-rocmforge-N`` with N one above the highest of ``taken`` (the names of the
+    key being replaced and of the trusted keys), so a new key is named apart from the old."""
+    prefix = f"{host}-rocmforge-"
+    tails = [t.removeprefix(prefix) for t in taken if t.startswith(prefix)]
+    numbers = [int(t) for t in tails if t.isdigit()]
+    return f"{prefix}{max(numbers, default=0) + 1}"
+
+
+def generate_key(path: Path, name: str, *, force: bool = False) -> GeneratedKey:
+    """Create a new ed25519 key named ``name`` in ``path`` (mode 0600).
+
+    A key file already there is refused unless ``force``; then the old key is kept beside it as
+    ``FILE.<fingerprint[:8]>.old`` (``FILE.old`` when it does not parse) before the new one
+    replaces it atomically.
+    """
     if not name or ":" in name or any(c.isspace() for c in name):
         raise UsageError(f"key name {name!r}: use letters, digits, '.', '-', '_' (no ':')")
-    if os.path.lexists(path):
-        raise UsageError(f"{path}: a key file already exists; it is never overwritten")
+    exists = os.path.lexists(path)
+    if exists and not force:
+        raise UsageError(
+            f"{path}: a key file already exists; it is never overwritten (--force replaces it, "
+            "keeping the old key beside it)"
+        )
     store = inside_store(path)
     if store is not None:
         raise UsageError(f"{path}: inside the store {store}; keep the signing key outside it")
     from nacl.signing import SigningKey
 
+    replaced = kept = None
+    if exists:
+        try:
+            replaced = read_secret_key(path).public
+            kept = path.with_name(f"{path.name}.{replaced.fingerprint[:8]}.old")
+        except SigningKeyError:
+            kept = path.with_name(f"{path.name}.old")
+        try:
+            if os.path.lexists(kept):
+                os.unlink(kept)
+            os.link(path, kept)
+        except OSError as exc:
+            raise SigningKeyError(f"{path}: cannot keep the old key as {kept}: {exc}") from exc
     seed = bytes(SigningKey.generate())
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     text = f"{name}:{base64.b64encode(seed).decode('ascii')}\n"
@@ -177,7 +290,7 @@ def generate_key(path: Path, name: str) -> SecretKey:
         write_atomic(path, text.encode("ascii"), mode=0o600)
     except OSError as exc:
         raise SigningKeyError(f"{path}: cannot write the key: {exc}") from exc
-    return SecretKey(name, seed, _public_of(name, seed))
+    return GeneratedKey(SecretKey(name, seed, _public_of(name, seed)), path, replaced, kept)
 
 
 def trust_key(key: PublicKey, path: Path | None = None) -> Path:
@@ -192,7 +305,8 @@ def trust_key(key: PublicKey, path: Path | None = None) -> Path:
 
 
 def trusted_keys(extra: Sequence[KeyText] = ()) -> dict[str, PublicKey]:
-    """Return the trusted public keys by name.
+    """Return the trusted public keys by :attr:`PublicKey.keyid` (name and fingerprint: two
+    trusted keys of one name are both kept).
 
     ``$ROCMFORGE_TRUSTED_KEYS``, when set (even empty), is the whole list. Otherwise the
     trusted-keys file and ``extra``, the keys of the configuration files
@@ -214,7 +328,13 @@ def trusted_keys(extra: Sequence[KeyText] = ()) -> dict[str, PublicKey]:
         ]
         found += [(k.text, k.where) for k in extra]
     keys = [parse_public_key(w, where=where) for w, where in found]
-    return {k.name: k for k in keys}
+    return {k.keyid: k for k in keys}
+
+
+def describe_trusted(trusted: Mapping[str, PublicKey]) -> str:
+    """Return the trusted keys as messages list them (``none`` when there are none)."""
+    names = sorted({k.describe() for k in trusted.values()})
+    return ", ".join(names) if names else "none"
 
 
 def pae(payload_type: str, payload: bytes) -> bytes:
@@ -223,50 +343,140 @@ def pae(payload_type: str, payload: bytes) -> bytes:
     return b"DSSEv1 %d %s %d %s" % (len(t), t, len(payload), payload)
 
 
-def sign_payload(payload: bytes, key: SecretKey) -> dict[str, Any]:
-    """Return a DSSE envelope over ``payload`` (an in-toto statement) signed with ``key``."""
+def _signature(payload: bytes, key: SecretKey) -> dict[str, str]:
     from nacl.signing import SigningKey
 
     sig = SigningKey(key.seed).sign(pae(PAYLOAD_TYPE, payload)).signature
+    return {"keyid": key.public.keyid, "sig": base64.b64encode(sig).decode("ascii")}
+
+
+def sign_payload(payload: bytes, key: SecretKey) -> dict[str, Any]:
+    """Return a DSSE envelope over ``payload`` (an in-toto statement) signed with ``key``."""
     return {
         "payloadType": PAYLOAD_TYPE,
         "payload": base64.b64encode(payload).decode("ascii"),
-        "signatures": [{"keyid": key.name, "sig": base64.b64encode(sig).decode("ascii")}],
+        "signatures": [_signature(payload, key)],
     }
+
+
+def envelope_payload(envelope: Mapping[str, Any]) -> bytes:
+    """Return the bytes an envelope signs; :class:`EnvelopeMismatch` when it is malformed."""
+    try:
+        return base64.b64decode(str(envelope["payload"]), validate=True)
+    except (KeyError, TypeError, binascii.Error, ValueError) as exc:
+        raise EnvelopeMismatch(f"malformed DSSE envelope ({exc})") from None
+
+
+def _sig_list(envelope: Mapping[str, Any]) -> list[dict[str, str]]:
+    try:
+        return [
+            {"keyid": str(s.get("keyid") or ""), "sig": str(s["sig"])}
+            for s in envelope["signatures"]
+        ]
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise EnvelopeMismatch(f"malformed DSSE envelope ({exc})") from None
+
+
+def envelope_signers(envelope: Mapping[str, Any]) -> tuple[Signer, ...]:
+    """Return who each signature of ``envelope`` says made it (claims, not checked)."""
+    return tuple(Signer.of(s["keyid"]) for s in _sig_list(envelope))
+
+
+def merge_envelopes(base: Mapping[str, Any], other: Mapping[str, Any]) -> dict[str, Any]:
+    """Return ``base`` with the signatures of ``other`` it lacks appended (none dropped).
+
+    Both must sign the same payload of the same type, else :class:`EnvelopeMismatch`.
+    """
+    if envelope_payload(base) != envelope_payload(other) or base.get("payloadType") != other.get(
+        "payloadType"
+    ):
+        raise EnvelopeMismatch("the two envelopes sign different statements")
+    sigs = _sig_list(base)
+    for s in _sig_list(other):
+        if s not in sigs:
+            sigs.append(s)
+    return {"payloadType": base["payloadType"], "payload": base["payload"], "signatures": sigs}
+
+
+def add_signature(
+    envelope: Mapping[str, Any] | None, payload: bytes, key: SecretKey
+) -> dict[str, Any]:
+    """Return ``envelope`` (None: a new one) over ``payload`` with ``key``'s signature added
+    once (ed25519 signs deterministically: the same key's signature is the same bytes, kept
+    once); no signature is dropped. :class:`EnvelopeMismatch` when ``envelope`` signs another
+    payload."""
+    mine = sign_payload(payload, key)
+    return mine if envelope is None else merge_envelopes(envelope, mine)
+
+
+def _candidates(signer: Signer, trusted: Mapping[str, PublicKey]) -> list[PublicKey]:
+    """The trusted keys a signature is checked with: the one of its fingerprint, or (an older
+    signature naming no fingerprint) every trusted key of its name."""
+    if signer.fingerprint is not None:
+        return [k for k in trusted.values() if k.fingerprint == signer.fingerprint][:1]
+    return [k for k in trusted.values() if k.name == signer.name]
 
 
 def verify_envelope(
     envelope: Mapping[str, Any], trusted: Mapping[str, PublicKey], *, payload: bytes | None = None
 ) -> SignatureCheck:
-    """Check ``envelope`` against ``trusted`` keys (and, if given, that it signs ``payload``)."""
+    """Check ``envelope`` against ``trusted`` keys (and, if given, that it signs ``payload``).
+
+    ``valid`` when any signature by a trusted key verifies; ``invalid`` when none does and a
+    signature whose fingerprint is a trusted key's fails under that key (or the payload is not
+    ``payload``); otherwise ``untrusted``, naming every signer and the trusted keys.
+    """
     try:
         body = base64.b64decode(str(envelope["payload"]), validate=True)
         ptype = str(envelope["payloadType"])
         sigs = [(str(s.get("keyid") or ""), str(s["sig"])) for s in envelope["signatures"]]
     except (KeyError, TypeError, AttributeError, binascii.Error, ValueError) as exc:
         return SignatureCheck("invalid", detail=f"malformed DSSE envelope ({exc})")
-    known = [(k, s) for k, s in sigs if k in trusted]
-    if not known:
-        return SignatureCheck(
-            "untrusted",
-            keyid=", ".join(k for k, _ in sigs) or None,
-            detail="signed by no trusted key",
-        )
+    signers = tuple(Signer.of(k) for k, _ in sigs)
+    if not sigs:
+        return SignatureCheck("unsigned", detail="the envelope carries no signature")
     from nacl.exceptions import BadSignatureError
     from nacl.signing import VerifyKey
 
-    keyid, sig = known[0]
-    try:
-        VerifyKey(trusted[keyid].key).verify(pae(ptype, body), base64.b64decode(sig))
-    except (BadSignatureError, binascii.Error, ValueError):
-        return SignatureCheck("invalid", keyid=keyid, detail="the signature does not verify")
-    if ptype != PAYLOAD_TYPE:
-        return SignatureCheck("invalid", keyid=keyid, detail=f"payload type {ptype!r}")
-    if payload is not None and body != payload:
+    failed: list[tuple[Signer, PublicKey]] = []
+    for (_, sig), signer in zip(sigs, signers, strict=True):
+        keys = _candidates(signer, trusted)
+        for key in keys:
+            try:
+                VerifyKey(key.key).verify(pae(ptype, body), base64.b64decode(sig))
+            except (BadSignatureError, binascii.Error, ValueError):
+                continue
+            facts: dict[str, Any] = {
+                "keyid": key.name, "fingerprint": key.fingerprint, "signers": signers,
+            }  # fmt: skip
+            if ptype != PAYLOAD_TYPE:
+                return SignatureCheck("invalid", detail=f"payload type {ptype!r}", **facts)
+            if payload is not None and body != payload:
+                return SignatureCheck(
+                    "invalid", detail="the signed statement differs from provenance.json", **facts
+                )
+            return SignatureCheck("valid", **facts)
+        if keys and signer.fingerprint is not None:
+            failed.append((signer, keys[0]))
+    if failed:
+        signer, key = failed[0]
         return SignatureCheck(
-            "invalid", keyid=keyid, detail="the signed statement differs from provenance.json"
+            "invalid",
+            keyid=key.name,
+            fingerprint=key.fingerprint,
+            detail=f"the signature by {key.describe()} does not verify",
+            signers=signers,
         )
-    return SignatureCheck("valid", keyid=keyid)
+    who = ", ".join(s.describe() for s in signers)
+    first = signers[0]
+    return SignatureCheck(
+        "untrusted",
+        keyid=", ".join(s.name for s in signers) or None,
+        fingerprint=first.fingerprint if len(signers) == 1 else None,
+        detail=f"signed by {who}, which {'is' if len(signers) == 1 else 'are'} not trusted; "
+        f"trusted: {describe_trusted(trusted)}",
+        signers=signers,
+    )
 
 
 def store_signing_key(store_root: Path) -> SecretKey | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
 import subprocess
@@ -42,6 +43,41 @@ def test_key_generate_prints_the_public_key_and_never_overwrites(keyenv: dict, t
     assert rf_in("key", "public", env=keyenv).stdout.strip() == public
 
 
+def test_key_generate_force_keeps_the_old_key_and_names_the_new_one_apart(keyenv: dict):
+    import socket
+
+    host = socket.gethostname()
+    key_file = Path(keyenv["XDG_CONFIG_HOME"]) / "rocmforge" / "signing.key"
+    first = rf_in("key", "generate", env=keyenv)
+    assert first.returncode == 0, first.stderr
+    old_public = first.stdout.strip()
+    assert old_public.startswith(f"{host}-rocmforge-1:")
+    old_fp = hashlib.sha256(base64.b64decode(old_public.split(":", 1)[1])).hexdigest()
+    # It says where the key went, naming it by name and fingerprint.
+    assert f"wrote the signing key {host}-rocmforge-1 (ed25519 {old_fp[:8]}..) to {key_file}" in (
+        first.stderr
+    )
+    refused = rf_in("key", "generate", env=keyenv)
+    assert refused.returncode == 2 and "--force" in refused.stderr
+    assert "Traceback" not in refused.stderr
+    old_text = key_file.read_text()
+    # --force: a new key, named apart from the one it replaces; the old one is kept beside it.
+    forced = rf_in("key", "generate", "--force", "--trust", env=keyenv)
+    assert forced.returncode == 0, forced.stderr
+    new_public = forced.stdout.strip()
+    assert new_public.startswith(f"{host}-rocmforge-2:") and new_public != old_public
+    kept = key_file.with_name(f"signing.key.{old_fp[:8]}.old")
+    assert kept.read_text() == old_text and key_file.read_text() != old_text
+    assert f"replacing {host}-rocmforge-1 (ed25519 {old_fp[:8]}..) (kept as {kept})" in (
+        forced.stderr
+    )
+    assert rf_in("key", "public", env=keyenv).stdout.strip() == new_public
+    # The next default name is above both the replaced key's and the trusted keys' names.
+    third = rf_in("key", "generate", "--force", "--json", env=keyenv)
+    assert json.loads(third.stdout)["name"] == f"{host}-rocmforge-3"
+    assert json.loads(third.stdout)["replaced"] == new_public
+
+
 @pytest.mark.slow
 def test_key_file_inside_a_store_is_refused(tiny_recipe: Path, store: Path, keyenv: dict):
     assert rf("realize", tiny_recipe, "--store", store, env=keyenv).returncode == 0
@@ -73,11 +109,13 @@ def test_realize_signs_and_audit_checks_with_trusted_keys(
     assert envelope["payloadType"] == "application/vnd.in-toto+json"
     assert base64.b64decode(envelope["payload"]) == (entry / "provenance.json").read_bytes()
     (sig,) = envelope["signatures"]
-    assert sig["keyid"] == "ci-1"
+    raw = base64.b64decode(key["public_key"].split(":", 1)[1])
+    # The keyid names the key by name and fingerprint (the sha256 of the verify key).
+    assert sig["keyid"] == f"ci-1:ed25519:{hashlib.sha256(raw).hexdigest()}"
+    assert key["fingerprint"] == hashlib.sha256(raw).hexdigest()
     # An independent check with the other ed25519 library over DSSE's PAE.
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-    raw = base64.b64decode(key["public_key"].split(":", 1)[1])
     Ed25519PublicKey.from_public_bytes(raw).verify(
         base64.b64decode(sig["sig"]),
         pae(envelope["payloadType"], base64.b64decode(envelope["payload"])),
@@ -87,7 +125,9 @@ def test_realize_signs_and_audit_checks_with_trusted_keys(
     assert code == 0 and report["signature"]["status"] == "untrusted"
     trusted = {**keyenv, "ROCMFORGE_TRUSTED_KEYS": key["public_key"]}
     code, report = _audit(wheel, store, trusted)
-    assert code == 0 and report["signature"] == {"status": "valid", "keyid": "ci-1", "detail": ""}
+    assert code == 0 and report["signature"]["status"] == "valid"
+    assert report["signature"]["keyid"] == "ci-1" and report["signature"]["detail"] == ""
+    assert report["signature"]["fingerprint"] == key["fingerprint"]
     text = rf("audit", wheel, "--store", store, env=trusted).stdout
     assert "signature    valid (key ci-1)" in text
     # The trusted-keys file works the same as the variable.
@@ -95,11 +135,33 @@ def test_realize_signs_and_audit_checks_with_trusted_keys(
         "# CI\n" + key["public_key"] + "\n"
     )
     assert _audit(wheel, store, keyenv)[1]["signature"]["status"] == "valid"
-    # A key of the same name but other bytes: the signature does not verify -> tampered.
+    # A key of the same name but other bytes is another key: the signature is not by a trusted
+    # key (untrusted, named with both fingerprints), never "invalid" or tampered.
     other = _generate({"XDG_CONFIG_HOME": str(store.parent / "other")}, "--name", "ci-1")
+    code, report = _audit(wheel, store, {**keyenv, "ROCMFORGE_TRUSTED_KEYS": other["public_key"]})
+    assert code == 0 and report["status"] == "verified", report
+    assert report["signature"]["status"] == "untrusted"
+    assert report["signature"]["detail"] == (
+        f"signed by ci-1 (ed25519 {key['fingerprint'][:8]}..), which is not trusted; "
+        f"trusted: ci-1 (ed25519 {other['fingerprint'][:8]}..)"
+    )
+    # A signature that claims the trusted key's fingerprint but does not verify under it:
+    # invalid -> tampered.
+    forged = dict(envelope, signatures=[{**sig, "keyid": f"ci-1:ed25519:{other['fingerprint']}"}])
+    dsse = entry / "provenance.dsse.json"
+    os.chmod(entry, 0o755)
+    os.chmod(dsse, 0o644)
+    dsse.write_text(json.dumps(forged))
     code, report = _audit(wheel, store, {**keyenv, "ROCMFORGE_TRUSTED_KEYS": other["public_key"]})
     assert code == 1 and report["status"] == "tampered"
     assert "does not verify" in report["problems"][0]
+    # Both keys of one name trusted at once: both count (the genuine signature verifies).
+    both = f"{other['public_key']} {key['public_key']}"
+    dsse.write_text(json.dumps(dict(envelope, signatures=[forged["signatures"][0], sig])))
+    code, report = _audit(wheel, store, {**keyenv, "ROCMFORGE_TRUSTED_KEYS": both})
+    assert code == 0 and report["signature"]["status"] == "valid", report
+    assert report["signature"]["fingerprint"] == key["fingerprint"]
+    dsse.write_text(json.dumps(envelope))
     # The statement is edited after signing: the signed payload no longer matches -> tampered.
     prov = entry / "provenance.json"
     os.chmod(entry, 0o755)

@@ -1,15 +1,20 @@
 """``rocmforge key generate|public``: the ed25519 key that signs the store's provenance.
 
 ``generate`` writes a new key outside the store (``$ROCMFORGE_SIGNING_KEY`` or
-``$XDG_CONFIG_HOME/rocmforge/signing.key`` unless ``--out`` says otherwise), never overwriting one,
-and prints its public key ``NAME:BASE64`` on stdout; ``--trust`` also adds that public key to the
-trusted keys ``audit`` checks signatures with. ``public`` prints the public key of a key file.
+``$XDG_CONFIG_HOME/rocmforge/signing.key`` unless ``--out`` says otherwise), never overwriting one
+unless ``--force`` (which keeps the old key beside it), prints its public key ``NAME:BASE64`` on
+stdout and on stderr where it went, with its fingerprint; ``--trust`` also adds that public key to
+the trusted keys ``audit`` checks signatures with. The default name ``HOST-rocmforge-N`` takes N
+one above the names of the key it replaces and of the trusted keys, so a new key is named apart
+from the old. ``public`` prints the public key of a key file.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import socket
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +39,17 @@ def register(sub: Any) -> None:
     )
     actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     gen = actions.add_parser("generate", help="create a new signing key; print its public key")
-    gen.add_argument("--name", help="key name (default: HOSTNAME-rocmforge-1)")
+    gen.add_argument(
+        "--name",
+        help="key name (default: HOSTNAME-rocmforge-N, N above the old key's and trusted keys')",
+    )
     gen.add_argument("--out", metavar="FILE", help="key file (default: the signing key path)")
     gen.add_argument("--trust", action="store_true", help="add the public key to trusted-keys")
+    gen.add_argument(
+        "--force",
+        action="store_true",
+        help="replace an existing key file (the old key is kept as FILE.<fingerprint>.old)",
+    )
     add_json_option(gen)
     pub = actions.add_parser("public", help="print the public key of a signing key file")
     pub.add_argument("--key", metavar="FILE", help="key file (default: the signing key path)")
@@ -47,7 +60,12 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """``rocmforge key generate|public``."""
     from rocmforge.errors import UsageError
-    from rocmforge.trust.signing import generate_key, read_secret_key, signing_key_path, trust_key
+    from rocmforge.trust.signing import (
+        generate_key,
+        read_secret_key,
+        signing_key_path,
+        trust_key,
+    )
 
     default = signing_key_path()
     chosen = getattr(args, "out", None) or getattr(args, "key", None)
@@ -55,10 +73,11 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("signing is turned off ($ROCMFORGE_SIGNING_KEY is empty); give a file")
     path = Path(chosen) if chosen else default
     assert path is not None
-    trusted = None
+    trusted = replaced = kept = None
     if args.action == "generate":
-        name = args.name or f"{socket.gethostname()}-rocmforge-1"
-        key = generate_key(path, name)
+        name = args.name or _default_name(path)
+        made = generate_key(path, name, force=args.force)
+        key, replaced, kept = made.key, made.replaced, made.kept_old
         if args.trust:
             trusted = trust_key(key.public)
     else:
@@ -69,11 +88,40 @@ def run(args: argparse.Namespace) -> int:
         emit_json(
             {
                 "name": key.name,
+                "fingerprint": key.public.fingerprint,
                 "public_key": key.public.text(),
                 "key_file": str(path),
                 "trusted_keys": str(trusted) if trusted else None,
+                "replaced": replaced.text() if replaced else None,
+                "old_key_file": str(kept) if kept else None,
             }
         )
-    else:
-        print(key.public.text())
+        return 0
+    if args.action == "generate":
+        said = f"wrote the signing key {key.public.describe()} to {path}"
+        if kept is not None:
+            old = replaced.describe() if replaced else "an unreadable key"
+            said += f", replacing {old} (kept as {kept})"
+        if trusted is not None:
+            said += f"; trusted it in {trusted}"
+        print(said, file=sys.stderr)
+    print(key.public.text())
     return 0
+
+
+def _default_name(path: Path) -> str:
+    """``HOST-rocmforge-N``, named apart from the key at ``path`` and the trusted keys."""
+    from rocmforge.trust.signing import (
+        SigningKeyError,
+        default_key_name,
+        read_secret_key,
+        trusted_keys,
+    )
+
+    taken: list[str] = []
+    with contextlib.suppress(SigningKeyError):  # a broken trusted-keys file must not stop it
+        taken += [k.name for k in trusted_keys().values()]
+    if path.exists():
+        with contextlib.suppress(SigningKeyError):
+            taken.append(read_secret_key(path).name)
+    return default_key_name(socket.gethostname(), taken)
