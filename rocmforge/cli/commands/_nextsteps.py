@@ -7,6 +7,7 @@ import os
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 #: The memory one compile job of a large C++/HIP build can take (PyTorch's ROCm kernels reach
 #: about this); MAX_JOBS is bounded by the RAM over it as well as by the cores.
@@ -33,16 +34,37 @@ def jobs_afforded(ram_bytes: int | None, cores: int | None) -> int:
     return max(1, min(options)) if options else 1
 
 
-def resource_lines(store: Path, ram_bytes: int | None, cores: int | None) -> list[str]:
+def max_jobs_line(
+    ram_bytes: int | None, cores: int | None, advice: Any, *, names: Sequence[str]
+) -> str:
+    """The one ``MAX_JOBS:`` line: the advice from the telemetry of a previous build when there
+    is one (:class:`rocmforge.observe.advice.JobsAdvice`, which realize applies), else the
+    estimate from the RAM and the cores (:func:`jobs_afforded`); each says which it is."""
+    if advice is not None:
+        return (
+            f"  MAX_JOBS:  {advice.jobs}, from the telemetry of the previous build "
+            f"{Path(advice.source).name}: {advice.text()} (realize sets it unless the recipe's "
+            "[env] or the passed-through environment does)"
+        )
+    jobs = jobs_afforded(ram_bytes, cores)
+    who = " or ".join(names) or "it"
+    return (
+        f"  MAX_JOBS:  {jobs}, estimated from the RAM and cores (cores {cores or '?'}, "
+        f"{GIB_PER_JOB} GiB of RAM per compile job; no build of {who} with telemetry in the "
+        f"store yet): set MAX_JOBS={jobs} in the environment of a recipe that passes it through"
+    )
+
+
+def resource_lines(
+    store: Path, ram_bytes: int | None, cores: int | None, advice: Any, *, names: Sequence[str]
+) -> list[str]:
     """``disk:`` and ``MAX_JOBS:`` lines for the machine report."""
     from rocmforge.util.sizes import format_size
 
     free = free_disk(store)
-    jobs = jobs_afforded(ram_bytes, cores)
     return [
         f"  disk:      {format_size(free) + ' free' if free is not None else 'unknown'} at {store}",
-        f"  afforded:  MAX_JOBS={jobs} (cores {cores or '?'}, {GIB_PER_JOB} GiB of RAM per "
-        "compile job; set it in the environment, the recipe passes it through)",
+        max_jobs_line(ram_bytes, cores, advice, names=names),
     ]
 
 

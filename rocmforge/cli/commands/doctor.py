@@ -84,14 +84,8 @@ def run(args: argparse.Namespace) -> int:
         state = "exists" if store["exists"] else "not created yet: realize creates it"
         lines.insert(1, f"  store:     {store['path']} ({store['how']}; {state})")
         if recipe is not None:
-            name = recipe.package.name
-            lines.append(
-                f"  MAX_JOBS:  {advice.text()} (from {Path(advice.source).name})"
-                if advice is not None
-                else f"  MAX_JOBS:  no build of {name} with telemetry in the store to advise from"
-            )
-        if recipe is not None:
-            lines += _next_lines(args, store, report, [recipe.package.name], stack=False)
+            names = [recipe.package.name]
+            lines += _next_lines(args, store, report, names, advice, stack=False)
         for line in lines:
             print(line)
     # 1 when realize of the recipe would stop (a lint error, a missing or mismatched toolchain)
@@ -109,15 +103,27 @@ def _jobs_advice(store: dict[str, Any], recipe: Any) -> Any:
     return previous_advice(Path(store["path"]) / layout.ENTRIES, recipe.package.name)
 
 
+def _stack_advice(store: dict[str, Any], recipes: list[Any]) -> Any:
+    """The tightest MAX_JOBS advice among a stack's recipes (fewest jobs), None without any."""
+    found = [a for a in (_jobs_advice(store, r) for r in recipes) if a is not None]
+    return min(found, key=lambda a: a.jobs) if found else None
+
+
 def _next_lines(
-    args: argparse.Namespace, store: dict[str, Any], report: Any, names: list[str], *, stack: bool
+    args: argparse.Namespace,
+    store: dict[str, Any],
+    report: Any,
+    names: list[str],
+    advice: Any,
+    *,
+    stack: bool,
 ) -> list[str]:
-    """Free disk at the store, the MAX_JOBS afforded, and the numbered next steps."""
+    """Free disk at the store, the one MAX_JOBS line, and the numbered next steps."""
     from rocmforge.cli.commands._nextsteps import next_steps, resource_lines
 
     m = report.machine
-    return ["resources:", *resource_lines(Path(store["path"]), m.ram_bytes, m.cpu_count),
-            *next_steps(args.recipe, stack=stack, names=names)]  # fmt: skip
+    res = resource_lines(Path(store["path"]), m.ram_bytes, m.cpu_count, advice, names=names)
+    return ["resources:", *res, *next_steps(args.recipe, stack=stack, names=names)]
 
 
 def _run_stack(args: argparse.Namespace, name: str, files: list[Path]) -> int:
@@ -140,7 +146,8 @@ def _run_stack(args: argparse.Namespace, name: str, files: list[Path]) -> int:
         for r, rep in zip(recipes, reports, strict=True):
             lines += render(rep, r)[len(render(rep, None)) :]
         names = [r.package.name for r in recipes]
-        lines += _next_lines(args, store, reports[0], names, stack=True)
+        advice = _stack_advice(store, recipes)
+        lines += _next_lines(args, store, reports[0], names, advice, stack=True)
         for line in lines:
             print(line)
     return 1 if any(rep.blocking for rep in reports) else 0
