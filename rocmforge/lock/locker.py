@@ -51,6 +51,20 @@ class LockReport:
     #: What could not be checked here (a ROCm SDK without an index): provisional, not a change.
     notes: tuple[str, ...] = ()
 
+    def pending(self) -> tuple[list[str], list[str]]:
+        """The keys of the notes, split into those not locked yet (an SDK or input without its
+        digests, a ref not pinned: what ``lock`` elsewhere would fill in) and those not checked
+        here (a tree or a source file not at hand), each once, in note order."""
+        unlocked: list[str] = []
+        unchecked: list[str] = []
+        for note in self.notes:
+            text = note.removeprefix("provisional: ").removeprefix("not checked: ")
+            key = text.split(": ", 1)[0]
+            into = unlocked if ("is not locked" in note or "not pinned yet" in note) else unchecked
+            if key not in unlocked and key not in unchecked:
+                into.append(key)
+        return unlocked, unchecked
+
     def to_json(self) -> dict[str, Any]:
         """Return the report as JSON-ready data."""
         return {

@@ -32,7 +32,10 @@ def register(sub: Any) -> None:
         "The resolver is uv if installed, else pip; ROCMFORGE_PIP_ARGS passes index options.",
     )
     p.add_argument("recipes", nargs="*", metavar="TARGET", help="recipe or stack file")
-    p.add_argument("--check", action="store_true", help="only report; exit 1 if not locked")
+    p.add_argument("--check", action="store_true",
+                   help="only report; exit 1 if lock would change something here (what only a "
+                        "machine that reaches the index or the source can lock or check is "
+                        "said as not locked yet / not checked here, exit 0)")  # fmt: skip
     p.add_argument(
         "--companions",
         action="store_true",
@@ -50,6 +53,22 @@ def register(sub: Any) -> None:
     add_store_option(p)
     add_json_option(p)
     p.set_defaults(func=run)
+
+
+def _unchanged(report: Any) -> str:
+    """The one answer for a recipe ``lock`` would not change here: already locked, not locked
+    yet (what the notes above say only another machine can pin), or locked as far as this
+    machine can check."""
+    unlocked, unchecked = report.pending()
+    if unlocked:
+        rest = f"; not checked here: {', '.join(unchecked)}" if unchecked else ""
+        return (f"not locked yet: {', '.join(unlocked)} (run `rocmforge lock {report.recipe}` "
+                f"where the index or source is reachable; see above){rest}; nothing else to "
+                "change")  # fmt: skip
+    if unchecked:
+        return (f"locked as far as this machine can check: {', '.join(unchecked)} not checked "
+                "here (see above)")  # fmt: skip
+    return "already locked"
 
 
 class _LazyPipFetcher:
@@ -108,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
             for note in report.notes:
                 print(f"{report.recipe}: {note}")
             if not report.changes:
-                print(f"{report.recipe}: already locked")
+                print(f"{report.recipe}: {_unchanged(report)}")
                 continue
             verb = "updated" if report.written else "would change"
             print(f"{report.recipe}: {verb}")
