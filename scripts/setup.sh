@@ -64,6 +64,11 @@ if [ $for_tests = 1 ]; then
   command -v ccache >/dev/null || need+=(ccache)
   command -v cmake >/dev/null || need+=(cmake)
   command -v ninja >/dev/null || need+=(ninja-build)
+  # headless Chromium: tests/observe/test_build_telemetry.py renders `rocmforge report`'s page
+  # offline and looks at its console and a screenshot (docs/telemetry.md)
+  if ! command -v chromium >/dev/null && command -v apt-get >/dev/null; then
+    need+=(chromium)
+  fi
   # a real OCI registry on loopback for the oci:// binary-cache tests (docs/sharing.md)
   command -v docker-registry >/dev/null || need+=(docker-registry)
   # a private single-node Slurm on loopback for the --executor slurm tests (docs/cluster.md,
