@@ -1,5 +1,7 @@
 """What ``doctor RECIPE|STACK`` adds for a build to come: free disk at the store, the MAX_JOBS
-this machine affords, and numbered next steps that name the target given (generic over it)."""
+this machine affords, the expected build time where it is known, and numbered next steps that
+name the target given (generic over it; a recipe on ROCm SDK wheels adds AMD's index to the
+install step, for the ``rocm[libraries]`` its wheel requires)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,14 @@ import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+#: Build times that are known, by package name: ``(cores, single-arch, text)``, from
+#: shared/ROCM.md "Time and size" (PyTorch's own CI: a cold single-arch gfx942 build is 1-2 h on
+#: 64 cores, an estimate; multi-arch nightlies take up to 7 h). Said for a machine with at
+#: least that many cores; on fewer the time is unknown (the figure is shown as the reference).
+KNOWN_TIMES: dict[str, tuple[int, str, str]] = {
+    "torch": (64, "1-2 h cold", "up to 7 h cold (multi-arch)"),
+}
 
 #: The memory one compile job of a large C++/HIP build can take (PyTorch's ROCm kernels reach
 #: about this); MAX_JOBS is bounded by the RAM over it as well as by the cores.
@@ -68,13 +78,85 @@ def resource_lines(
     ]
 
 
-def next_steps(target: str, *, stack: bool, names: Sequence[str]) -> list[str]:
+def build_time(recipe: Any, cores: int | None, entries_dir: Path | None) -> str:
+    """``NAME: <expected time>`` for ``recipe`` on this machine: the previous build's time in
+    the store (its telemetry), else :data:`KNOWN_TIMES` where this machine has the cores that
+    figure is for, else ``unknown`` (with the figure for the cores it is known for)."""
+    from rocmforge.recipe.lints import recipe_archs
+    from rocmforge.store.showtext import duration
+
+    name = recipe.package.name
+    if entries_dir is not None:
+        from rocmforge.observe.record import previous_record
+
+        found = previous_record(entries_dir, name)
+        if found is not None:
+            path, record = found
+            took = sum(s.seconds for s in record.steps)
+            if took > 0:
+                return f"{name}: about {duration(took)} (the previous build here, {path.name})"
+    known = KNOWN_TIMES.get(name)
+    if known is None:
+        return f"{name}: unknown"
+    at, single, multi = known
+    text = single if len({a for _, a in recipe_archs(recipe)}) <= 1 else multi
+    if cores is not None and cores >= at:
+        return f"{name}: {text} on {at}+ cores (an estimate)"
+    return f"{name}: unknown on {cores or '?'} cores ({text} on {at} cores, an estimate)"
+
+
+def time_line(recipes: Sequence[Any], cores: int | None, entries_dir: Path | None) -> str:
+    """The ``time:`` line of the resources: :func:`build_time` of each recipe."""
+    return "  time:      " + "; ".join(build_time(r, cores, entries_dir) for r in recipes)
+
+
+def sdk_index(recipes: Sequence[Any]) -> tuple[str, str, str] | None:
+    """``(index URL, requirement, where the URL comes from)`` when a recipe builds on ROCm SDK
+    wheels: its wheel requires ``rocm[libraries]==VERSION``, which pip finds only on AMD's
+    index. The URL is the one ``lock`` uses (:func:`rocmforge.toolchain.rocmsdk.index_args`:
+    the recipe's ``[toolchain] index``, or a mirror in ``ROCMFORGE_SDK_ARGS``); without any,
+    rocmsdk's example index."""
+    from rocmforge.toolchain.rocmsdk import EXAMPLE_INDEX, index_args
+
+    for r in recipes:
+        spec = r.toolchain
+        if spec.kind != "rocm-sdk":
+            continue
+        args = list(index_args(spec))
+        urls = [args[i + 1] for i, a in enumerate(args[:-1]) if a == "--index-url"]
+        req = f"rocm[libraries]=={spec.sdk_version}"
+        if not urls:
+            return EXAMPLE_INDEX, req, "the recipe names none: AMD's index for MI300, an example"
+        own = urls[-1] == spec.index
+        return urls[-1], req, "the recipe's [toolchain] index" if own else "ROCMFORGE_SDK_ARGS"
+    return None
+
+
+def next_steps(
+    target: str, *, stack: bool, names: Sequence[str], recipes: Sequence[Any] = ()
+) -> list[str]:
     """The numbered steps from here to an installed, tested build of ``target`` (a recipe or a
-    stack file as the user named it)."""
+    stack file as the user named it); ``recipes``: its recipes (for AMD's index)."""
     from rocmforge.util.shownpath import shown_path
 
     t = shown_path(target)
     what = "the stack's recipes" if stack else "the recipe"
+    sdk = sdk_index(recipes)
+    if sdk is not None:
+        index, req, whence = sdk
+        install = [
+            "     pip install --find-links wheels -c wheels/constraints.txt "
+            f"--extra-index-url {index} {' '.join(names) or 'NAME'}",
+            f"     (--extra-index-url: AMD's index, where the {req} the wheel requires comes "
+            f"from; {whence})",
+        ]
+    else:
+        install = [
+            "     pip install --find-links wheels -c wheels/constraints.txt "
+            f"{' '.join(names) or 'NAME'}",
+            "     (a wheel that requires packages built elsewhere needs their index too: "
+            "--extra-index-url URL)",
+        ]
     return [
         "next steps:",
         f"  1. rocmforge lock {t}      # pins refs, requirements and SDK wheels of {what}",
@@ -82,10 +164,7 @@ def next_steps(target: str, *, stack: bool, names: Sequence[str]) -> list[str]:
         "the build's inputs",
         f"  3. rocmforge realize {t} -o result   # builds what is missing, dependencies first",
         f"  4. rocmforge export {t} --to wheels   # the closure's wheels and constraints.txt",
-        "     pip install --find-links wheels -c wheels/constraints.txt "
-        f"{' '.join(names) or 'NAME'}",
-        "     (a wheel that requires packages built elsewhere, e.g. torch's rocm[libraries], "
-        "needs their index too: --extra-index-url URL)",
+        *install,
         f"  5. rocmforge test {t}   # on the GPU node: the acceptance checks "
         "(docs/gpu-acceptance.md)",
     ]

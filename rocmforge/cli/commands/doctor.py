@@ -84,8 +84,7 @@ def run(args: argparse.Namespace) -> int:
         state = "exists" if store["exists"] else "not created yet: realize creates it"
         lines.insert(1, f"  store:     {store['path']} ({store['how']}; {state})")
         if recipe is not None:
-            names = [recipe.package.name]
-            lines += _next_lines(args, store, report, names, advice, stack=False)
+            lines += _next_lines(args, store, report, [recipe], advice, stack=False)
         for line in lines:
             print(line)
     # 1 when realize of the recipe would stop (a lint error, a missing or mismatched toolchain)
@@ -113,17 +112,22 @@ def _next_lines(
     args: argparse.Namespace,
     store: dict[str, Any],
     report: Any,
-    names: list[str],
+    recipes: list[Any],
     advice: Any,
     *,
     stack: bool,
 ) -> list[str]:
-    """Free disk at the store, the one MAX_JOBS line, and the numbered next steps."""
-    from rocmforge.cli.commands._nextsteps import next_steps, resource_lines
+    """Free disk at the store, the one MAX_JOBS line, the expected build time, and the
+    numbered next steps."""
+    from rocmforge.cli.commands._nextsteps import next_steps, resource_lines, time_line
+    from rocmforge.store import layout
 
     m = report.machine
+    names = [r.package.name for r in recipes]
+    entries = Path(store["path"]) / layout.ENTRIES if store["exists"] else None
     res = resource_lines(Path(store["path"]), m.ram_bytes, m.cpu_count, advice, names=names)
-    return ["resources:", *res, *next_steps(args.recipe, stack=stack, names=names)]
+    return ["resources:", *res, time_line(recipes, m.cpu_count, entries),
+            *next_steps(args.recipe, stack=stack, names=names, recipes=recipes)]  # fmt: skip
 
 
 def _run_stack(args: argparse.Namespace, name: str, files: list[Path]) -> int:
@@ -145,9 +149,8 @@ def _run_stack(args: argparse.Namespace, name: str, files: list[Path]) -> int:
         lines.insert(1, f"  store:     {store['path']} ({store['how']}; {state})")
         for r, rep in zip(recipes, reports, strict=True):
             lines += render(rep, r)[len(render(rep, None)) :]
-        names = [r.package.name for r in recipes]
         advice = _stack_advice(store, recipes)
-        lines += _next_lines(args, store, reports[0], names, advice, stack=True)
+        lines += _next_lines(args, store, reports[0], recipes, advice, stack=True)
         for line in lines:
             print(line)
     return 1 if any(rep.blocking for rep in reports) else 0

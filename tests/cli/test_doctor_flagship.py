@@ -1,0 +1,63 @@
+"""``doctor`` of the flagship stack: AMD's index in the install step (for the rocm[libraries]
+torch's wheel requires, the URL the recipe's [toolchain] index holds) and the expected build
+time where it is known."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from conftest import TINY_RECIPE, rf_in
+
+from rocmforge.cli.commands._nextsteps import build_time, next_steps
+from rocmforge.observe.record import StepUsage, Telemetry, write_record
+from rocmforge.recipe.load import load_recipe
+from rocmforge.store import layout
+
+REPO = Path(__file__).resolve().parents[2]
+TORCH = REPO / "recipes" / "mi300x.toml"
+
+
+@pytest.mark.slow
+def test_doctor_of_the_stack_names_amds_index_and_the_build_time(tmp_path: Path) -> None:
+    index = load_recipe(TORCH).toolchain.index  # the owner of the URL: the recipe
+    assert index
+    proc = rf_in("doctor", REPO / "recipes" / "mi300x-stack.toml", "--store", tmp_path / "s",
+                 env={"ROCMFORGE_SDK_ARGS": ""})  # fmt: skip
+    assert "Traceback" not in proc.stderr, proc.stderr
+    out = proc.stdout.splitlines()
+    steps = out[out.index("next steps:") + 1 :]
+    (pip,) = [ln for ln in steps if "pip install" in ln]
+    assert f"--extra-index-url {index} " in pip and "-c wheels/constraints.txt" in pip
+    assert any("rocm[libraries]==7.14.0" in ln and "AMD's index" in ln for ln in steps), steps
+    (time,) = [ln for ln in out if ln.startswith("  time:      ")]
+    cores = os.cpu_count() or 0
+    want = "torch: 1-2 h cold on 64+ cores" if cores >= 64 else f"torch: unknown on {cores} cores"
+    assert want in time and "triton: unknown" in time, time
+
+
+def test_a_plain_recipe_gets_no_amd_index(tmp_path: Path, tiny_src: Path) -> None:
+    recipe = tmp_path / "tiny.toml"
+    recipe.write_text(TINY_RECIPE.format(src=tiny_src))
+    loaded = load_recipe(recipe)
+    steps = next_steps(str(recipe), stack=False, names=["tiny"], recipes=[loaded])
+    assert not any("rocm[libraries]" in s for s in steps)
+    assert build_time(loaded, 128, None) == "tiny: unknown"
+
+
+def test_build_time_from_the_table_and_from_the_previous_build(tmp_path: Path) -> None:
+    torch = load_recipe(TORCH)  # one arch: gfx942
+    assert build_time(torch, 64, None) == "torch: 1-2 h cold on 64+ cores (an estimate)"
+    assert build_time(torch, 16, None) == (
+        "torch: unknown on 16 cores (1-2 h cold on 64 cores, an estimate)"
+    )
+    entries = tmp_path / "entries"
+    entry = entries / f"{'b' * layout.HASH_LEN}-torch-2.14.1+rocm7.14"
+    entry.mkdir(parents=True)
+    step = StepUsage(label="build", started=0.0, seconds=5400.0, cpu_seconds=1.0,
+                     peak_rss=1, job_peak_rss=1, jobs_peak=1)  # fmt: skip
+    write_record(Telemetry(started=0.0, interval=1.0, steps=(step,), phases=(), samples=()),
+                 entry / layout.TELEMETRY)  # fmt: skip
+    took = build_time(torch, 16, entries)
+    assert took == f"torch: about 1h30m (the previous build here, {entry.name})"
