@@ -35,11 +35,20 @@ DIR_MODE = 0o555
 
 
 def stage(
-    staged: Path, final: Path, hash: str, name: str, version: str, meta: Mapping[str, Any]
+    staged: Path,
+    final: Path,
+    hash: str,
+    name: str,
+    version: str,
+    meta: Mapping[str, Any],
+    *,
+    created: float | None = None,
 ) -> dict[str, Any]:
-    """Write ``meta.json`` into ``staged`` and seal it; return its derivation document."""
+    """Write ``meta.json`` into ``staged`` and seal it; return its derivation document.
+
+    ``created`` keeps an entry's creation time (re-signing it); None: now."""
     try:
-        derivation, full_meta = prepare(staged, hash, name, version, meta)
+        derivation, full_meta = prepare(staged, hash, name, version, meta, created=created)
         write_atomic(staged / layout.META, json_bytes(full_meta.to_json()), durable=False)
         seal(staged)
     except OSError as e:
@@ -56,7 +65,13 @@ def discard(staged: Path) -> None:
 
 
 def prepare(
-    staged: Path, hash: str, name: str, version: str, meta: Mapping[str, Any]
+    staged: Path,
+    hash: str,
+    name: str,
+    version: str,
+    meta: Mapping[str, Any],
+    *,
+    created: float | None = None,
 ) -> tuple[dict[str, Any], EntryMeta]:
     """Read the derivation, check the wheels, and return (derivation, full meta).
 
@@ -100,7 +115,7 @@ def prepare(
         hash=hash,
         name=name,
         version=version,
-        created=time.time(),
+        created=time.time() if created is None else created,
         size=size,
         wheels=records,
     )

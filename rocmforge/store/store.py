@@ -450,6 +450,7 @@ class Store:
         name: str,
         version: str,
         meta: Mapping[str, Any],
+        created: float | None = None,
     ) -> Entry:
         """Publish ``staged`` in place of the existing entry of the same hash, atomically.
 
@@ -458,12 +459,13 @@ class Store:
         directories swap names in one step (``renameat2(RENAME_EXCHANGE)``): readers see the old
         entry or the new one, never neither; the path stays the same, so links keep working.
         The old entry, now at ``staged``, is removed. Without an existing entry this is
-        :meth:`publish`. Call under :meth:`build_lock` for ``hash``.
+        :meth:`publish`. Call under :meth:`build_lock` for ``hash``. ``created`` keeps the
+        entry's creation time (an entry re-signed is not a new build); None: now.
         """
         final = self.entry_dir(hash, name, version)
         if not os.path.lexists(final):
             return self.publish(staged, hash=hash, name=name, version=version, meta=meta)
-        derivation = publishing.stage(staged, final, hash, name, version, meta)
+        derivation = publishing.stage(staged, final, hash, name, version, meta, created=created)
         publishing.swap_in(staged, final, self.entries_dir)
         entry = self.load(final)
         self.index.add(entry, derivation)
