@@ -56,8 +56,9 @@ class Backend(Protocol):
 
     def replace_manifest(self, hash: str, data: bytes) -> None:
         """Store the manifest for ``hash`` atomically, replacing one present: how a push adds
-        acceptance runs to a cached entry. The caller keeps the files of the manifest present
-        (the first manifest wins for them), so only ``accepted`` changes."""
+        acceptance runs to a cached entry, merges its signatures into the entry's envelope, or
+        replaces an unsigned copy with a signed one. The caller keeps the other files of the
+        manifest present (the first manifest wins for them)."""
         ...
 
     def has_blob(self, sha256: str) -> bool:

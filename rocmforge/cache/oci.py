@@ -440,10 +440,17 @@ class OciCache:
         return True
 
     def replace_manifest(self, hash: str, data: bytes) -> None:
-        """Tag ``<hash>.accepted`` with the manifest's runs (the entry's own artifact stays as
-        it is; pushed only when missing)."""
+        """Tag ``<hash>.accepted`` with the manifest's runs; the entry's own artifact is put
+        again only when missing or when its files differ (a push merged signatures into its
+        envelope, or replaced an unsigned copy): the tag then names the new artifact, the old
+        one is left untagged for the registry's garbage collection."""
         m = json.loads(data)
-        if not self._has_tag(hash):
+        doc = self._oci_manifest(hash)
+        want = sorted((f["name"], f["sha256"], f["size"]) for f in m["files"])
+        have = None if doc is None else sorted(
+            (f["name"], f["sha256"], f["size"]) for f in _files(doc)
+        )  # fmt: skip
+        if have != want:
             self._put_entry(hash, m)
         self._put_runs(hash, m)
 

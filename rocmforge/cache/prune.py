@@ -1,9 +1,10 @@
 """``cache ls`` and ``cache gc``: what a binary cache holds, and pruning it.
 
-``gc`` follows the store's gc policies: ``--keep-last N`` keeps the newest N entries of each
-package, ``--older-than D`` keeps entries pushed within D; given both, an entry goes only when
-neither keeps it; an entry a kept one was built against stays too (closures are never broken).
-Manifests go first, then blobs no remaining manifest references (blobs younger
+``ls`` also reads each signed entry's envelope for its signers (their claimed names and
+fingerprints). ``gc`` follows the store's gc policies: ``--keep-last N`` keeps the newest N
+entries of each package, ``--older-than D`` keeps entries pushed within D; given both, an entry
+goes only when neither keeps it; an entry a kept one was built against stays too (closures are
+never broken). Manifests go first, then blobs no remaining manifest references (blobs younger
 than :data:`BLOB_GRACE` stay: a push in flight writes its blobs before its manifest).
 """
 
@@ -12,9 +13,14 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from rocmforge.cache.backend import Backend
-from rocmforge.cache.manifest import ManifestProblem, parse_manifest
+from rocmforge.cache.backend import Backend, CacheError
+from rocmforge.cache.manifest import FileRef, ManifestProblem, parse_manifest
+from rocmforge.store import layout
+
+if TYPE_CHECKING:
+    from rocmforge.trust.signing import Signer
 
 #: Seconds an unreferenced blob is kept (a concurrent push uploads blobs before its manifest).
 BLOB_GRACE = 3600.0
@@ -32,16 +38,25 @@ class CachedEntry:
     blobs: tuple[str, ...]
     #: Input hashes of the entries this one was built against (its manifest's meta).
     built_against: tuple[str, ...] = ()
+    #: Whether the manifest lists a signature envelope.
+    signed: bool = False
+    #: Who signed it (its envelope's keyids; claims, checked only by a substitution), when
+    #: :func:`list_cache` read the envelopes; None when not read.
+    signers: tuple[Signer, ...] | None = None
 
     def to_json(self) -> dict[str, object]:
         """Return the entry as JSON-ready data."""
-        return {
+        out: dict[str, object] = {
             "hash": self.hash,
             "name": self.name,
             "version": self.version,
             "size": self.size,
             "pushed": self.pushed,
+            "signed": self.signed,
         }
+        if self.signers is not None:
+            out["signers"] = [s.to_json() for s in self.signers]
+        return out
 
 
 def _against(value: object) -> tuple[str, ...]:
@@ -50,8 +65,34 @@ def _against(value: object) -> tuple[str, ...]:
     return tuple(str(h) for h in value)
 
 
-def list_cache(backend: Backend) -> list[CachedEntry]:
-    """Return every well-formed entry in the cache, newest first."""
+def _signers(backend: Backend, files: tuple[FileRef, ...]) -> tuple[Signer, ...]:
+    """The claimed signers of the envelope among ``files`` (none: unsigned or unreadable)."""
+    import hashlib
+    import json
+
+    from rocmforge.trust.signing import EnvelopeMismatch, envelope_signers
+
+    ref = next((f for f in files if f.name == layout.PROVENANCE_DSSE), None)
+    if ref is None or ref.size > MAX_ENVELOPE:
+        return ()
+    try:
+        with backend.open_blob(ref.sha256) as src:
+            raw = src.read(ref.size + 1)
+        if hashlib.sha256(raw).hexdigest() != ref.sha256:
+            return ()
+        envelope = json.loads(raw)
+        return envelope_signers(envelope) if isinstance(envelope, dict) else ()
+    except (CacheError, OSError, ValueError, EnvelopeMismatch):
+        return ()
+
+
+#: The largest envelope blob ``cache ls`` reads.
+MAX_ENVELOPE = 1 << 20
+
+
+def list_cache(backend: Backend, *, signers: bool = False) -> list[CachedEntry]:
+    """Return every well-formed entry in the cache, newest first; with ``signers``, each
+    entry's envelope is read for who signed it (one blob read per signed entry)."""
     out = []
     for info in backend.manifests():
         raw = backend.get_manifest(info.hash)
@@ -70,6 +111,8 @@ def list_cache(backend: Backend) -> list[CachedEntry]:
                 pushed=info.mtime,
                 blobs=tuple(f.sha256 for f in m.files + m.accepted),  # its runs' blobs too
                 built_against=_against(m.meta.get("built_against")),
+                signed=any(f.name == layout.PROVENANCE_DSSE for f in m.files),
+                signers=_signers(backend, m.files) if signers else None,
             )
         )
     out.sort(key=lambda e: (-e.pushed, e.name, e.hash))

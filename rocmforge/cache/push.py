@@ -1,21 +1,35 @@
-"""``push``: upload store entries to a binary cache, only what the cache lacks.
+"""``push``: upload store entries to a binary cache, only what the cache lacks, signing them.
 
-An entry's acceptance runs (``accepted/<hash>/<run>.json`` beside it in the store) go up with
-it, as blobs the manifest lists under ``accepted``. An entry the cache already has costs one
-lookup, unless the store holds runs that manifest lacks: those blobs go up and the manifest is
-replaced by one naming the cache's files (the first manifest's, never the pusher's) and the union
-of both lists of runs.
+With a signing key (the pusher's, :func:`rocmforge.trust.signing.store_signing_key`), what goes
+up carries the pusher's signature beside those the entry has (the store entry itself is left as
+it is: ``rocmforge sign`` signs it there), as a Nix binary cache store signs on upload with
+``secret-key``. An entry the cache already has costs one lookup, unless the push brings what
+its copy lacks:
+
+- **signatures**: the cache's copy is unsigned, or signed by others over the same statement
+  (``provenance.json`` of the same digest): its manifest is replaced by one whose envelope is
+  the union of both (no signature is ever dropped). An unsigned copy of another build of the
+  entry is replaced by the pusher's signed one; a signed copy of another build is left as it is
+  (its signatures cannot be merged with ours) and said so;
+- **acceptance runs** (``accepted/<hash>/<run>.json`` beside the entry in the store): those
+  blobs go up and the manifest lists the union of both lists of runs.
+
+Either way the manifest keeps the cache's files and meta (the first manifest's, never the
+pusher's) but for the envelope (and but for an unsigned copy replaced whole).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from rocmforge.cache.backend import Backend
+from rocmforge.cache.backend import Backend, CacheError
 from rocmforge.cache.manifest import (
     CARRIED_META,
     FileRef,
@@ -28,6 +42,15 @@ from rocmforge.store import layout
 from rocmforge.store.accepted import run_files
 from rocmforge.store.entry import Entry
 from rocmforge.store.store import Store
+from rocmforge.trust.signing import (
+    EnvelopeMismatch,
+    SecretKey,
+    Signer,
+    add_signature,
+    envelope_signers,
+    merge_envelopes,
+)
+from rocmforge.util.fsutil import json_bytes
 from rocmforge.util.progress import NullReporter, Reporter
 
 _CHUNK = 1 << 20
@@ -43,9 +66,18 @@ class PushedEntry:
     present: bool
     blobs: int
     bytes: int
+    #: whether the cache's copy is signed after this push
     signed: bool
     #: acceptance runs this push added to the cache's manifest (their blobs count in ``blobs``)
     runs: int = 0
+    #: who signed the cache's copy after this push (the claims of its envelope's keyids)
+    signers: tuple[Signer, ...] = ()
+    #: the pusher's key signed what went up (a new copy, or one merged into the cache's)
+    signature_added: bool = False
+    #: the cache's manifest was replaced (signatures merged, runs added, unsigned copy replaced)
+    replaced: bool = False
+    #: what the push could not do for this entry, in one line (empty: nothing)
+    note: str = ""
 
     def to_json(self) -> dict[str, object]:
         """Return the result as JSON-ready data."""
@@ -58,7 +90,15 @@ class PushedEntry:
             "bytes": self.bytes,
             "signed": self.signed,
             "runs": self.runs,
+            "signers": [s.to_json() for s in self.signers],
+            "signature_added": self.signature_added,
+            "replaced": self.replaced,
+            "note": self.note,
         }
+
+
+#: The largest envelope blob read from a cache (a few KB each signature).
+MAX_ENVELOPE = 1 << 20
 
 
 def _sha256(path: str) -> str:
@@ -145,85 +185,277 @@ def _send(backend: Backend, refs: Iterable[tuple[FileRef, Path]]) -> tuple[int, 
     return blobs, sent
 
 
-def _add_runs(
-    backend: Backend,
-    entry: Entry,
-    raw: bytes,
-    runs: dict[str, tuple[FileRef, Path]],
-    reporter: Reporter,
-) -> tuple[int, int, int]:
-    """Add the local ``runs`` the cache's manifest ``raw`` lacks: their blobs, then the
-    manifest replaced by the union (the cache's files and meta as they are). Return (runs,
-    blobs, bytes) added. A run of a name the cache has is the cache's (runs are never
-    rewritten). A manifest that does not parse is left alone, with a warning."""
+def _read_blob(backend: Backend, ref: FileRef, limit: int) -> bytes | None:
+    """The blob of ``ref`` read whole when it has the manifest's size (at most ``limit``) and
+    sha256; None otherwise (missing, damaged, too large)."""
+    if ref.size > limit:
+        return None
+    try:
+        with backend.open_blob(ref.sha256) as src:
+            raw = src.read(ref.size + 1)
+    except (CacheError, OSError):
+        return None
+    if len(raw) != ref.size or hashlib.sha256(raw).hexdigest() != ref.sha256:
+        return None
+    return raw
+
+
+@dataclass(frozen=True, slots=True)
+class _Signed:
+    """The envelope a push uploads for one entry: its bytes' reference and path, the envelope,
+    and whether the pusher's key was added to what the store has."""
+
+    ref: FileRef
+    path: Path
+    envelope: dict[str, Any]
+    added: bool
+
+
+def _local_envelope(
+    entry: Entry, key: SecretKey | None, tmp: Path
+) -> tuple[_Signed | None, str]:
+    """The envelope to upload for ``entry``: the store's, with ``key``'s signature added (None:
+    unsigned and no key, or an envelope that cannot be read; that one goes up as the file),
+    and why ``key`` did not sign (empty: it did, or there is no key)."""
+    from rocmforge.trust.resign import describes_entry
+
+    dsse = entry.path / layout.PROVENANCE_DSSE
+    envelope: dict[str, Any] | None = None
+    if dsse.is_file():
+        try:
+            loaded = json.loads(dsse.read_bytes())
+        except (OSError, ValueError):
+            return None, "its envelope is unreadable: not signed"
+        if not isinstance(loaded, dict):
+            return None, "its envelope is not a JSON object: not signed"
+        envelope = loaded
+    merged, why = envelope, ""
+    if key is not None:
+        try:
+            payload = (entry.path / layout.PROVENANCE).read_bytes()
+            why = describes_entry(json.loads(payload), entry) or ""
+            if not why:
+                merged = add_signature(envelope, payload, key)
+        except FileNotFoundError:
+            why = "it has no provenance.json"
+        except (OSError, ValueError, EnvelopeMismatch) as exc:
+            why = f"its provenance cannot be signed ({exc})"
+        if why:
+            why = f"not signed by {key.public.describe()}: {why}"
+    if merged is None:
+        return None, why
+    added = envelope is None or merged["signatures"] != envelope.get("signatures")
+    if added:
+        ref, path = _write_envelope(merged, tmp)
+        return _Signed(ref, path, merged, True), why
+    ref = FileRef(layout.PROVENANCE_DSSE, _sha256(str(dsse)), os.stat(dsse).st_size)
+    return _Signed(ref, dsse, merged, False), why
+
+
+def _with_envelope(files: tuple[FileRef, ...], ref: FileRef) -> tuple[FileRef, ...]:
+    """``files`` with the envelope's reference ``ref`` in place of (or beside) the one there,
+    sorted by name as :func:`entry_manifest` lists them."""
+    return tuple(sorted([*(f for f in files if f.name != ref.name), ref], key=lambda f: f.name))
+
+
+def _same(a: tuple[FileRef, ...], b: tuple[FileRef, ...]) -> bool:
+    """Whether two lists of files name the same files (in any order)."""
+    return set(a) == set(b)
+
+
+def _write_envelope(envelope: dict[str, Any], tmp: Path) -> tuple[FileRef, Path]:
+    data = json_bytes(envelope)
+    sha = hashlib.sha256(data).hexdigest()
+    path = tmp / sha
+    path.write_bytes(data)
+    return FileRef(layout.PROVENANCE_DSSE, sha, len(data)), path
+
+
+@dataclass(frozen=True, slots=True)
+class _Decision:
+    """What a push does to a manifest the cache has: its files afterwards, the envelope to
+    upload (None: the cache's stays), who signed the cache's copy afterwards (None: not read),
+    and a note for what it could not do."""
+
+    files: tuple[FileRef, ...]
+    upload: _Signed | None = None
+    signers: tuple[Signer, ...] | None = None
+    note: str = ""
+
+
+def _merge_remote(
+    backend: Backend, remote: Manifest, mine: Manifest, signed: _Signed | None, tmp: Path
+) -> _Decision:
+    """Decide the files of the cache's manifest ``remote`` after pushing ``mine`` (whose
+    envelope is ``signed``): the cache's files with the merged envelope, or ours in place of an
+    unsigned copy of another build."""
+    names = {f.name: f for f in remote.files}
+    ours = {f.name: f for f in mine.files}
+    same_build = (
+        layout.PROVENANCE in names
+        and layout.PROVENANCE in ours
+        and names[layout.PROVENANCE].sha256 == ours[layout.PROVENANCE].sha256
+    )
+    remote_ref = names.get(layout.PROVENANCE_DSSE)
+    if remote_ref is None:  # an unsigned copy: ours replaces it (signed, else nothing to do)
+        if signed is None:
+            return _Decision(remote.files, signers=())
+        base = remote.files if same_build else mine.files
+        signers = envelope_signers(signed.envelope)
+        return _Decision(_with_envelope(base, signed.ref), signed, signers)
+    if signed is None:
+        return _Decision(remote.files)
+    if remote_ref.sha256 == signed.ref.sha256:  # the very envelope: one lookup, nothing read
+        return _Decision(remote.files, signers=envelope_signers(signed.envelope))
+    raw = _read_blob(backend, remote_ref, MAX_ENVELOPE)
+    remote_env: Any = None
+    if raw is not None:
+        try:
+            remote_env = json.loads(raw)
+        except ValueError:
+            remote_env = None
+    if not isinstance(remote_env, dict):
+        return _Decision(remote.files, note="the cache's envelope is unreadable: left as it is")
+    try:
+        theirs = envelope_signers(remote_env)
+    except EnvelopeMismatch:
+        return _Decision(remote.files, note="the cache's envelope is malformed: left as it is")
+    if not same_build:
+        who = ", ".join(s.describe() for s in theirs) or "nobody"
+        note = f"the cache holds another build of this entry (signed by {who}): left as it is"
+        return _Decision(remote.files, signers=theirs, note=note)
+    try:
+        merged = merge_envelopes(remote_env, signed.envelope)
+    except EnvelopeMismatch as exc:
+        return _Decision(remote.files, signers=theirs, note=f"cannot merge signatures ({exc})")
+    if merged["signatures"] == remote_env.get("signatures"):
+        return _Decision(remote.files, signers=theirs)  # it has every signature ours has
+    ref, path = _write_envelope(merged, tmp)
+    upload = _Signed(ref, path, merged, True)
+    return _Decision(_with_envelope(remote.files, ref), upload, envelope_signers(merged))
+
+
+def _push_one(
+    backend: Backend, entry: Entry, key: SecretKey | None, reporter: Reporter, tmp: Path
+) -> PushedEntry:
+    """Push one entry (see :func:`push_entries`)."""
+    signed, why = _local_envelope(entry, key, tmp)
+    runs = local_runs(entry)
+    mine = entry_manifest(entry, runs)
+    if signed is not None:
+        mine = Manifest(
+            mine.hash, mine.name, mine.version, _with_envelope(mine.files, signed.ref),
+            mine.meta, mine.accepted,
+        )  # fmt: skip
+    paths = {f.name: entry.path / f.name for f in mine.files}
+    if signed is not None:
+        paths[layout.PROVENANCE_DSSE] = signed.path
+
+    def result(**kw: Any) -> PushedEntry:
+        return PushedEntry(hash=entry.hash, name=entry.name, version=entry.version, **kw)
+
+    raw = backend.get_manifest(entry.hash)
+    present = raw is not None
+    if raw is None:
+        reporter.phase(f"push {entry.name} {entry.version}")
+        refs = [(f, paths[f.name]) for f in mine.files]
+        blobs, sent = _send(backend, refs + [runs[f.name] for f in mine.accepted])
+        if backend.put_manifest(entry.hash, mine.to_bytes()):
+            signers = envelope_signers(signed.envelope) if signed is not None else ()
+            return result(
+                present=False, blobs=blobs, bytes=sent, signed=bool(signers),
+                runs=len(mine.accepted), signers=signers,
+                signature_added=signed is not None and signed.added and key is not None,
+                note=why,
+            )  # fmt: skip
+        raw = backend.get_manifest(entry.hash)  # another pusher's manifest won: merge into it
+        if raw is None:
+            raise CacheError(f"{backend.url}: the manifest of {entry.hash} vanished while pushing")
+    else:
+        blobs = sent = 0
     try:
         remote = parse_manifest(raw)
     except ManifestProblem as exc:
         reporter.warning(
             f"{backend.url}: the manifest of {entry.name} {entry.version} ({entry.hash}) is "
-            f"bad ({exc}): its acceptance runs are not added"
+            f"bad ({exc}): it is left as it is"
         )
-        return 0, 0, 0
+        return result(
+            present=present, blobs=blobs, bytes=sent, signed=False,
+            note=f"the cache's manifest is bad ({exc}): left as it is",
+        )  # fmt: skip
+    decision = _merge_remote(backend, remote, mine, signed, tmp)
     have = {f.name for f in remote.accepted}
     missing = [runs[n] for n in sorted(runs) if n not in have]
-    if not missing:
-        return 0, 0, 0
-    reporter.phase(f"push {len(missing)} acceptance run(s) of {entry.name} {entry.version}")
-    blobs, sent = _send(backend, missing)
-    union = Manifest(
-        remote.hash,
-        remote.name,
-        remote.version,
-        remote.files,
-        remote.meta,
-        remote.accepted + tuple(ref for ref, _ in missing),
-    )
-    backend.replace_manifest(entry.hash, union.to_bytes())
-    return len(missing), blobs, sent
+    new_files = not _same(decision.files, remote.files)
+    if new_files or missing:
+        if decision.upload is not None:
+            paths[layout.PROVENANCE_DSSE] = decision.upload.path
+        there = set(remote.files)
+        send = [(f, paths[f.name]) for f in decision.files if f not in there] + missing
+        what = "signature" if new_files else f"{len(missing)} acceptance run(s)"
+        reporter.phase(f"push the {what} of {entry.name} {entry.version}")
+        b, n = _send(backend, send)
+        blobs, sent = blobs + b, sent + n
+        # The cache's meta stays unless our copy replaces an unsigned other build whole.
+        others = {f for f in decision.files if f.name != layout.PROVENANCE_DSSE}
+        kept = others <= set(remote.files)
+        union = Manifest(
+            remote.hash, remote.name, remote.version, decision.files,
+            remote.meta if kept else mine.meta,
+            remote.accepted + tuple(ref for ref, _ in missing),
+        )  # fmt: skip
+        backend.replace_manifest(entry.hash, union.to_bytes())
+    signers = decision.signers or ()  # None: not read (the cache's copy lists an envelope)
+    signed_there = bool(signers) or any(f.name == layout.PROVENANCE_DSSE for f in decision.files)
+    return result(
+        present=present, blobs=blobs, bytes=sent, signed=signed_there,
+        runs=len(missing), signers=signers,
+        signature_added=new_files and key is not None and decision.upload is not None,
+        replaced=new_files or bool(missing), note="; ".join(n for n in (why, decision.note) if n),
+    )  # fmt: skip
 
 
 def push_entries(
-    backend: Backend, entries: Iterable[Entry], *, reporter: Reporter | None = None
+    backend: Backend,
+    entries: Iterable[Entry],
+    *,
+    reporter: Reporter | None = None,
+    key: SecretKey | None = None,
 ) -> list[PushedEntry]:
     """Push ``entries``: blobs first (missing ones only), the manifest last, atomically.
 
-    A manifest already in the cache means the entry is there: none of its files is read or
-    uploaded, only the acceptance runs (``accepted/<hash>/``) that manifest lacks (see
-    :func:`_add_runs`). Two pushers of the same hash race safely: blobs are content-addressed
-    and a new manifest is written with a no-replace rename, so the first manifest wins and both
-    are identical in what they name; a replace to add runs keeps the cache's files. (Two pushers
-    adding different runs at once can leave one pusher's runs out; its next push adds them.)
+    ``key`` (the pusher's signing key; None: sign nothing) signs what goes up beside the
+    entry's own signatures. A manifest already in the cache means the entry is there: none of
+    its files is read or uploaded, only what its copy lacks: the signatures of ours over the
+    same statement (merged, never dropping one), our signed copy in place of an unsigned one,
+    and the acceptance runs (``accepted/<hash>/``) that manifest lacks; the manifest is then
+    replaced once. Two pushers of the same hash race safely for a new entry: blobs are
+    content-addressed and a new manifest is written with a no-replace rename, so the first
+    manifest wins and the second merges into it. (Two pushers replacing one manifest at once
+    can leave one pusher's signature or runs out; its next push adds them.)
     """
     reporter = reporter or NullReporter()
-    out = []
-    for entry in entries:
-        signed = (entry.path / layout.PROVENANCE_DSSE).is_file()
-        raw = backend.get_manifest(entry.hash)
-        present = raw is not None
-        runs = local_runs(entry)
-        blobs = sent = added = 0
-        if raw is None:
-            reporter.phase(f"push {entry.name} {entry.version}")
-            manifest = entry_manifest(entry, runs)
-            refs = [(f, entry.path / f.name) for f in manifest.files]
-            blobs, sent = _send(backend, refs + [runs[f.name] for f in manifest.accepted])
-            if backend.put_manifest(entry.hash, manifest.to_bytes()):
-                added = len(manifest.accepted)
-            else:  # another pusher's manifest won: ours adds the runs it lacks
-                raw = backend.get_manifest(entry.hash)
-        if raw is not None and runs:
-            added, b, n = _add_runs(backend, entry, raw, runs, reporter)
-            blobs, sent = blobs + b, sent + n
-        out.append(
-            PushedEntry(
-                hash=entry.hash,
-                name=entry.name,
-                version=entry.version,
-                present=present,
-                blobs=blobs,
-                bytes=sent,
-                signed=signed,
-                runs=added,
-            )
-        )
-    return out
+    with tempfile.TemporaryDirectory(prefix="rocmforge-push-") as tmp:
+        return [_push_one(backend, e, key, reporter, Path(tmp)) for e in entries]
+
+
+def unsigned_warning(pushed: Iterable[PushedEntry], *, has_key: bool) -> str | None:
+    """The warning for entries whose copy in the cache is unsigned after a push (None: none
+    is): what a cache that requires signatures does with them, and the way out."""
+    unsigned = [p for p in pushed if not p.signed]
+    if not unsigned:
+        return None
+    names = ", ".join(f"{p.name} {p.version}" for p in unsigned[:3])
+    names += f" and {len(unsigned) - 3} more" if len(unsigned) > 3 else ""
+    why = (
+        "they could not be signed (see above)"
+        if has_key
+        else "there is no signing key (rocmforge key generate)"
+    )
+    return (
+        f"{len(unsigned)} pushed entr{'y is' if len(unsigned) == 1 else 'ies are'} unsigned "
+        f"({names}): {why}. A store substituting from a cache requires a signature by a key it "
+        "trusts, so it refuses them and builds them instead (--require-substitute: exit 1); "
+        "sign them (rocmforge sign) and push again: the cache's unsigned copies are replaced"
+    )

@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
         listed = []
         for url in urls:
             backend = open_backend(url)
-            listed.append((backend.url, list_cache(backend)))
+            listed.append((backend.url, list_cache(backend, signers=True)))
         if args.json:
             caches = [{"cache": u, "entries": [e.to_json() for e in es]} for u, es in listed]
             emit_json(caches[0] if args.cache else {"caches": caches})
@@ -64,7 +64,13 @@ def run(args: argparse.Namespace) -> int:
         for url, entries in listed:
             for e in entries:
                 when = time.strftime("%Y-%m-%d %H:%M", time.gmtime(e.pushed))
-                print(f"{e.hash}  {e.name} {e.version}  {format_size(e.size)}  {when} UTC")
+                if e.signers:
+                    sig = "signed by " + ", ".join(s.describe() for s in e.signers)
+                else:
+                    sig = "signed (unreadable envelope)" if e.signed else "unsigned"
+                print(
+                    f"{e.hash}  {e.name} {e.version}  {format_size(e.size)}  {when} UTC  {sig}"
+                )
             print(f"{len(entries)} entries in {url}")
         return 0
     backend = open_backend(args.cache)

@@ -77,8 +77,9 @@ def check_accepted(args: argparse.Namespace, store: Any, entries: Any, verb: str
 
 def run(args: argparse.Namespace) -> int:
     """``rocmforge push CACHE [TARGET...]``."""
-    from rocmforge.cache.push import push_entries, with_closure
+    from rocmforge.cache.push import push_entries, unsigned_warning, with_closure
     from rocmforge.cache.urls import open_backend
+    from rocmforge.trust.signing import store_signing_key
 
     if args.on and not args.require_accepted:
         from rocmforge.errors import UsageError
@@ -96,19 +97,38 @@ def run(args: argparse.Namespace) -> int:
         if args.closure:
             entries = with_closure(store, entries)
         check_accepted(args, store, entries, "push")
+        key = store_signing_key(store.root)
         reporter = ConsoleReporter(sys.stderr, label="push")
         try:
-            pushed = push_entries(backend, entries, reporter=reporter)
+            pushed = push_entries(backend, entries, reporter=reporter, key=key)
         finally:
             reporter.close()
+    warning = unsigned_warning(pushed, has_key=key is not None)
+    if warning:
+        print(f"warning: {warning}", file=sys.stderr)
     if args.json:
         emit_json({"cache": backend.url, "entries": [p.to_json() for p in pushed]})
         return 0
     for p in pushed:
-        how = "already there" if p.present else f"{p.blobs} blobs, {p.bytes} bytes"
-        if p.runs:
-            how += f" ({p.runs} acceptance run{'s' if p.runs > 1 else ''} added)"
-        unsigned = "" if p.signed else " (unsigned: caches refuse it)"
-        print(f"{p.name} {p.version} {p.hash}: {how}{unsigned}")
+        print(f"{p.name} {p.version} {p.hash}: {describe_push(p)}")
     print(f"pushed {sum(not p.present for p in pushed)} of {len(pushed)} to {backend.url}")
     return 0
+
+
+def describe_push(p: Any) -> str:
+    """One entry's push in words: what went up and who signed the cache's copy."""
+    how = "already there" if p.present else f"{p.blobs} blobs, {p.bytes} bytes"
+    added = []
+    if p.present and p.replaced and p.signature_added:
+        added.append("signature added")
+    if p.runs and p.present:
+        added.append(f"{p.runs} acceptance run{'s' if p.runs > 1 else ''} added")
+    if added:
+        how += f" ({', '.join(added)})"
+    if p.signers:
+        how += "; signed by " + ", ".join(s.describe() for s in p.signers)
+    elif not p.signed:
+        how += "; unsigned"
+    if p.note:
+        how += f"; {p.note}"
+    return str(how)

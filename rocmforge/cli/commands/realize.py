@@ -321,22 +321,20 @@ def _raise_failed(graph: Any, result: Any) -> None:
 
 def _push(backend: Any, store: Any, reports: list[Any]) -> str:
     """Push the entries of ``reports`` (a realized closure) to ``backend``; return a summary."""
-    from rocmforge.cache.push import push_entries
+    from rocmforge.cache.push import push_entries, unsigned_warning
+    from rocmforge.trust.signing import store_signing_key
 
     with store.shared_lock():
         entries = [store.load(r.path) for r in reports]
+        key = store_signing_key(store.root)
         reporter = ConsoleReporter(sys.stderr, label="push")
         try:
-            pushed = push_entries(backend, entries, reporter=reporter)
+            pushed = push_entries(backend, entries, reporter=reporter, key=key)
         finally:
             reporter.close()
-    for p in pushed:
-        if not p.signed:
-            print(
-                f"warning: pushed {p.name} {p.version} unsigned: caches refuse it "
-                "(rocmforge key generate)",
-                file=sys.stderr,
-            )
+    warning = unsigned_warning(pushed, has_key=key is not None)
+    if warning:
+        print(f"warning: {warning}", file=sys.stderr)
     sent = [p for p in pushed if not p.present]
     return (
         f"rocmforge: pushed {len(sent)} of {len(pushed)} entries to {backend.url} "
