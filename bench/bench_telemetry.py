@@ -5,6 +5,10 @@ build a real one (a new ``[env] RUN`` value: a new input hash; no compiler cache
 Prints every pair, the medians and the ratio on/off (target: <= 1.02), then the same pair for
 a cache hit (the memo answers; telemetry must add nothing there).
 
+Last, the ETA's error on a second build: the project built twice more with ``--heartbeat 1``;
+for each heartbeat of the second build at 25/50/75 % of its edges, the end it predicts
+(elapsed + ETA, "from the previous build") against the end of the build phase.
+
 Usage: python bench/bench_telemetry.py [--tus 300] [--rounds 3] [--jobs 2]
        python bench/bench_telemetry.py one on|off DIR   (one build in a prepared DIR; prints s)
 """
@@ -14,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -110,27 +115,55 @@ def prepare(root: Path, tus: int) -> None:
     (src / "pack.py").write_text(PACK)
 
 
-def build(root: Path, telemetry: str, jobs: int, run: str | None = None) -> float:
-    """One realize (a new input hash unless ``run`` repeats one); its wall seconds."""
+def build(
+    root: Path, telemetry: str, jobs: int, run: str | None = None, *extra: str
+) -> tuple[float, str]:
+    """One realize (a new input hash unless ``run`` repeats one); its wall seconds, stderr."""
     if run is None:
         counter = root / "runs"
         n = int(counter.read_text()) + 1 if counter.exists() else 1
         counter.write_text(str(n))
         run = str(n)
     recipe = root / "benchtel.toml"
-    recipe.write_text(RECIPE.format(src=root / "src", run=run, jobs=jobs))
+    text = RECIPE.format(src=root / "src", run=run, jobs=jobs)
+    if not recipe.exists() or recipe.read_text() != text:  # a rewrite would move the memo's guard
+        recipe.write_text(text)
     env = dict(os.environ, ROCMFORGE_TELEMETRY=telemetry)
     env.pop("ROCMFORGE_STORE", None)
     env.pop("MAX_JOBS", None)
     cmd = [sys.executable, "-m", "rocmforge", "realize", str(recipe), "--store",
-           str(root / "store"), "--no-compiler-cache", "--json"]  # fmt: skip
+           str(root / "store"), "--no-compiler-cache", "--json", *extra]  # fmt: skip
     t = time.perf_counter()
     proc = subprocess.run(cmd, env=env, capture_output=True, check=False, cwd=REPO)
     wall = time.perf_counter() - t
     if proc.returncode != 0:
         sys.exit(f"realize failed:\n{proc.stderr.decode()[-3000:]}")
     json.loads(proc.stdout)
-    return wall
+    return wall, proc.stderr.decode()
+
+
+_BEAT = re.compile(r"build still running \(\+(\d+):(\d\d):(\d\d)\); \[(\d+)/(\d+)\] \d+% "
+                   r"ETA (?:(\d+):)?(\d+):(\d\d) \(from the previous build\)")  # fmt: skip
+_CHECK = re.compile(r": check \(\+(\d+):(\d\d):(\d\d)\)")
+
+
+def eta_error(root: Path, jobs: int) -> None:
+    """Print the ETA's error at 25/50/75 % of a second build's edges (see the description)."""
+    build(root, "on", jobs)
+    _, err = build(root, "on", jobs, None, "--heartbeat", "1")
+    end_m = _CHECK.search(err)
+    beats = list(_BEAT.finditer(err))
+    if end_m is None or not beats:
+        print("ETA error: no heartbeat with an ETA from the previous build")
+        return
+    end = int(end_m[1]) * 3600 + int(end_m[2]) * 60 + int(end_m[3])
+    for want in (25, 50, 75):
+        m = min(beats, key=lambda b: abs(100 * int(b[4]) / int(b[5]) - want))
+        at = int(m[1]) * 3600 + int(m[2]) * 60 + int(m[3])
+        eta = int(m[6] or 0) * 3600 + int(m[7]) * 60 + int(m[8])
+        left = end - at
+        print(f"ETA at [{m[4]}/{m[5]}] (+{at} s): {eta} s predicted, {left} s actual "
+              f"(error {eta - left:+d} s, {100 * (eta - left) / max(left, 1):+.0f} %)")  # fmt: skip
 
 
 def _pairs(name: str, on: list[float], off: list[float]) -> None:
@@ -152,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.one:
         _, mode, where = args.one
-        print(f"{build(Path(where), mode, args.jobs):.2f}")
+        print(f"{build(Path(where), mode, args.jobs)[0]:.2f}")
         return 0
     with tempfile.TemporaryDirectory(prefix="bench-telemetry-") as tmp:
         root = Path(tmp)
@@ -163,16 +196,17 @@ def main(argv: list[str] | None = None) -> int:
         on: list[float] = []
         off: list[float] = []
         for _ in range(args.rounds):
-            on.append(build(root, "on", args.jobs))
-            off.append(build(root, "off", args.jobs))
+            on.append(build(root, "on", args.jobs)[0])
+            off.append(build(root, "off", args.jobs)[0])
         _pairs("build", on, off)
         hit_on: list[float] = []
         hit_off: list[float] = []
-        build(root, "on", args.jobs, run="1")  # the warm-up's recipe again: the memo records it
+        build(root, "on", args.jobs, "1")  # the warm-up's recipe again: the memo records it
         for _ in range(args.rounds):  # answered from the store
-            hit_on.append(build(root, "on", args.jobs, run="1"))
-            hit_off.append(build(root, "off", args.jobs, run="1"))
+            hit_on.append(build(root, "on", args.jobs, "1")[0])
+            hit_off.append(build(root, "off", args.jobs, "1")[0])
         _pairs("cache hit", hit_on, hit_off)
+        eta_error(root, args.jobs)
     return 0
 
 
