@@ -232,7 +232,7 @@ def inside_store(path: Path) -> Path | None:
 
 @dataclass(frozen=True, slots=True)
 class GeneratedKey:
-    """What :func:`generate_key` did: the new key, its file, and (``--force``) the key it
+    """What :func:`make_key` did: the new key, its file, and (``--force``) the key it
     replaced and where that old key was kept."""
 
     key: SecretKey
@@ -250,7 +250,12 @@ def default_key_name(host: str, taken: Sequence[str]) -> str:
     return f"{prefix}{max(numbers, default=0) + 1}"
 
 
-def generate_key(path: Path, name: str, *, force: bool = False) -> GeneratedKey:
+def generate_key(path: Path, name: str) -> SecretKey:
+    """Create a new ed25519 key named ``name`` in ``path`` (mode 0600, never overwritten)."""
+    return make_key(path, name).key
+
+
+def make_key(path: Path, name: str, *, force: bool = False) -> GeneratedKey:
     """Create a new ed25519 key named ``name`` in ``path`` (mode 0600).
 
     A key file already there is refused unless ``force``; then the old key is kept beside it as

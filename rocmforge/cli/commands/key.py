@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     """``rocmforge key generate|public``."""
     from rocmforge.errors import UsageError
     from rocmforge.trust.signing import (
-        generate_key,
+        make_key,
         read_secret_key,
         signing_key_path,
         trust_key,
@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
     trusted = replaced = kept = None
     if args.action == "generate":
         name = args.name or _default_name(path)
-        made = generate_key(path, name, force=args.force)
+        made = make_key(path, name, force=args.force)
         key, replaced, kept = made.key, made.replaced, made.kept_old
         if args.trust:
             trusted = trust_key(key.public)
