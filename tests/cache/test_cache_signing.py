@@ -173,3 +173,55 @@ def test_key_rotation_resigns_the_cache_then_the_old_key_is_dropped(
     proc = _substitute(tiny_recipe, tmp_path / "store-none", env, cache)
     assert proc.returncode == 1
     assert f"signed by {_short(old)}, {_short(new)}, which are not trusted" in proc.stderr
+
+
+@pytest.mark.slow
+def test_a_teammates_push_adds_its_signature_never_dropping_one(
+    tiny_recipe: Path, tmp_path: Path
+) -> None:
+    """B substitutes A's entry, then pushes it with B's own key: the cache's copy carries both
+    signatures, and a store trusting only B accepts it."""
+    env_a = {"XDG_CONFIG_HOME": str(tmp_path / "config-a")}
+    key_a = _key(env_a, "builder-a")
+    cache = tmp_path / "cache"
+    built = _build(tiny_recipe, tmp_path / "store-a", env_a)
+    _push(cache, tmp_path / "store-a", env_a)
+    env_b = {"XDG_CONFIG_HOME": str(tmp_path / "config-b"),
+             "ROCMFORGE_TRUSTED_KEYS": key_a["public_key"]}  # fmt: skip
+    key_b = _key(env_b, "builder-b")
+    store_b = tmp_path / "store-b"
+    assert _substitute(tiny_recipe, store_b, env_b, cache).returncode == 0
+    pushed, _ = _push(cache, store_b, env_b)
+    assert pushed["present"] and pushed["replaced"] and pushed["signature_added"]
+    assert [s["fingerprint"] for s in pushed["signers"]] == [
+        key_a["fingerprint"], key_b["fingerprint"],
+    ]  # fmt: skip
+    # A pushing again (its store has only its own signature) drops nothing.
+    again, _ = _push(cache, tmp_path / "store-a", env_a)
+    assert again["present"] and not again["replaced"]
+    assert _signers(again) == ["builder-a", "builder-b"]
+    env_c = {"XDG_CONFIG_HOME": str(tmp_path / "config-c"),
+             "ROCMFORGE_TRUSTED_KEYS": key_b["public_key"]}  # fmt: skip
+    proc = _substitute(tiny_recipe, tmp_path / "store-c", env_c, cache)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)[0]["hash"] == built["hash"]
+
+
+@pytest.mark.slow
+def test_sign_refuses_what_it_cannot_vouch_for(tiny_recipe: Path, tmp_path: Path) -> None:
+    env = {"XDG_CONFIG_HOME": str(tmp_path / "config")}
+    store = tmp_path / "store"
+    built = _build(tiny_recipe, store, env)
+    nokey = rf("sign", "--store", store, env=env)
+    assert nokey.returncode == 2 and "no signing key" in nokey.stderr
+    assert "Traceback" not in nokey.stderr and len(nokey.stderr.strip().splitlines()) == 1
+    _key(env, "builder-a")
+    # A statement edited after the build no longer describes the entry: not signed.
+    prov = Path(built["path"]) / "provenance.json"
+    os.chmod(prov.parent, 0o755)
+    os.chmod(prov, 0o644)
+    prov.write_text(prov.read_text().replace(built["hash"], "0" * len(built["hash"])))
+    proc = rf("sign", "--store", store, env=env)
+    assert proc.returncode == 1, proc.stderr
+    assert "not signed: provenance.json is for input hash 000" in proc.stdout, proc.stdout
+    assert not (prov.parent / "provenance.dsse.json").exists()
