@@ -28,8 +28,11 @@ def test_doctor_of_the_stack_names_amds_index_and_the_build_time(tmp_path: Path)
     assert "Traceback" not in proc.stderr, proc.stderr
     out = proc.stdout.splitlines()
     steps = out[out.index("next steps:") + 1 :]
-    (pip,) = [ln for ln in steps if "pip install" in ln]
-    assert f"--extra-index-url {index} " in pip and "-c wheels/constraints.txt" in pip
+    (uv,) = [ln for ln in steps if "uv pip install" in ln]
+    assert f"--extra-index-url {index} " in uv and "-c wheels/constraints.txt" in uv
+    (pip,) = [ln for ln in steps if "pip install --no-deps" in ln]  # pip: hashes in -c refused
+    assert "-r wheels/constraints.txt" in pip
+    assert pip.endswith(f"--extra-index-url {index} triton torch torchvision torchaudio")
     assert any("rocm[libraries]==7.14.0" in ln and "AMD's index" in ln for ln in steps), steps
     (time,) = [ln for ln in out if ln.startswith("  time:      ")]
     cores = os.cpu_count() or 0
@@ -61,3 +64,40 @@ def test_build_time_from_the_table_and_from_the_previous_build(tmp_path: Path) -
                  entry / layout.TELEMETRY)  # fmt: skip
     took = build_time(torch, 16, entries)
     assert took == f"torch: about 1h30m (the previous build here, {entry.name})"
+
+
+@pytest.mark.slow
+def test_the_install_commands_of_the_next_steps_install_the_export(tmp_path: Path) -> None:
+    """Step 4 as doctor prints it, run (offline: --no-index added) on a real export: uv takes
+    the hashed constraints with -c; pip is given them with -r --no-deps, then the name."""
+    import shlex
+    import subprocess
+    import sys
+
+    from conftest import build_tiny_entry, rf
+
+    built = build_tiny_entry(tmp_path)
+    steps = rf_in("doctor", built["recipe"], "--store", built["store"]).stdout.splitlines()
+    step = steps[next(i for i, ln in enumerate(steps) if ln.startswith("  4. ")) :]
+    export, uv_line, pip_line = step[0], step[1], step[3]
+    assert rf(*shlex.split(export.split("#")[0])[2:], "--store", built["store"],
+              cwd=tmp_path).returncode == 0  # fmt: skip
+    uv = str(Path(sys.executable).parent / "uv")
+    for name, line in (("uv", uv_line), ("pip", pip_line)):
+        venv = tmp_path / f"venv-{name}"
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
+        if name == "uv":
+            cmds = [shlex.split(line.strip())]
+            cmds[0][0] = uv
+            cmds[0] += ["--offline", "--no-index", "--python", str(venv / "bin" / "python")]
+        else:
+            first, second = line.split(": ", 1)[1].split(", then ")
+            at = ["--python", str(venv / "bin" / "python")]  # before pip's subcommand
+            cmds = [[sys.executable, "-m", "pip", *at, *shlex.split(c)[1:], "--no-index"]
+                    for c in (first, second)]  # fmt: skip
+        for cmd in cmds:
+            proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, check=False)
+            assert proc.returncode == 0, (cmd, proc.stdout, proc.stderr)
+        check = subprocess.run([venv / "bin" / "python", "-c", "import tiny; print(tiny.VALUE)"],
+                               capture_output=True, text=True, check=False)  # fmt: skip
+        assert check.stdout.strip() == "42", (name, check.stderr)

@@ -142,21 +142,26 @@ def next_steps(
     t = shown_path(target)
     what = "the stack's recipes" if stack else "the recipe"
     sdk = sdk_index(recipes)
+    wanted = " ".join(names) or "NAME"
+    index = f"--extra-index-url {sdk[0]} " if sdk is not None else ""
+    install = [
+        f"     uv pip install --find-links wheels -c wheels/constraints.txt {index}{wanted}",
+    ]
     if sdk is not None:
-        index, req, whence = sdk
-        install = [
-            "     pip install --find-links wheels -c wheels/constraints.txt "
-            f"--extra-index-url {index} {' '.join(names) or 'NAME'}",
-            f"     (--extra-index-url: AMD's index, where the {req} the wheel requires comes "
-            f"from; {whence})",
-        ]
+        install.append(
+            f"     (--extra-index-url: AMD's index, where the {sdk[1]} the wheel requires comes "
+            f"from; {sdk[2]})"
+        )
     else:
-        install = [
-            "     pip install --find-links wheels -c wheels/constraints.txt "
-            f"{' '.join(names) or 'NAME'}",
+        install.append(
             "     (a wheel that requires packages built elsewhere needs their index too: "
-            "--extra-index-url URL)",
-        ]
+            "--extra-index-url URL)"
+        )
+    install.append(
+        "     pip takes the sha256 in -c as --require-hashes for every package: pip install "
+        "--no-deps --find-links wheels -r wheels/constraints.txt, then pip install "
+        f"--find-links wheels {index}{wanted}"
+    )
     return [
         "next steps:",
         f"  1. rocmforge lock {t}      # pins refs, requirements and SDK wheels of {what}",
