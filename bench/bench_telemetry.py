@@ -9,7 +9,7 @@ Last, the ETA's error on a second build: the project built twice more with ``--h
 for each heartbeat of the second build at 25/50/75 % of its edges, the end it predicts
 (elapsed + ETA, "from the previous build") against the end of the build phase.
 
-Usage: python bench/bench_telemetry.py [--tus 300] [--rounds 3] [--jobs 2]
+Usage: python bench/bench_telemetry.py [--tus 300] [--rounds 3] [--jobs 2] [--pypi-tools]
        python bench/bench_telemetry.py one on|off DIR   (one build in a prepared DIR; prints s)
 """
 
@@ -90,11 +90,11 @@ path = "{src}"
 
 [toolchain]
 kind = "system"
-python = "3"
+python = "{python}"
 
 [env]
 RUN = "{run}"
-
+{requirements}
 [build]
 timeout = "60m"
 steps = [
@@ -103,6 +103,10 @@ steps = [
   "python3 pack.py $OUT",
 ]
 """
+
+
+#: ``--pypi-tools``: CMake and Ninja from PyPI wheels (a host without them, like the GPU machine)
+REQUIREMENTS = ""
 
 
 def prepare(root: Path, tus: int) -> None:
@@ -125,9 +129,14 @@ def build(
         counter.write_text(str(n))
         run = str(n)
     recipe = root / "benchtel.toml"
-    text = RECIPE.format(src=root / "src", run=run, jobs=jobs)
+    python = f"{sys.version_info[0]}.{sys.version_info[1]}"  # the running one: a wheel's tags
+    text = RECIPE.format(src=root / "src", run=run, jobs=jobs, requirements=REQUIREMENTS,
+                         python=python)  # fmt: skip
     if not recipe.exists() or recipe.read_text() != text:  # a rewrite would move the memo's guard
         recipe.write_text(text)
+        if REQUIREMENTS:  # not timed: lock pins the PyPI cmake and ninja for the new recipe
+            subprocess.run([sys.executable, "-m", "rocmforge", "lock", str(recipe)],
+                           capture_output=True, check=True, cwd=REPO)  # fmt: skip
     env = dict(os.environ, ROCMFORGE_TELEMETRY=telemetry)
     env.pop("ROCMFORGE_STORE", None)
     env.pop("MAX_JOBS", None)
@@ -181,8 +190,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tus", type=int, default=300)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--pypi-tools", action="store_true",
+                    help="cmake and ninja as build requirements (ROCMFORGE_PIP_ARGS finds them)")
     ap.add_argument("one", nargs="*", help="one on|off DIR: one build in a prepared DIR")
     args = ap.parse_args(argv)
+    global REQUIREMENTS
+    if args.pypi_tools:
+        REQUIREMENTS = '\n[requirements]\nbuild = ["cmake==3.31.6", "ninja==1.11.1.4"]\n'
     if args.one:
         _, mode, where = args.one
         print(f"{build(Path(where), mode, args.jobs)[0]:.2f}")
