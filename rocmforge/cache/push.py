@@ -24,7 +24,7 @@ import hashlib
 import json
 import os
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,6 +47,7 @@ from rocmforge.trust.signing import (
     SecretKey,
     Signer,
     add_signature,
+    envelope_payload,
     envelope_signers,
     merge_envelopes,
 )
@@ -211,8 +212,17 @@ class _Signed:
     added: bool
 
 
+def _has_signature_of(envelope: dict[str, Any] | None, key: SecretKey) -> bool:
+    """Whether ``envelope`` lists a signature under ``key``'s keyid (the store's own envelope:
+    its signature is taken as made, not verified again)."""
+    sigs = envelope.get("signatures") if envelope is not None else None
+    if not isinstance(sigs, list):
+        return False
+    return any(isinstance(s, dict) and s.get("keyid") == key.public.keyid for s in sigs)
+
+
 def _local_envelope(
-    entry: Entry, key: SecretKey | None, tmp: Path
+    entry: Entry, key: SecretKey | None, tmp: _Scratch
 ) -> tuple[_Signed | None, str]:
     """The envelope to upload for ``entry``: the store's, with ``key``'s signature added (None:
     unsigned and no key, or an envelope that cannot be read; that one goes up as the file),
@@ -221,16 +231,18 @@ def _local_envelope(
 
     dsse = entry.path / layout.PROVENANCE_DSSE
     envelope: dict[str, Any] | None = None
+    raw = b""
     if dsse.is_file():
         try:
-            loaded = json.loads(dsse.read_bytes())
+            raw = dsse.read_bytes()
+            loaded = json.loads(raw)
         except (OSError, ValueError):
             return None, "its envelope is unreadable: not signed"
         if not isinstance(loaded, dict):
             return None, "its envelope is not a JSON object: not signed"
         envelope = loaded
     merged, why = envelope, ""
-    if key is not None:
+    if key is not None and not _has_signature_of(envelope, key):  # else no signing, no nacl
         try:
             payload = (entry.path / layout.PROVENANCE).read_bytes()
             why = describes_entry(json.loads(payload), entry) or ""
@@ -248,7 +260,7 @@ def _local_envelope(
     if added:
         ref, path = _write_envelope(merged, tmp)
         return _Signed(ref, path, merged, True), why
-    ref = FileRef(layout.PROVENANCE_DSSE, _sha256(str(dsse)), os.stat(dsse).st_size)
+    ref = FileRef(layout.PROVENANCE_DSSE, hashlib.sha256(raw).hexdigest(), len(raw))
     return _Signed(ref, dsse, merged, False), why
 
 
@@ -263,10 +275,10 @@ def _same(a: tuple[FileRef, ...], b: tuple[FileRef, ...]) -> bool:
     return set(a) == set(b)
 
 
-def _write_envelope(envelope: dict[str, Any], tmp: Path) -> tuple[FileRef, Path]:
+def _write_envelope(envelope: dict[str, Any], tmp: _Scratch) -> tuple[FileRef, Path]:
     data = json_bytes(envelope)
     sha = hashlib.sha256(data).hexdigest()
-    path = tmp / sha
+    path = tmp.path() / sha
     path.write_bytes(data)
     return FileRef(layout.PROVENANCE_DSSE, sha, len(data)), path
 
@@ -284,23 +296,31 @@ class _Decision:
 
 
 def _merge_remote(
-    backend: Backend, remote: Manifest, mine: Manifest, signed: _Signed | None, tmp: Path
+    backend: Backend,
+    remote: Manifest,
+    mine: Callable[[], Manifest],
+    signed: _Signed | None,
+    tmp: _Scratch,
 ) -> _Decision:
-    """Decide the files of the cache's manifest ``remote`` after pushing ``mine`` (whose
+    """Decide the files of the cache's manifest ``remote`` after pushing ``mine()`` (whose
     envelope is ``signed``): the cache's files with the merged envelope, or ours in place of an
-    unsigned copy of another build."""
+    unsigned copy of another build. ``mine`` is called only when the cache's copy may change
+    (it hashes the entry's small files)."""
     names = {f.name: f for f in remote.files}
-    ours = {f.name: f for f in mine.files}
-    same_build = (
-        layout.PROVENANCE in names
-        and layout.PROVENANCE in ours
-        and names[layout.PROVENANCE].sha256 == ours[layout.PROVENANCE].sha256
-    )
+
+    def same_build() -> bool:
+        ours = {f.name: f for f in mine().files}
+        return (
+            layout.PROVENANCE in names
+            and layout.PROVENANCE in ours
+            and names[layout.PROVENANCE].sha256 == ours[layout.PROVENANCE].sha256
+        )
+
     remote_ref = names.get(layout.PROVENANCE_DSSE)
     if remote_ref is None:  # an unsigned copy: ours replaces it (signed, else nothing to do)
         if signed is None:
             return _Decision(remote.files, signers=())
-        base = remote.files if same_build else mine.files
+        base = remote.files if same_build() else mine().files
         signers = envelope_signers(signed.envelope)
         return _Decision(_with_envelope(base, signed.ref), signed, signers)
     if signed is None:
@@ -320,14 +340,17 @@ def _merge_remote(
         theirs = envelope_signers(remote_env)
     except EnvelopeMismatch:
         return _Decision(remote.files, note="the cache's envelope is malformed: left as it is")
-    if not same_build:
+    try:
+        merged = merge_envelopes(remote_env, signed.envelope)
+    except EnvelopeMismatch:
+        merged = None
+    statement = names.get(layout.PROVENANCE)  # the same payload: it must be the cache's file
+    if merged is None or statement is None or statement.sha256 != hashlib.sha256(
+        envelope_payload(signed.envelope)
+    ).hexdigest():
         who = ", ".join(s.describe() for s in theirs) or "nobody"
         note = f"the cache holds another build of this entry (signed by {who}): left as it is"
         return _Decision(remote.files, signers=theirs, note=note)
-    try:
-        merged = merge_envelopes(remote_env, signed.envelope)
-    except EnvelopeMismatch as exc:
-        return _Decision(remote.files, signers=theirs, note=f"cannot merge signatures ({exc})")
     if merged["signatures"] == remote_env.get("signatures"):
         return _Decision(remote.files, signers=theirs)  # it has every signature ours has
     ref, path = _write_envelope(merged, tmp)
@@ -336,43 +359,48 @@ def _merge_remote(
 
 
 def _push_one(
-    backend: Backend, entry: Entry, key: SecretKey | None, reporter: Reporter, tmp: Path
+    backend: Backend, entry: Entry, key: SecretKey | None, reporter: Reporter, tmp: _Scratch
 ) -> PushedEntry:
     """Push one entry (see :func:`push_entries`)."""
     signed, why = _local_envelope(entry, key, tmp)
     runs = local_runs(entry)
-    mine = entry_manifest(entry, runs)
-    if signed is not None:
-        mine = Manifest(
-            mine.hash, mine.name, mine.version, _with_envelope(mine.files, signed.ref),
-            mine.meta, mine.accepted,
-        )  # fmt: skip
-    paths = {f.name: entry.path / f.name for f in mine.files}
-    if signed is not None:
-        paths[layout.PROVENANCE_DSSE] = signed.path
+    made: list[Manifest] = []
+
+    def mine() -> Manifest:
+        """The manifest of our copy (made once, when needed: it hashes the small files)."""
+        if not made:
+            m = entry_manifest(entry, runs)
+            files = m.files if signed is None else _with_envelope(m.files, signed.ref)
+            made.append(Manifest(m.hash, m.name, m.version, files, m.meta, m.accepted))
+        return made[0]
+
+    def path(ref: FileRef, envelope: _Signed | None) -> Path:
+        if ref.name == layout.PROVENANCE_DSSE and envelope is not None:
+            return envelope.path
+        return entry.path / ref.name
 
     def result(**kw: Any) -> PushedEntry:
         return PushedEntry(hash=entry.hash, name=entry.name, version=entry.version, **kw)
 
     raw = backend.get_manifest(entry.hash)
     present = raw is not None
+    blobs = sent = 0
     if raw is None:
         reporter.phase(f"push {entry.name} {entry.version}")
-        refs = [(f, paths[f.name]) for f in mine.files]
-        blobs, sent = _send(backend, refs + [runs[f.name] for f in mine.accepted])
-        if backend.put_manifest(entry.hash, mine.to_bytes()):
+        ours = mine()
+        refs = [(f, path(f, signed)) for f in ours.files]
+        blobs, sent = _send(backend, refs + [runs[f.name] for f in ours.accepted])
+        if backend.put_manifest(entry.hash, ours.to_bytes()):
             signers = envelope_signers(signed.envelope) if signed is not None else ()
             return result(
                 present=False, blobs=blobs, bytes=sent, signed=bool(signers),
-                runs=len(mine.accepted), signers=signers,
+                runs=len(ours.accepted), signers=signers,
                 signature_added=signed is not None and signed.added and key is not None,
                 note=why,
             )  # fmt: skip
         raw = backend.get_manifest(entry.hash)  # another pusher's manifest won: merge into it
         if raw is None:
             raise CacheError(f"{backend.url}: the manifest of {entry.hash} vanished while pushing")
-    else:
-        blobs = sent = 0
     try:
         remote = parse_manifest(raw)
     except ManifestProblem as exc:
@@ -389,20 +417,17 @@ def _push_one(
     missing = [runs[n] for n in sorted(runs) if n not in have]
     new_files = not _same(decision.files, remote.files)
     if new_files or missing:
-        if decision.upload is not None:
-            paths[layout.PROVENANCE_DSSE] = decision.upload.path
         there = set(remote.files)
-        send = [(f, paths[f.name]) for f in decision.files if f not in there] + missing
+        send = [(f, path(f, decision.upload)) for f in decision.files if f not in there]
         what = "signature" if new_files else f"{len(missing)} acceptance run(s)"
         reporter.phase(f"push the {what} of {entry.name} {entry.version}")
-        b, n = _send(backend, send)
+        b, n = _send(backend, send + missing)
         blobs, sent = blobs + b, sent + n
         # The cache's meta stays unless our copy replaces an unsigned other build whole.
         others = {f for f in decision.files if f.name != layout.PROVENANCE_DSSE}
-        kept = others <= set(remote.files)
         union = Manifest(
             remote.hash, remote.name, remote.version, decision.files,
-            remote.meta if kept else mine.meta,
+            remote.meta if others <= there else mine().meta,
             remote.accepted + tuple(ref for ref, _ in missing),
         )  # fmt: skip
         backend.replace_manifest(entry.hash, union.to_bytes())
@@ -436,8 +461,30 @@ def push_entries(
     can leave one pusher's signature or runs out; its next push adds them.)
     """
     reporter = reporter or NullReporter()
-    with tempfile.TemporaryDirectory(prefix="rocmforge-push-") as tmp:
-        return [_push_one(backend, e, key, reporter, Path(tmp)) for e in entries]
+    scratch = _Scratch()
+    try:
+        return [_push_one(backend, e, key, reporter, scratch) for e in entries]
+    finally:
+        scratch.close()
+
+
+class _Scratch:
+    """A private temporary directory for the envelopes a push writes, made on first use (most
+    pushes write none: a present entry costs one lookup) and removed by :meth:`close`."""
+
+    def __init__(self) -> None:
+        self._dir: tempfile.TemporaryDirectory[str] | None = None
+
+    def path(self) -> Path:
+        """The directory (created now if need be)."""
+        if self._dir is None:
+            self._dir = tempfile.TemporaryDirectory(prefix="rocmforge-push-")
+        return Path(self._dir.name)
+
+    def close(self) -> None:
+        """Remove the directory, if one was made."""
+        if self._dir is not None:
+            self._dir.cleanup()
 
 
 def unsigned_warning(pushed: Iterable[PushedEntry], *, has_key: bool) -> str | None:
