@@ -155,9 +155,11 @@ def test_config_command_and_cache_ls_of_configured_caches(tmp_path: Path) -> Non
     assert shown["caches"] == [f"file://{tmp_path}/c1", f"file://{tmp_path}/c2"]
     assert shown["origins"]["caches"][f"file://{tmp_path}/c1"] == str(project / "rocmforge.toml")
     assert shown["trusted_key_names"] == ["ci-1"] and shown["slurm"] == {"partition": "gpu"}
+    (trusted,) = shown["trusted"]  # each trusted key by name and fingerprint
+    assert trusted["name"] == "ci-1" and len(trusted["fingerprint"]) == 64
     text = rf("config", cwd=project, env=env).stdout
     assert f"project file:       {project / 'rocmforge.toml'}" in text, text
-    assert "trusted keys:       ci-1" in text
+    assert f"trusted keys:       ci-1 (ed25519 {trusted['fingerprint'][:8]}..)" in text
     listed = rf("cache", "ls", cwd=project, env=env)
     assert listed.returncode == 0, listed.stderr
     assert listed.stdout.splitlines() == [

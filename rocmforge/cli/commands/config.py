@@ -40,7 +40,17 @@ def run(args: argparse.Namespace) -> int:
     else:
         keys_from = f"{trusted_keys_path()} and the configuration files"
     if args.json:
-        emit_json({**settings.to_json(), "trusted_key_names": sorted(keys), "keys_from": keys_from})
+        emit_json(
+            {
+                **settings.to_json(),
+                "trusted_key_names": sorted({k.name for k in keys.values()}),
+                "trusted": sorted(
+                    ({"name": k.name, "fingerprint": k.fingerprint} for k in keys.values()),
+                    key=lambda k: (k["name"], k["fingerprint"]),
+                ),
+                "keys_from": keys_from,
+            }
+        )
         return 0
 
     def file(path: Any, what: str) -> str:
@@ -57,7 +67,8 @@ def run(args: argparse.Namespace) -> int:
     print("caches (asked in this order):" if settings.caches else "caches:             (none)")
     for url in settings.caches:
         print(f"  {url}  (from {origins['caches'][url]})")
-    print(f"trusted keys:       {', '.join(sorted(keys)) or '(none)'}  (from {keys_from})")
+    shown = ", ".join(sorted(k.describe() for k in keys.values()))
+    print(f"trusted keys:       {shown or '(none)'}  (from {keys_from})")
     if settings.slurm:
         print(f"[slurm]:            {', '.join(sorted(settings.slurm))}")
     return 0
