@@ -225,3 +225,24 @@ def test_sign_refuses_what_it_cannot_vouch_for(tiny_recipe: Path, tmp_path: Path
     assert proc.returncode == 1, proc.stderr
     assert "not signed: provenance.json is for input hash 000" in proc.stdout, proc.stdout
     assert not (prov.parent / "provenance.dsse.json").exists()
+
+
+@pytest.mark.slow
+def test_realize_push_warns_unsigned_then_signs_the_cache_copy(
+    tiny_recipe: Path, tmp_path: Path
+) -> None:
+    env = {"XDG_CONFIG_HOME": str(tmp_path / "config")}
+    store, url = tmp_path / "store", f"file://{tmp_path / 'cache'}"
+    first = rf("realize", tiny_recipe, "--store", store, "--push", url, env=env)
+    assert first.returncode == 0, first.stderr
+    assert "warning: 1 pushed entry is unsigned (tiny 0.1): there is no signing key" in (
+        first.stderr
+    )
+    key = _key(env, "builder-a")
+    again = rf("realize", tiny_recipe, "--store", store, "--push", url, env=env)  # a cache hit
+    assert again.returncode == 0 and "unsigned" not in again.stderr, again.stderr
+    listed = json.loads(rf("cache", "ls", url, "--json", env=env).stdout)
+    (entry,) = listed["entries"]
+    assert entry["signed"] and entry["signers"] == [
+        {"name": "builder-a", "fingerprint": key["fingerprint"]}
+    ]
