@@ -180,6 +180,20 @@ def rf_in(
     )
 
 
+def cxx_many(tmp: Path, tus: int) -> tuple[Path, Path]:
+    """A copy of examples/cxx-many under ``tmp`` with ``tus`` generated translation units, and
+    recipes/cxx-many.toml pointed at it: ``(recipe, source tree)``."""
+    src = tmp / "cxx-src"
+    shutil.copytree(
+        REPO / "examples" / "cxx-many", src, ignore=shutil.ignore_patterns("build", "src")
+    )
+    subprocess.run([sys.executable, "gen.py", "src", str(tus)], cwd=src, check=True)
+    text = (REPO / "recipes" / "cxx-many.toml").read_text()
+    recipe = tmp / "cxx-many.toml"
+    recipe.write_text(text.replace('path = "../examples/cxx-many"', f'path = "{src}"'))
+    return recipe, src
+
+
 @pytest.fixture
 def wheelhouse() -> Path:
     """The local wheelhouse holding setuptools for PEP 517 builds (filled by scripts/test.sh)."""

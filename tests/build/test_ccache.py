@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO, TINY_RECIPE, pip_args, rf
+from conftest import REPO, TINY_RECIPE, cxx_many, pip_args, rf
 
 from rocmforge.build import ccache
 from rocmforge.errors import RecipeError, StoreError
@@ -228,25 +228,13 @@ def test_truncated_entry_and_concurrent_builds(tmp_path: Path, wheelhouse: Path)
     assert shas == {_wheel_sha(off)}
 
 
-def _cxx_recipe(tmp_path: Path, tus: int) -> tuple[Path, Path]:
-    src = tmp_path / "cxx-src"
-    shutil.copytree(
-        REPO / "examples" / "cxx-many", src, ignore=shutil.ignore_patterns("build", "src")
-    )
-    subprocess.run([sys.executable, "gen.py", "src", str(tus)], cwd=src, check=True)
-    text = (REPO / "recipes" / "cxx-many.toml").read_text()
-    recipe = tmp_path / "cxx-many.toml"
-    recipe.write_text(text.replace('path = "../examples/cxx-many"', f'path = "{src}"'))
-    return recipe, src
-
-
 @needs_ccache
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("cmake") is None or shutil.which("ninja") is None,
                     reason="cmake and ninja needed (scripts/test.sh installs them)")  # fmt: skip
 def test_cxx_many_cmake_ninja(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
-    recipe, src = _cxx_recipe(tmp_path, 6)
+    recipe, src = cxx_many(tmp_path, 6)
     off, _, _ = _realize(recipe, tmp_path / "s0", None, "--no-compiler-cache")
     cold, cold_meta, _ = _realize(recipe, tmp_path / "s1", cache)
     warm, warm_meta, _ = _realize(recipe, tmp_path / "s2", cache)

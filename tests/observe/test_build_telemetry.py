@@ -15,13 +15,12 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import zstandard
-from conftest import REPO, TINY_RECIPE, rf
+from conftest import TINY_RECIPE, cxx_many, rf
 
 pytestmark = [
     pytest.mark.slow,
@@ -35,18 +34,6 @@ TUS = 4
 _ETA = re.compile(
     r"\[(\d+)/(\d+)\] \d+% ETA (\d+):(\d\d) \(from the (previous build|rate so far)\)"
 )
-
-
-def _cxx(tmp: Path) -> tuple[Path, Path]:
-    src = tmp / "cxx-src"
-    shutil.copytree(
-        REPO / "examples" / "cxx-many", src, ignore=shutil.ignore_patterns("build", "src")
-    )
-    subprocess.run([sys.executable, "gen.py", "src", str(TUS)], cwd=src, check=True)
-    text = (REPO / "recipes" / "cxx-many.toml").read_text()
-    recipe = tmp / "cxx-many.toml"
-    recipe.write_text(text.replace('path = "../examples/cxx-many"', f'path = "{src}"'))
-    return recipe, src
 
 
 def _realize(recipe: Path, store: Path, *args: str, env: dict[str, str] | None = None) -> tuple[
@@ -75,7 +62,7 @@ def _record(entry: Path) -> dict[str, Any]:
 def builds(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """Two builds of cxx-many in one store: the first, then one after an edit of a TU."""
     tmp = tmp_path_factory.mktemp("telemetry")
-    recipe, src = _cxx(tmp)
+    recipe, src = cxx_many(tmp, TUS)
     store = tmp / "store"
     env = {"XDG_CONFIG_HOME": str(tmp / "config")}  # node A, which signs what it builds
     gen = rf("key", "generate", "--json", "--name", "node-a", env=env)
@@ -156,8 +143,10 @@ def test_a_recipe_that_sets_max_jobs_keeps_it(builds: dict[str, Any], tmp_path: 
 def test_trace_has_every_edge_on_a_free_slot_and_memory(builds: dict[str, Any],
                                                         tmp_path: Path) -> None:  # fmt: skip
     out = tmp_path / "trace.json"
-    proc = rf("trace", builds["second"]["hash"], "--store", builds["store"], "-o", out)
+    proc = rf("trace", builds["second"]["hash"], "--store", builds["store"], "-o", out, "--json")
     assert proc.returncode == 0, proc.stderr
+    said = json.loads(proc.stdout)
+    assert said["hash"] == builds["second"]["hash"] and said["bytes"] == out.stat().st_size
     events = json.loads(out.read_text())["traceEvents"]
     record = _record(Path(builds["second"]["path"]))
     (log,) = [n for n in record["ninja"] if "tu_000.cpp.o" in n["text"]]
@@ -275,7 +264,7 @@ def test_telemetry_is_pushed_and_substituted_and_gives_the_eta_there(
     # node B: another store, the same recipe, substituted, not built
     store_b = tmp_path / "store-b"
     env_b = {"XDG_CONFIG_HOME": str(tmp_path / "config-b"), "ROCMFORGE_TRUSTED_KEYS": public}
-    recipe_b, src_b = _cxx(tmp_path)
+    recipe_b, src_b = cxx_many(tmp_path, TUS)
     _edit(src_b, 1)  # the tree of A's second build
     got, err = _realize(recipe_b, store_b, "--cache", cache, env=env_b)
     assert got["hash"] == builds["second"]["hash"] and got["substituted"] == cache, err[-3000:]

@@ -347,3 +347,26 @@ def write_output(path: Path, data: bytes) -> None:
         write_atomic(path, data, durable=False)
     except OSError as exc:
         raise UsageError(f"-o {path}: cannot write it: {exc.strerror or exc}") from None
+
+
+def add_entry_output_parser(sub: Any, name: str, what: str) -> argparse.ArgumentParser:
+    """The parser of a command that writes one file about one store entry (``trace``,
+    ``report``): TARGET, ``-o FILE`` (``what`` goes there), ``--store`` and ``--json``."""
+    from rocmforge.cli.commands import COMMANDS
+
+    p: argparse.ArgumentParser = sub.add_parser(name, help=COMMANDS[name])
+    p.add_argument("target", metavar="TARGET", help="input hash (prefix), entry name or path")
+    p.add_argument("-o", "--output", required=True, metavar="FILE", help=f"write {what} here")
+    add_store_option(p)
+    add_json_option(p)
+    return p
+
+
+def wrote_output(args: argparse.Namespace, entry: Entry, size: int, text: str) -> None:
+    """Say that ``args.output`` (``size`` bytes) was written for ``entry``: ``text`` after the
+    file's name, or with ``--json`` an object naming the file, the entry and the size."""
+    if getattr(args, "json", False):
+        emit_json({"output": str(args.output), "entry": entry.path.name,
+                   "hash": entry.hash, "bytes": size})  # fmt: skip
+    else:
+        print(f"{args.output}: {text}")

@@ -11,29 +11,28 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from rocmforge.cli.commands import COMMANDS
-from rocmforge.cli.commands._common import add_store_option, open_store, write_output
+from rocmforge.cli.commands._common import (
+    add_entry_output_parser,
+    open_store,
+    write_output,
+    wrote_output,
+)
 
 
 def register(sub: Any) -> None:
     """Add the ``report`` command."""
-    p = sub.add_parser("report", help=COMMANDS["report"])
-    p.add_argument("target", metavar="TARGET", help="input hash (prefix), entry name or path")
-    p.add_argument("-o", "--output", required=True, metavar="FILE", help="write the page here")
-    add_store_option(p)
-    p.set_defaults(func=run)
+    add_entry_output_parser(sub, "report", "the page").set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    """``rocmforge report TARGET -o FILE.html``: write the page; print where."""
+    """``rocmforge report TARGET -o FILE.html``: write the page; say where."""
     from rocmforge.observe.record import read_record
     from rocmforge.observe.report import report_html
 
     entry = open_store(args).resolve(args.target)
     page = report_html(
         read_record(entry.path), entry.meta.to_json(), entry.wheels, name=entry.path.name
-    )
-    write_output(Path(args.output), page.encode())
-    print(f"{args.output}: the report of {entry.path.name} ({len(page)} bytes)")
+    ).encode()
+    write_output(Path(args.output), page)
+    wrote_output(args, entry, len(page), f"the report of {entry.path.name} ({len(page)} bytes)")
     return 0
-

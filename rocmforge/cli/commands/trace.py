@@ -12,30 +12,29 @@ import json
 from pathlib import Path
 from typing import Any
 
-from rocmforge.cli.commands import COMMANDS
-from rocmforge.cli.commands._common import add_store_option, open_store, write_output
+from rocmforge.cli.commands._common import (
+    add_entry_output_parser,
+    open_store,
+    write_output,
+    wrote_output,
+)
 
 
 def register(sub: Any) -> None:
     """Add the ``trace`` command."""
-    p = sub.add_parser("trace", help=COMMANDS["trace"])
-    p.add_argument("target", metavar="TARGET", help="input hash (prefix), entry name or path")
-    p.add_argument("-o", "--output", required=True, metavar="FILE", help="write the JSON here")
-    add_store_option(p)
-    p.set_defaults(func=run)
+    add_entry_output_parser(sub, "trace", "the JSON").set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    """``rocmforge trace TARGET -o FILE``: write the entry's trace; print where."""
+    """``rocmforge trace TARGET -o FILE``: write the entry's trace; say where."""
     from rocmforge.observe.record import read_record
     from rocmforge.observe.trace import trace_events
 
     entry = open_store(args).resolve(args.target)
     doc = trace_events(read_record(entry.path), name=entry.path.name)
-    out = Path(args.output)
-    write_output(out, json.dumps(doc, separators=(",", ":")).encode())
+    data = json.dumps(doc, separators=(",", ":")).encode()
+    write_output(Path(args.output), data)
     edges = sum(1 for e in doc["traceEvents"] if e.get("cat") == "edge")
-    print(
-        f"{out}: {len(doc['traceEvents'])} trace events ({edges} ninja edges) of {entry.path.name}"
-    )
+    text = f"{len(doc['traceEvents'])} trace events ({edges} ninja edges) of {entry.path.name}"
+    wrote_output(args, entry, len(data), text)
     return 0
