@@ -53,9 +53,16 @@ def run(args: argparse.Namespace) -> int:
     from rocmforge.cache.push import with_closure
     from rocmforge.errors import UsageError
     from rocmforge.trust.resign import sign_entries
-    from rocmforge.trust.signing import read_secret_key, signing_key_path, store_signing_key
+    from rocmforge.trust.signing import (
+        inside_store,
+        read_secret_key,
+        signing_key_path,
+        store_signing_key,
+    )
 
     store = open_store(args)
+    if args.key and inside_store(Path(args.key)) is not None:
+        raise UsageError(f"sign --key {args.key}: inside a store; keep the signing key outside it")
     key = read_secret_key(Path(args.key)) if args.key else store_signing_key(store.root)
     if key is None:
         where = signing_key_path()
