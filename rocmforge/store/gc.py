@@ -580,6 +580,7 @@ def collect_garbage(
         if not dry_run:
             delete(store, plan, sources, roots.stale)
             leftovers = tuple(store.clean_leftovers())
+            store.clean_build_locks()  # one was left per hash ever built
             warnings.extend(f"removed quarantined {p}" for p in clear_quarantine(store))
         return GcReport(
             dry_run=dry_run,

@@ -1,7 +1,7 @@
 """The store's locks: the store-wide gc lock, the per-hash build locks and held-flock files.
 
 ``gc.lock`` is the store-wide read/write lock (flock SH for realize, EX for gc);
-``locks/<hash>.lock`` are per-hash build locks (filelock, imported only when one is taken); a
+``locks/<hash>.lock`` are per-hash build locks (flock; gc removes the ones nobody holds); a
 build directory's ``tmp/<name>.lock`` and a publish's ``pending/<entry name>`` marker are files
 whose held flock says their owner is alive (:func:`hold_new`, :func:`open_locked_nb`). Which
 paths these are is :class:`rocmforge.store.store.Store`'s to say.
@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -98,31 +99,80 @@ def store_flock(path: Path, op: int) -> Iterator[None]:
 
 @contextmanager
 def build_flock(path: Path, on_busy: Callable[[], None] | None, poll: float) -> Iterator[None]:
-    """Hold the per-hash build lock file ``path`` (filelock); blocks until acquired.
+    """Hold the per-hash build lock file ``path`` (flock); blocks until acquired.
 
     While another process holds it, ``on_busy`` (if given) is called at once and then every
-    ``poll`` seconds.
+    ``poll`` seconds. The locked inode must still be the one at ``path``: ``gc`` removes lock
+    files nobody holds (:func:`remove_unheld`), so one opened just before is tried again.
     """
-    import filelock
-
-    lock = filelock.FileLock(str(path))
     try:
-        if on_busy is None:
-            lock.acquire()
-        else:
-            try:
-                lock.acquire(timeout=0)
-            except filelock.Timeout:
-                while True:
-                    on_busy()  # another process builds this hash: let the caller tell
-                    try:
-                        lock.acquire(timeout=poll)
-                        break
-                    except filelock.Timeout:
-                        continue
+        fd = _take(path, on_busy, poll)
     except OSError as e:
-        raise StoreError(f"cannot take build lock {lock.lock_file}: {e}") from e
+        raise StoreError(f"cannot take build lock {path}: {e}") from e
     try:
         yield
     finally:
-        lock.release()
+        os.close(fd)
+
+
+def _take(path: Path, on_busy: Callable[[], None] | None, poll: float) -> int:
+    """Return an fd holding LOCK_EX on the file at ``path`` (created if need be)."""
+    told: float | None = None
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | (fcntl.LOCK_NB if on_busy else 0))
+                    break
+                except BlockingIOError:
+                    assert on_busy is not None
+                    now = time.monotonic()
+                    if told is None or now - told >= poll:
+                        on_busy()  # another process builds this hash: let the caller tell
+                        told = now
+                    time.sleep(min(_POLL, poll))
+            try:
+                same = os.stat(path).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                same = False
+        except BaseException:
+            os.close(fd)
+            raise
+        if same:
+            return fd
+        os.close(fd)
+
+
+#: How often a busy build lock is tried again (seconds).
+_POLL = 0.05
+
+
+def remove_unheld(directory: Path, suffix: str) -> int:
+    """Remove the lock files ``*<suffix>`` in ``directory`` that nobody holds; return how many.
+
+    Each is flocked first (never one in use); a process that opened it meanwhile finds its
+    inode gone and takes a new file (:func:`build_flock`). Call under the store's exclusive
+    lock (gc), so no realize is between looking an entry up and taking its lock.
+    """
+    try:
+        names = [n for n in os.listdir(directory) if n.endswith(suffix)]
+    except FileNotFoundError:
+        return 0
+    except OSError as e:
+        raise StoreError(f"cannot list {directory}: {e}") from e
+    removed = 0
+    for n in names:
+        fd = open_locked_nb(directory / n)
+        if fd is None:
+            continue
+        try:
+            os.unlink(directory / n)
+            removed += 1
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            raise StoreError(f"cannot remove {directory / n}: {e}") from e
+        finally:
+            os.close(fd)
+    return removed

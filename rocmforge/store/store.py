@@ -395,6 +395,11 @@ class Store:
         """
         return builddir.clean_leftovers(self.tmp_dir, include_kept=include_kept)
 
+    def clean_build_locks(self) -> int:
+        """Remove the per-hash build locks (``locks/<hash>.lock``) nobody holds; return how
+        many. Call under :meth:`exclusive_lock` (gc): one is left per hash ever built."""
+        return locks.remove_unheld(self.locks_dir, layout.LOCK_SUFFIX)
+
     def publish(
         self,
         staged: Path,
