@@ -1008,6 +1008,7 @@ def build(
                 links=staged.links,
                 cache=store.sources_dir,
                 byproducts=byproducts,
+                entry_dir=root / "entry",
             )
             if staged.repair:  # what [build] repair did: the wheels before and after, the policy
                 internal = statement["predicate"]["buildDefinition"]["internalParameters"]

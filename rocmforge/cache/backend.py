@@ -10,6 +10,7 @@ replace of a manifest (a push adding acceptance runs to an entry the cache has).
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import tempfile
 import time
@@ -19,17 +20,47 @@ from pathlib import Path
 from typing import BinaryIO, Protocol
 
 from rocmforge.cache.transfer import copy_file, write_all
-from rocmforge.errors import RocmforgeError
+from rocmforge.errors import DiskFullError, RocmforgeError
+from rocmforge.util.fsutil import open_regular, read_bounded
 
 BLOBS = "blobs"
 ENTRIES = "entries"
 MANIFEST_SUFFIX = ".json"
+#: How old a ``.tmp-*`` file in a ``file://`` cache must be before a push or ``cache gc``
+#: takes it for the leftover of an interrupted push (one being written has a fresh mtime).
+TMP_GRACE = 3600.0
+#: The largest manifest a ``file://`` cache is read for (one lists a few dozen files).
+MAX_MANIFEST = 64 << 20
 
 
 class CacheError(RocmforgeError):
     """A cache could not be read or written (exit 3: the cache or the network is at fault)."""
 
     exit_code = 3
+
+
+class CacheFullError(CacheError, DiskFullError):
+    """The cache's disk is full (or over quota) while a push writes to it: the cache is named,
+    never the store (exit 3)."""
+
+    exit_code = 3
+
+
+def cache_full_error(url: str, root: Path, path: Path, exc: OSError) -> CacheFullError:
+    """The :class:`CacheFullError` for ``exc`` writing ``path`` into the cache ``url`` at
+    ``root``: the free space there and what frees it (the cache's gc, not the store's)."""
+    try:
+        st = os.statvfs(root)
+        free = f"; {st.f_bavail * st.f_frsize / 2**20:.1f} MiB free there"
+    except OSError:
+        free = ""
+    return CacheFullError(
+        f"the cache {url} is full: {exc.strerror or 'no space left on device'} writing {path}"
+        f"{free} (the store is not what is full); free space in the cache with "
+        f"`rocmforge cache gc {url} --keep-last N` (or --older-than), or push to a larger one"
+    )
+
+
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +119,11 @@ class Backend(Protocol):
         """
         ...
 
+    def clean_interrupted(self, *, grace: float = TMP_GRACE) -> int:
+        """Remove what interrupted pushes left (temp files older than ``grace`` seconds);
+        return how many. A backend whose uploads leave nothing behind returns 0."""
+        ...
+
 
 def _check_digest(sha256: str) -> None:
     if len(sha256) != 64 or any(c not in "0123456789abcdef" for c in sha256):
@@ -133,14 +169,49 @@ class FileCache:
             finally:
                 os.unlink(tmp)
         except OSError as exc:
-            raise CacheError(f"{self.url}: cannot write {final}: {exc}") from None
+            raise self._write_error(final, exc) from None
+
+    def _write_error(self, final: Path, exc: OSError) -> CacheError:
+        """The error for ``exc`` writing ``final``: a full cache disk says so (naming the
+        cache), anything else names the file."""
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return cache_full_error(self.url, self.root, final, exc)
+        return CacheError(f"{self.url}: cannot write {final}: {exc}")
+
+    def clean_interrupted(self, *, grace: float = TMP_GRACE) -> int:
+        """Remove the ``.tmp-*`` files of interrupted pushes (kill -9 between the temp file
+        and its link) older than ``grace`` seconds from ``entries/`` and ``blobs/sha256/``;
+        return how many. A file that vanishes meanwhile (another cleaner) is skipped."""
+        removed = 0
+        limit = time.time() - grace
+        for d in (self.root / ENTRIES, self.root / BLOBS / "sha256"):
+            try:
+                names = [n for n in os.listdir(d) if n.startswith(".tmp-")]
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                raise CacheError(f"{self.url}: cannot list {d}: {exc}") from None
+            for n in names:
+                try:
+                    if os.lstat(d / n).st_mtime > limit:
+                        continue
+                    os.unlink(d / n)
+                except FileNotFoundError:
+                    continue
+                except OSError as exc:
+                    raise CacheError(f"{self.url}: cannot remove {d / n}: {exc}") from None
+                removed += 1
+        return removed
 
     def get_manifest(self, hash: str) -> bytes | None:
         """Return the manifest for ``hash`` or None."""
+        path = self._manifest_path(hash)
         try:
-            return self._manifest_path(hash).read_bytes()
+            return read_bounded(path, MAX_MANIFEST, what="a manifest")
         except FileNotFoundError:
             return None
+        except ValueError as exc:  # a FIFO or a device in its place: never opened blocking
+            raise CacheError(f"{self.url}: the manifest of {hash} is {exc}") from None
         except OSError as exc:
             raise CacheError(f"{self.url}: cannot read the manifest of {hash}: {exc}") from None
 
@@ -168,7 +239,7 @@ class FileCache:
                     os.unlink(tmp)
                 raise
         except OSError as exc:
-            raise CacheError(f"{self.url}: cannot write {final}: {exc}") from None
+            raise self._write_error(final, exc) from None
 
     def has_blob(self, sha256: str) -> bool:
         """Return whether blob ``sha256`` is present."""
@@ -184,10 +255,12 @@ class FileCache:
 
     def open_blob(self, sha256: str) -> BinaryIO:
         """Open blob ``sha256``."""
+        path = self._blob_path(sha256)
         try:
-            return open(self._blob_path(sha256), "rb")
+            return open_regular(path)
         except OSError as exc:
-            raise CacheError(f"{self.url}: cannot read blob {sha256}: {exc}") from None
+            why = exc.strerror or str(exc)
+            raise CacheError(f"{self.url}: cannot read blob {sha256}: {why}") from None
 
     def manifests(self) -> Iterator[ManifestInfo]:
         """List the manifests in ``entries/``."""

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rocmforge.store import layout
+from rocmforge.util.fsutil import loads_untrusted
 
 SCHEMA = 1
 #: meta.json fields a manifest carries across (informational; everything trusted is signed).
@@ -84,7 +85,7 @@ def bad_name(name: str) -> bool:
 def parse_manifest(raw: bytes) -> Manifest:
     """Parse and check a manifest's shape; raise :class:`ManifestProblem` with the reason."""
     try:
-        data = json.loads(raw)
+        data = loads_untrusted(raw)
     except ValueError as exc:
         raise ManifestProblem(f"the manifest is not JSON ({exc})") from None
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:

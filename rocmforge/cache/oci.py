@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, cast
 
 from rocmforge.cache.backend import CacheError, ManifestInfo
+from rocmforge.util.fsutil import loads_untrusted
 
 ARTIFACT_TYPE = "application/vnd.rocmforge.entry.v1+json"
 #: artifactType of an entry's acceptance runs, tagged ``<hash>`` + :data:`RUNS_SUFFIX`
@@ -306,7 +307,7 @@ class OciCache:
             req.add_header("Authorization", basic)
         try:
             with self._opener.open(req, timeout=_TIMEOUT) as resp:
-                doc = json.loads(resp.read())
+                doc = loads_untrusted(resp.read())
         except (urllib.error.URLError, OSError, ValueError) as err:
             raise CacheError(f"{self.url}: cannot get a token from {realm}: {err}") from None
         token = doc.get("token") or doc.get("access_token")
@@ -326,9 +327,9 @@ class OciCache:
         if resp is None:
             return None
         try:
-            doc = json.loads(resp.body)
-        except ValueError:
-            raise CacheError(f"{self.url}: manifest {ref} is not JSON") from None
+            doc = loads_untrusted(resp.body)
+        except ValueError as exc:
+            raise CacheError(f"{self.url}: manifest {ref} is not JSON ({exc})") from None
         if not isinstance(doc, dict):
             raise CacheError(f"{self.url}: manifest {ref} is not a JSON object")
         return doc
@@ -341,7 +342,7 @@ class OciCache:
         ann = doc.get("annotations") or {}
         files = _files(doc)
         try:
-            meta = json.loads(ann.get(_PREFIX + "meta", "{}"))
+            meta = loads_untrusted(ann.get(_PREFIX + "meta", "{}"))
         except ValueError:
             meta = None
         out = {
@@ -502,6 +503,10 @@ class OciCache:
                 raise CacheError(f"{self.url}: the registry gave no digest for {ref}")
             self._request("DELETE", f"{self.base}/manifests/{digest}", ok=(200, 202))
 
+    def clean_interrupted(self, *, grace: float = 0.0) -> int:
+        """Nothing: an interrupted upload session is the registry's to expire."""
+        return 0
+
     def prune_blobs(self, referenced: set[str], *, grace: float, dry_run: bool) -> tuple[int, int]:
         """Nothing: a registry frees unreferenced blobs with its own garbage collection."""
         return 0, 0
@@ -511,7 +516,11 @@ class OciCache:
         resp = self._request("GET", f"{self.base}/tags/list", missing_ok=True)
         if resp is None:
             return
-        tags = json.loads(resp.body).get("tags") or []
+        try:
+            doc = loads_untrusted(resp.body)
+        except ValueError as exc:
+            raise CacheError(f"{self.url}: the tag list is not JSON ({exc})") from None
+        tags = (doc.get("tags") if isinstance(doc, dict) else None) or []
         import calendar
         import time
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from rocmforge.cache.backend import Backend, CacheError
 from rocmforge.cache.manifest import FileRef, ManifestProblem, parse_manifest
 from rocmforge.store import layout
+from rocmforge.util.fsutil import loads_untrusted
 
 if TYPE_CHECKING:
     from rocmforge.trust.signing import Signer
@@ -68,7 +69,6 @@ def _against(value: object) -> tuple[str, ...]:
 def _signers(backend: Backend, files: tuple[FileRef, ...]) -> tuple[Signer, ...]:
     """The claimed signers of the envelope among ``files`` (none: unsigned or unreadable)."""
     import hashlib
-    import json
 
     from rocmforge.trust.signing import EnvelopeMismatch, envelope_signers
 
@@ -80,7 +80,7 @@ def _signers(backend: Backend, files: tuple[FileRef, ...]) -> tuple[Signer, ...]
             raw = src.read(ref.size + 1)
         if hashlib.sha256(raw).hexdigest() != ref.sha256:
             return ()
-        envelope = json.loads(raw)
+        envelope = loads_untrusted(raw)
         return envelope_signers(envelope) if isinstance(envelope, dict) else ()
     except (CacheError, OSError, ValueError, EnvelopeMismatch):
         return ()
@@ -177,6 +177,8 @@ def prune_cache(
             backend.delete_manifest(e.hash)
     referenced = {b for e in keep for b in e.blobs}
     count, size = backend.prune_blobs(referenced, grace=grace, dry_run=dry_run)
+    if not dry_run:  # interrupted pushes' temp files (which prune_blobs never counts)
+        backend.clean_interrupted()
     return PruneReport(
         deleted=tuple(gone), kept=len(keep), blobs=count, blob_bytes=size, dry_run=dry_run
     )

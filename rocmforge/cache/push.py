@@ -51,7 +51,7 @@ from rocmforge.trust.signing import (
     envelope_signers,
     merge_envelopes,
 )
-from rocmforge.util.fsutil import json_bytes
+from rocmforge.util.fsutil import json_bytes, loads_untrusted
 from rocmforge.util.progress import NullReporter, Reporter
 
 _CHUNK = 1 << 20
@@ -331,7 +331,7 @@ def _merge_remote(
     remote_env: Any = None
     if raw is not None:
         try:
-            remote_env = json.loads(raw)
+            remote_env = loads_untrusted(raw)
         except ValueError:
             remote_env = None
     if not isinstance(remote_env, dict):
@@ -461,6 +461,10 @@ def push_entries(
     can leave one pusher's signature or runs out; its next push adds them.)
     """
     reporter = reporter or NullReporter()
+    # What a push killed earlier left (kill -9 between a temp file and its link): one listing
+    # of the cache's two directories; nothing else would ever remove those files.
+    if backend.clean_interrupted():
+        reporter.phase(f"removed what interrupted pushes left in {backend.url}")
     scratch = _Scratch()
     try:
         return [_push_one(backend, e, key, reporter, scratch) for e in entries]

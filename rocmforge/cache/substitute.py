@@ -22,7 +22,6 @@ not looked up again for runs: that would cost every realize's cache hit a reques
 from __future__ import annotations
 
 import errno
-import json
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -30,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from rocmforge.cache.backend import Backend, CacheError, now
-from rocmforge.cache.manifest import Manifest, ManifestProblem, parse_manifest
+from rocmforge.cache.manifest import FileRef, Manifest, ManifestProblem, parse_manifest
 from rocmforge.cache.transfer import copy_hashing
 from rocmforge.cache.urls import open_backend
 from rocmforge.errors import RocmforgeError, StoreError
@@ -39,6 +38,7 @@ from rocmforge.store.accepted import run_files, write_run
 from rocmforge.store.entry import Entry, input_hash, read_derivation
 from rocmforge.store.store import Store
 from rocmforge.trust.signing import PublicKey, SignatureCheck, trusted_keys, verify_envelope
+from rocmforge.util.fsutil import loads_untrusted
 from rocmforge.util.hashing import file_digests
 from rocmforge.util.progress import Reporter
 
@@ -62,7 +62,7 @@ class Wanted:
     version: str
 
 
-def _download(backend: Backend, manifest: Manifest, dest: str) -> dict[str, str]:
+def _download(backend: Backend, files: Sequence[FileRef], dest: str) -> dict[str, str]:
     """Stream every blob into ``dest``, checking size on the way and sha256 of all but wheels.
 
     Return each wheel's blake3, computed in the same pass (publish then reads nothing again);
@@ -72,7 +72,7 @@ def _download(backend: Backend, manifest: Manifest, dest: str) -> dict[str, str]
     digest is the one that counts.
     """
     got = {}
-    for f in manifest.files:
+    for f in files:
         wheel = f.name.endswith(layout.WHEEL_SUFFIX)
         path = os.path.join(dest, f.name)
         with backend.open_blob(f.sha256) as src:
@@ -92,21 +92,24 @@ def _download(backend: Backend, manifest: Manifest, dest: str) -> dict[str, str]
     return got
 
 
-def _check(
-    manifest: Manifest,
-    dest: str,
-    want: Wanted,
-    trusted: Mapping[str, PublicKey],
-    blake3s: Mapping[str, str],
-) -> tuple[SignatureCheck, dict[str, Any], tuple[Wanted, ...]]:
-    """Check signature, statement and derivation of the downloaded entry.
+#: The largest provenance.json or envelope read before the signature is checked.
+MAX_STATEMENT = 64 << 20
 
-    ``blake3s`` are the downloaded wheels' blake3 digests: each must be the one the signed
-    statement names (a statement without one is checked by the wheel's sha256 instead).
 
-    Return the (valid) signature check, the signed statement, and the entries it was built against
-    (from the verified derivation's ``recipes``).
+def _check_signed(
+    manifest: Manifest, dest: str, want: Wanted, trusted: Mapping[str, PublicKey]
+) -> tuple[SignatureCheck, dict[str, Any]]:
+    """Check the signature and what the signed statement covers, with only provenance.json and
+    its envelope downloaded into ``dest``: before any other blob is read.
+
+    The manifest's files must be exactly the set the statement covers
+    (:func:`rocmforge.trust.provenance.coverage`), each with the signed sha256: a file the
+    statement does not name (a ``sitecustomize.py`` appended to the manifest), one it names
+    that the manifest leaves out, or a renamed one is refused. Return the (valid) signature
+    check and the signed statement.
     """
+    from rocmforge.trust.provenance import coverage, file_set_problem  # a hit only
+
     names = {f.name for f in manifest.files}
     if layout.PROVENANCE_DSSE not in names:
         raise Refused("the entry is unsigned")
@@ -115,9 +118,9 @@ def _check(
             raise Refused(f"the entry has no {needed}")
     with open(os.path.join(dest, layout.PROVENANCE_DSSE), "rb") as f:
         try:
-            envelope = json.loads(f.read())
-        except ValueError:
-            raise Refused("the signature envelope is not JSON") from None
+            envelope = loads_untrusted(f.read())
+        except ValueError as exc:
+            raise Refused(f"the signature envelope is not JSON ({exc})") from None
     with open(os.path.join(dest, layout.PROVENANCE), "rb") as f:
         payload = f.read()
     if not isinstance(envelope, dict):
@@ -126,22 +129,53 @@ def _check(
     if check.status != "valid":  # the detail names the signers (and the trusted keys)
         raise Refused(f"signature {check.status}: {check.detail}")
     try:
-        statement = json.loads(payload)
+        statement = loads_untrusted(payload)
         internal = statement["predicate"]["buildDefinition"]["internalParameters"]
         signed_hash = internal["inputHash"]
-        subjects = {s["name"]: s["digest"]["sha256"] for s in statement["subject"]}
-        signed_b3 = {s["name"]: s["digest"].get("blake3") for s in statement["subject"]}
+        cov = coverage(statement)
     except (ValueError, KeyError, TypeError) as exc:
         raise Refused(f"the signed statement is malformed ({exc})") from None
     if signed_hash != want.hash:
         raise Refused(f"the signed statement is for input hash {signed_hash}, not {want.hash}")
+    _check_wheels(manifest, statement)
+    why = file_set_problem(cov, {f.name: f.sha256 for f in manifest.files})
+    if why is not None:
+        raise Refused(f"the entry's files differ from its signed statement ({why})")
+    return check, statement
+
+
+def _check_wheels(
+    manifest: Manifest, statement: Any
+) -> tuple[dict[str, str], dict[str, str | None]]:
+    """The manifest's wheels must be the statement's subjects, each with the signed sha256;
+    return the subjects' sha256 and blake3 (None: not named) digests by wheel name."""
+    try:
+        subjects = {s["name"]: s["digest"]["sha256"] for s in statement["subject"]}
+        signed_b3 = {s["name"]: s["digest"].get("blake3") for s in statement["subject"]}
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise Refused(f"the signed statement is malformed ({exc})") from None
     digests = {f.name: f.sha256 for f in manifest.files}
-    wheels = {n for n in names if n.endswith(layout.WHEEL_SUFFIX)}
+    wheels = {n for n in digests if n.endswith(layout.WHEEL_SUFFIX)}
     if not wheels or wheels != set(subjects):
         raise Refused("the wheels differ from those the signed statement names")
     for w in sorted(wheels):
         if digests[w] != subjects[w]:
             raise Refused(f"wheel {w} does not match the signed statement (swapped)")
+    return subjects, signed_b3
+
+
+def _check(
+    manifest: Manifest, dest: str, want: Wanted, statement: Any, blake3s: Mapping[str, str]
+) -> tuple[Wanted, ...]:
+    """Check the downloaded wheels and derivation against the signed ``statement``.
+
+    ``blake3s`` are the downloaded wheels' blake3 digests: each must be the one the signed
+    statement names (a statement without one is checked by the wheel's sha256 instead).
+
+    Return the entries it was built against (from the verified derivation's ``recipes``).
+    """
+    subjects, signed_b3 = _check_wheels(manifest, statement)
+    for w in sorted(subjects):
         if signed_b3[w] is not None:
             same = blake3s.get(w) == signed_b3[w]
         else:  # a statement naming sha256 only: one more read of the wheel we just wrote
@@ -152,6 +186,8 @@ def _check(
         derivation = read_derivation(Path(dest))
     except RocmforgeError as exc:
         raise Refused(f"derivation.json is unreadable ({exc})") from None
+    except RecursionError:
+        raise Refused("derivation.json is nested too deep to be parsed") from None
     if input_hash(derivation) != want.hash:
         raise Refused("derivation.json does not hash to the input hash")
     deps = []
@@ -163,7 +199,7 @@ def _check(
         if layout.entry_problem(dep.hash, dep.name, dep.version):
             raise Refused(f"derivation.json names an invalid dependency {dep.hash!r}")
         deps.append(dep)
-    return check, statement, tuple(deps)
+    return tuple(deps)
 
 
 def manifest_size(manifest: Manifest, name: str) -> int:
@@ -224,6 +260,9 @@ def _try(
             f"({manifest.name} {manifest.version})"
         )
     reporter.phase(f"substitute from {backend.url}")
+    # A substitution killed earlier (kill -9, a FIFO that hung it) left its build dir and the
+    # dir's lock in tmp/: gone before this one makes its own, as a build does.
+    store.clean_leftovers()
     with store.new_build_dir(want.hash) as bd:
         dest = str(bd.path / "entry")
         try:
@@ -232,11 +271,18 @@ def _try(
             raise CacheError(f"cannot create {dest}: {exc}") from None
         import http.client  # ~11 ms (ssl, email): only a hit pays for it, never a miss
 
-        try:
-            blake3s = _download(backend, manifest, dest)
+        signed = [f for f in manifest.files if f.name in _SIGNED]
+        rest = [f for f in manifest.files if f.name not in _SIGNED]
+        for f in signed:
+            if f.size > MAX_STATEMENT:
+                raise Refused(f"its {f.name} is larger than {MAX_STATEMENT} bytes")
+        try:  # the signature and the file list first: nothing else is read before them
+            _download(backend, signed, dest)
+            check, statement = _check_signed(manifest, dest, want, trusted)
+            blake3s = _download(backend, rest, dest)
         except (OSError, http.client.HTTPException) as exc:  # cut short, disk full: no entry
             raise CacheError(f"cannot download {want.hash}: {_reason(exc)}") from None
-        check, statement, deps = _check(manifest, dest, want, trusted, blake3s)
+        deps = _check(manifest, dest, want, statement, blake3s)
         # Its closure first, as Nix substitutes a path's references before the path: an entry
         # never lands in the store without what it was built against.
         _closure(store, caches, deps, reporter, trusted, protect)
@@ -264,6 +310,9 @@ def _try(
     fetch_runs(store, backend, manifest, reporter)
     return entry
 
+
+#: provenance.json and its envelope: downloaded and checked before the entry's other files.
+_SIGNED = frozenset({layout.PROVENANCE, layout.PROVENANCE_DSSE})
 
 #: The largest run blob read (a statement is a few KB; a manifest cannot make us read more).
 MAX_RUN = 16 << 20

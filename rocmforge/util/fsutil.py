@@ -349,3 +349,21 @@ def read_bounded(path: Path, limit: int, *, what: str) -> bytes:
         return b"".join(chunks)
     finally:
         os.close(fd)
+
+
+class UntrustedJSONError(ValueError):
+    """A document from outside (a cache, a registry) that is not JSON, or nested too deep to
+    parse (a :class:`ValueError`, so every ``except ValueError`` that handles bad JSON keeps
+    handling it; never the parser's :class:`RecursionError`)."""
+
+
+def loads_untrusted(raw: bytes | str) -> Any:
+    """Parse ``raw`` as JSON; a document nested deeper than the parser's recursion limit (a
+    manifest nested 100,000 levels) raises :class:`UntrustedJSONError` instead of
+    :class:`RecursionError`, as does malformed JSON."""
+    try:
+        return json.loads(raw)
+    except RecursionError:
+        raise UntrustedJSONError("nested too deep to be parsed") from None
+    except ValueError as exc:
+        raise UntrustedJSONError(str(exc)) from None
