@@ -113,7 +113,37 @@ class _Checker:
             for name in present:
                 if name not in known:
                     self.add("orphaned", entry.path / name, "not recorded in meta.json")
+        self._covered(entry)
         self._index(entry)
+
+    def _covered(self, entry: Entry) -> None:
+        """Report the entry's files its provenance.json does not cover (``uncovered``: one a
+        cache added, recorded in meta.json all the same) and those it names that are gone
+        (see :func:`rocmforge.trust.provenance.coverage`); an entry without one is skipped."""
+        from rocmforge.trust.provenance import UNLISTED, coverage
+        from rocmforge.util.fsutil import loads_untrusted
+
+        path = entry.path / layout.PROVENANCE
+        try:
+            raw = path.read_bytes()
+            present = set(os.listdir(entry.path)) - UNLISTED
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            self.add("damaged", path, f"cannot read: {exc}")
+            return
+        try:
+            cov = coverage(loads_untrusted(raw))
+        except ValueError as exc:
+            self.add("modified", path, f"not a readable statement: {exc}")
+            return
+        seen = {p.path for p in self.problems}  # one problem a file (orphaned stays orphaned)
+        for name in sorted(present - set(cov.files)):
+            if entry.path / name not in seen:
+                self.add("uncovered", entry.path / name, "no provenance statement covers it")
+        for name in sorted(set(cov.files) - present):
+            if entry.path / name not in seen:
+                self.add("missing", entry.path / name, "named by provenance.json but gone")
 
     def _wheel(self, path: Path, record: WheelRecord) -> None:
         try:
@@ -298,7 +328,7 @@ def _quarantine_targets(store: Store, problems: Sequence[VerifyProblem]) -> list
         ):
             out.setdefault(p.path, str(p))
         elif p.path.parent.parent == store.entries_dir:
-            target = p.path if p.kind == "orphaned" else p.path.parent
+            target = p.path if p.kind in ("orphaned", "uncovered") else p.path.parent
             out.setdefault(target, str(p))
     # An entry that goes takes its stray files with it.
     return [t for t in out if t.parent not in out]

@@ -412,3 +412,35 @@ def test_gc_removes_the_build_locks_nobody_holds(tmp_path: Path) -> None:
     finally:
         child.kill()
         child.wait()
+
+
+def test_verify_reports_a_file_no_statement_covers(tmp_path: Path, monkeypatch) -> None:
+    """An entry substituted by a rocmforge that did not check the file list (the check is
+    switched off here) holds the cache's sitecustomize.py, recorded in meta.json: verify
+    reports it as uncovered, and --repair moves it aside."""
+    from test_cache import _signed_synthetic_entry
+    from test_cache_faults import Warnings
+
+    from rocmforge.cache.substitute import substitute
+    from rocmforge.store.store import open_store
+    from rocmforge.trust import provenance
+
+    url = f"file://{tmp_path / 'cache'}"
+    want, public = _signed_synthetic_entry(url, tmp_path, 4096)
+    monkeypatch.setenv("ROCMFORGE_TRUSTED_KEYS", public)
+    _tamper(url, want.hash, _append_sitecustomize)
+    store = open_store(tmp_path / "store")
+    ok = rf("verify", "--store", tmp_path / "store")
+    assert ok.returncode == 0, ok.stderr
+    with monkeypatch.context() as m:
+        m.setattr(provenance, "file_set_problem", lambda *a: None)  # the old substitution
+        entry = substitute(store, [url], want, Warnings())
+    assert entry is not None and (entry.path / "sitecustomize.py").exists()
+    proc = rf("verify", "--store", tmp_path / "store", "--json")
+    assert proc.returncode != 0, proc.stdout
+    problems = json.loads(proc.stdout)["problems"]
+    assert {"kind": "uncovered", "path": str(entry.path / "sitecustomize.py"),
+            "detail": "no provenance statement covers it"} in problems, problems  # fmt: skip
+    assert len(problems) == 1, problems
+    repaired = rf("verify", "--store", tmp_path / "store", "--repair")
+    assert not (entry.path / "sitecustomize.py").exists(), repaired.stderr
