@@ -23,6 +23,7 @@ from rocmforge.toolchain.pythons import concrete_version
 from rocmforge.util.fsutil import read_bounded, write_atomic
 
 if TYPE_CHECKING:
+    from rocmforge.recipe.model import Recipe
     from rocmforge.sources.requirements import Fetcher, ResolvedRequirement
     from rocmforge.store.store import Store
 
@@ -153,7 +154,7 @@ def lock_recipe(
     The toolchain is never needed: the recipe declares its Python version.
     """
     from rocmforge.recipe.load import MAX_RECIPE_BYTES, parse_recipe_text
-    from rocmforge.recipe.lockfile import lock_path
+    from rocmforge.recipe.lockfile import has_requirements, lock_path
 
     path = Path(os.path.abspath(path))
     try:
@@ -189,8 +190,11 @@ def lock_recipe(
         except SourceNotHere as exc:
             return LockReport(recipe=path, changes=(), written=False, notes=(_not_here(exc),))
         fast_changes = [LockChange(key=k, old=o, new=n) for k, o, n in found]
+        source_changes, source_notes = lock_source(plain, store=store, write=write)
+        fast_changes += source_changes
         written = bool(fast_changes) and write
-        return LockReport(recipe=path, changes=tuple(fast_changes), written=written)
+        return LockReport(recipe=path, changes=tuple(fast_changes), written=written,
+                          notes=tuple(source_notes))  # fmt: skip
     import tomlkit
     from tomlkit.exceptions import TOMLKitError
 
@@ -241,7 +245,12 @@ def lock_recipe(
                               notes=tuple(notes))  # fmt: skip
     sdk_names = recipe.toolchain.kind == "rocm-sdk"
     req_upgrade = [u for u in upgrade or () if not (sdk_names and _is_sdk_name(u))]
-    if recipe.requirements.needs_lock or lock_path(path).is_file() or req_upgrade:
+    own_lock = lock_path(path)
+    if (
+        recipe.requirements.needs_lock
+        or (own_lock.is_file() and has_requirements(own_lock))  # not a [source]-only lock
+        or req_upgrade
+    ):
         from rocmforge.lock.lockreq import SourceNotHere, lock_requirements
 
         try:
@@ -286,12 +295,61 @@ def lock_recipe(
     input_changes, input_notes = _lock_inputs(doc, recipe, store=store, write=write)
     changes.extend(input_changes)
     notes.extend(input_notes)
+    source_changes, source_notes = lock_source(recipe, store=store, write=write)
+    changes.extend(source_changes)
+    notes.extend(source_notes)
 
     written = False
     if changes and write:
         write_recipe(path, tomlkit.dumps(doc))
         written = True
     return LockReport(recipe=path, changes=tuple(changes), written=written, notes=tuple(notes))
+
+
+def lock_source(
+    recipe: Recipe, *, store: Store, write: bool
+) -> tuple[list[LockChange], list[str]]:
+    """Record the resolution of ``recipe``'s git source (its ``rev``) in its lock file's
+    ``[source]``: the commit time and every submodule's commit, what the input hash needs, so
+    a teammate hashes (and substitutes) without cloning (:mod:`rocmforge.recipe.lockfile`).
+
+    A record for this commit is kept as it is (nothing fetched); ``write=False`` reports a
+    missing or stale one without fetching. Returns the changes and notes (a remote not
+    reachable here is a note, not an error).
+    """
+    from rocmforge.recipe.lockfile import LockedSource, lock_path, read_source_lock, with_source
+    from rocmforge.sources.git import resolve_tree
+
+    spec = recipe.source
+    if spec.kind != "git" or spec.rev is None or not spec.git:
+        return [], []
+    path = lock_path(recipe.file)
+    current = read_source_lock(path)
+    rev = spec.rev.lower()
+    if current is not None and current.commit == rev and current.submodules == spec.submodules:
+        return [], []
+    old = None if current is None else current.commit
+    if not write and current is None:  # locked before the record existed, or not yet
+        return [], [f"not locked yet: lock.source ({rev[:12]}: the source's resolution is not "
+                    "recorded; `rocmforge lock` writes it where the repository is reachable)"]
+    if not write:
+        return [LockChange(key="lock.source", old=old, new=f"{rev} (re-lock: recorded for "
+                           "another commit)")], []  # fmt: skip
+    try:
+        epoch, modules = resolve_tree(
+            spec.git, rev, store.sources_dir, submodules=spec.submodules,
+            allow_local_submodules=spec.allow_local_submodules,
+        )  # fmt: skip
+    except SourceError as exc:
+        return [], [f"not locked yet: lock.source ({exc})"]
+    new = LockedSource(commit=rev, submodules=spec.submodules, epoch=epoch, modules=modules)
+    try:
+        mode = os.stat(path).st_mode & 0o7777 if path.exists() else 0o644
+        write_atomic(path, with_source(path, recipe.file.name, new).encode(), mode=mode)
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot write lock file: {exc.strerror or exc}") from exc
+    what = f"{rev[:12]}, {len(modules)} submodule(s), epoch {epoch}"
+    return [LockChange(key="lock.source", old=old, new=what)], []
 
 
 def _not_here(exc: Exception) -> str:

@@ -30,7 +30,8 @@ from rocmforge.recipe.lockfile import (
     find_lock,
     inputs_of,
     lock_path,
-    read_lock,
+    read_requirements_lock,
+    read_source_lock,
     render_lock,
 )
 from rocmforge.recipe.model import Recipe
@@ -167,7 +168,9 @@ def _base_lock(recipe: Recipe) -> LockFile | None:
     for file in reversed(recipe.extends_chain or (recipe.file,)):
         path = lock_path(file)
         if path.is_file():
-            return read_lock(path)
+            found = read_requirements_lock(path)
+            if found is not None:
+                return found
     return None
 
 
@@ -267,8 +270,10 @@ def lock_requirements(
         LockedPackage(name=r.name, version=r.version, wheel=r.wheel.name, sha256=r.sha256)
         for r in resolved
     )
-    new = LockFile(path=own_path, inputs=wanted, packages=packages, resolver=resolution.resolver)
-    old_lock = read_lock(own_path) if own_path.is_file() else None
+    kept = read_source_lock(own_path)  # the [source] table lock_source wrote stays
+    new = LockFile(path=own_path, inputs=wanted, packages=packages, resolver=resolution.resolver,
+                   source=kept)  # fmt: skip
+    old_lock = read_requirements_lock(own_path) if own_path.is_file() else None
     changes = _diff(old_lock, new)
     if changes:
         text = render_lock(owner.name, new)

@@ -128,9 +128,9 @@ def _load(file: Path, text: str, *, locked: bool = True) -> Recipe:
     recipe = dataclasses.replace(recipe, extends_chain=tuple(layer.file for layer in layers))
     if not locked:
         return recipe
-    from rocmforge.recipe.lockfile import apply_lock
+    from rocmforge.recipe.lockfile import apply_lock, apply_source_lock
 
-    return apply_lock(recipe)
+    return apply_source_lock(apply_lock(recipe))
 
 
 def _name_the_recipe(error: RecipeError, files: list[Path]) -> RecipeError:

@@ -8,6 +8,13 @@ locked wheel: the normalised (PEP 503) name, the exact version, the wheel file n
 (:func:`apply_lock`), so a build installs exactly the locked closure and nothing is resolved at
 build time.
 
+A git source's resolution (issue 34) is recorded there too, in ``[source]``: the commit, whether
+submodules were followed, the commit's time (the tree's epoch) and every submodule's path and
+commit: what the input hash needs of the source, so ``plan`` and ``realize --cache`` of a locked
+recipe hash it without cloning anything (:func:`source_lock_of`). A build still fetches the tree,
+and refuses it when it does not match (``materialize_source``). A recipe without requirements to
+lock gets a lock file of that table only.
+
 With ``extends``, the nearest lock file along the chain (the recipe's own first, then its bases')
 whose recorded inputs equal the recipe's effective ones is used: a child that does not change its
 base's requirements needs no lock file of its own; a child that does gets its own, and the base's
@@ -35,6 +42,7 @@ LOCK_VERSION = 1
 LOCK_SUFFIX = ".lock"
 """A recipe ``NAME.toml`` is locked by ``NAME.lock`` in the same directory."""
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_COMMIT = re.compile(r"^[0-9a-f]{40}$")
 _MAX_LOCK_BYTES = 4 << 20
 
 
@@ -72,13 +80,27 @@ class LockInputs:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class LockedSource:
+    """``[source]`` of a lock file: a git source resolved at ``commit`` (40 hex digits)."""
+
+    commit: str
+    #: whether submodules were followed (the recipe's ``submodules``)
+    submodules: bool
+    #: the commit's committer time: the materialised tree's epoch
+    epoch: int
+    #: ``(path, commit)`` of every submodule, recursively, sorted
+    modules: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class LockFile:
-    """A parsed lock file."""
+    """A parsed lock file (its requirements part; ``source`` the ``[source]`` table if any)."""
 
     path: Path
     inputs: LockInputs
     packages: tuple[LockedPackage, ...]
     resolver: str = ""
+    source: LockedSource | None = None
 
     def by_name(self) -> dict[str, LockedPackage]:
         """Return the packages keyed by normalised name."""
@@ -113,8 +135,8 @@ def _bad(path: Path, key: str, message: str) -> RecipeError:
     return RecipeError([Problem(file=path, key=key, message=message)])
 
 
-def read_lock(path: Path) -> LockFile:
-    """Parse the lock file at ``path``; raise :class:`RecipeError` naming the key if malformed."""
+def _load_data(path: Path) -> dict[str, Any]:
+    """The TOML of the lock file at ``path``; :class:`RecipeError` naming it if unreadable."""
     try:
         with open(path, "rb") as f:
             raw = f.read(_MAX_LOCK_BYTES + 1)
@@ -128,6 +150,50 @@ def read_lock(path: Path) -> LockFile:
         raise _bad(path, "", f"invalid lock file: {exc}; run `rocmforge lock` again") from exc
     if data.get("lock-version") != LOCK_VERSION:
         raise _bad(path, "lock-version", f"must be {LOCK_VERSION}; run `rocmforge lock` again")
+    return data
+
+
+def _source_of(path: Path, data: dict[str, Any]) -> LockedSource | None:
+    table = data.get("source")
+    if table is None:
+        return None
+    if not isinstance(table, dict):
+        raise _bad(path, "source", "must be a table")
+    commit, epoch = table.get("commit"), table.get("epoch")
+    subs, modules = table.get("submodules", False), table.get("modules", [])
+    if not isinstance(commit, str) or not _COMMIT.match(commit):
+        raise _bad(path, "source.commit", "must be a full commit (40 hex digits)")
+    if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
+        raise _bad(path, "source.epoch", "must be a non-negative integer (a commit time)")
+    if not isinstance(subs, bool):
+        raise _bad(path, "source.submodules", "must be true or false")
+    if not isinstance(modules, list) or not all(
+        isinstance(m, list) and len(m) == 2 and isinstance(m[0], str) and m[0]
+        and isinstance(m[1], str) and _COMMIT.match(m[1]) for m in modules
+    ):  # fmt: skip
+        raise _bad(path, "source.modules", "must be a list of [path, commit] pairs")
+    return LockedSource(commit=commit, submodules=subs, epoch=epoch,
+                        modules=tuple((str(a), str(b)) for a, b in modules))  # fmt: skip
+
+
+def has_requirements(path: Path) -> bool:
+    """Whether the lock file at ``path`` locks requirements (not only a ``[source]``)."""
+    return "python" in _load_data(path)
+
+
+def read_source_lock(path: Path) -> LockedSource | None:
+    """The ``[source]`` of the lock file at ``path`` (None if the file or the table is absent)."""
+    try:
+        if not path.is_file():
+            return None
+    except OSError:
+        return None
+    return _source_of(path, _load_data(path))
+
+
+def read_lock(path: Path) -> LockFile:
+    """Parse the lock file at ``path``; raise :class:`RecipeError` naming the key if malformed."""
+    data = _load_data(path)
 
     def strings(key: str) -> tuple[str, ...]:
         value = data.get(key, [])
@@ -170,7 +236,13 @@ def read_lock(path: Path) -> LockFile:
         ),
         packages=tuple(packages),
         resolver=resolver if isinstance(resolver, str) else "",
+        source=_source_of(path, data),
     )
+
+
+def read_requirements_lock(path: Path) -> LockFile | None:
+    """:func:`read_lock` of a file that locks requirements; None for a ``[source]``-only one."""
+    return read_lock(path) if has_requirements(path) else None
 
 
 def _q(text: str) -> str:
@@ -184,8 +256,26 @@ def _array(items: Sequence[str]) -> str:
     return "[\n" + "".join(f"    {_q(i)},\n" for i in items) + "]"
 
 
+def _render_source(source: LockedSource) -> list[str]:
+    lines = [
+        "",
+        "# the git source as resolved: what its input hash needs, without cloning it",
+        "[source]",
+        f"commit = {_q(source.commit)}",
+        f"submodules = {'true' if source.submodules else 'false'}",
+        f"epoch = {source.epoch}",
+    ]
+    if source.modules:
+        lines.append("modules = [\n" + "".join(
+            f"    [{_q(p)}, {_q(c)}],\n" for p, c in source.modules) + "]")  # fmt: skip
+    else:
+        lines.append("modules = []")
+    return lines
+
+
 def render_lock(recipe_name: str, lock: LockFile) -> str:
-    """Return the text of a lock file: one key per line, packages sorted by name."""
+    """Return the text of a lock file: one key per line, packages sorted by name, then the
+    ``[source]`` table if any."""
     i = lock.inputs
     lines = [
         f"# Written by `rocmforge lock {recipe_name}`: the resolved closure of its "
@@ -210,7 +300,44 @@ def render_lock(recipe_name: str, lock: LockFile) -> str:
             f"wheel = {_q(p.wheel)}",
             f"sha256 = {_q(p.sha256)}",
         ]
+    if lock.source is not None:
+        lines += _render_source(lock.source)
     return "\n".join(lines) + "\n"
+
+
+def render_source_lock(recipe_name: str, source: LockedSource) -> str:
+    """Return the text of a lock file holding only ``[source]`` (a recipe without
+    requirements to lock)."""
+    lines = [
+        f"# Written by `rocmforge lock {recipe_name}`: its git source as resolved.",
+        "# Do not edit by hand; change the recipe and run `rocmforge lock` again.",
+        f"lock-version = {LOCK_VERSION}",
+        *_render_source(source),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def with_source(path: Path, recipe_name: str, source: LockedSource) -> str:
+    """The text of the lock file at ``path`` with ``source`` as its ``[source]`` (its
+    requirements part, if any, kept as it is)."""
+    if path.is_file() and has_requirements(path):
+        return render_lock(recipe_name, dataclasses.replace(read_lock(path), source=source))
+    return render_source_lock(recipe_name, source)
+
+
+def source_lock_of(recipe: Recipe) -> LockedSource | None:
+    """The recorded resolution of ``recipe``'s git source: the nearest along the ``extends``
+    chain for its ``rev`` and its ``submodules`` setting; None if none is recorded."""
+    spec = recipe.source
+    if spec.kind != "git" or spec.rev is None:
+        return None
+    for file in reversed(recipe.extends_chain or (recipe.file,)):
+        found = read_source_lock(lock_path(file))
+        if found is not None and found.commit == spec.rev.lower() and (
+            found.submodules == spec.submodules
+        ):
+            return found
+    return None
 
 
 def find_lock(recipe: Recipe) -> LockFile | None:
@@ -228,8 +355,8 @@ def find_lock(recipe: Recipe) -> LockFile | None:
                 continue
         except OSError:
             continue
-        lock = read_lock(path)
-        if _same(lock.inputs, wanted):
+        lock = read_requirements_lock(path)
+        if lock is not None and _same(lock.inputs, wanted):
             return lock
     return None
 
@@ -273,6 +400,16 @@ def apply_lock(recipe: Recipe) -> Recipe:
         lock=lock.path,
     )
     return dataclasses.replace(recipe, requirements=locked)
+
+
+def apply_source_lock(recipe: Recipe) -> Recipe:
+    """Return ``recipe`` with its git source's recorded resolution (:func:`source_lock_of`) as
+    ``source.locked``, or unchanged when none is recorded."""
+    found = source_lock_of(recipe)
+    if found is None:
+        return recipe
+    source = dataclasses.replace(recipe.source, locked=(found.epoch, found.modules))
+    return dataclasses.replace(recipe, source=source)
 
 
 def lock_candidates(recipe: Recipe) -> tuple[Path, ...]:

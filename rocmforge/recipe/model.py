@@ -42,6 +42,9 @@ class SourceSpec:
     #: ``enclosing-ignores``: a path source inside an enclosing git repository is listed with
     #: that repository's ignore rules (true, the default) or with its own rules only (false).
     enclosing_ignores: bool = True
+    #: A git source's resolution as the lock file records it (``[source]`` there, for ``rev``):
+    #: ``(commit time, ((submodule path, commit), ...))``; set when the recipe is loaded locked.
+    locked: tuple[int, tuple[tuple[str, str], ...]] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -103,6 +103,10 @@ def identify_source(spec: SourceSpec, *, cache: Path) -> SourceIdentity:
             url, rev, spec.submodules, cache, local=spec.allow_local_submodules
         )
         resolved = _read_resolved(resolved_file, rev)
+        if spec.locked is not None:  # the lock's record: nothing is fetched
+            if resolved is not None and resolved != spec.locked:
+                raise SourceError(_disagrees(url, rev, spec.locked, resolved))
+            resolved = spec.locked
         if resolved is None:
             resolved = resolve_tree(
                 url, rev, cache, submodules=spec.submodules,
@@ -120,6 +124,25 @@ def identify_source(spec: SourceSpec, *, cache: Path) -> SourceIdentity:
     raise SourceError(f"unknown source kind {spec.kind!r}")
 
 
+def _disagrees(
+    url: str,
+    rev: str,
+    locked: tuple[int, tuple[tuple[str, str], ...]],
+    found: tuple[int, tuple[tuple[str, str], ...]],
+) -> str:
+    """The message for a lock file whose ``[source]`` is not what the repository says."""
+    what = []
+    if locked[0] != found[0]:
+        what.append(f"commit time {locked[0]} locked, {found[0]} in the repository")
+    mine, theirs = dict(locked[1]), dict(found[1])
+    for path in sorted(set(mine) | set(theirs)):
+        if mine.get(path) != theirs.get(path):
+            what.append(f"submodule {path}: {mine.get(path) or '(none)'} locked, "
+                        f"{theirs.get(path) or '(none)'} in the repository")  # fmt: skip
+    return (f"git source {url}@{rev}: the lock file's [source] disagrees with the repository "
+            f"({'; '.join(what)}); run `rocmforge lock` again")  # fmt: skip
+
+
 def is_remote_url(url: str) -> bool:
     """Return True if fetching ``url`` needs the network (not a local path or ``file://``)."""
     if url.startswith("file://"):
@@ -131,6 +154,8 @@ def needs_fetch(spec: SourceSpec, *, cache: Path) -> bool:
     """Return True if identifying ``spec`` would download from the network (a remote git
     source whose commit and submodules are not resolved in the cache yet)."""
     if spec.kind != "git" or not spec.git or not is_remote_url(spec.git) or spec.rev is None:
+        return False
+    if spec.locked is not None:
         return False
     resolved = _resolved_path(
         spec.git, spec.rev, spec.submodules, cache, local=spec.allow_local_submodules
@@ -185,6 +210,10 @@ def materialize_source(
             url, rev, dest, cache, submodules=spec.submodules,
             allow_local_submodules=spec.allow_local_submodules,
         )
+        if spec.locked is not None:  # hashed from the lock: the fetched tree must be that one
+            found = resolve_tree(url, rev, cache, submodules=False)[0], subs
+            if found != spec.locked:
+                raise SourceError(_disagrees(url, rev, spec.locked, found))
         if subs != ident.submodules:
             raise SourceError(
                 f"git source {url}@{rev}: submodules found {subs} differ from the identity "

@@ -291,7 +291,11 @@ def test_shipped_recipes_are_locked_without_rocm(store: Path) -> None:
     recipes = [legacy / n for n in ("mi300x.toml", "mi250x.toml", "rocm-6.2.toml")]
     proc = rf_in("lock", "--check", *recipes, REPO / "recipes" / "demo.toml", "--store", store)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout.count("already locked") == 4
+    assert proc.stdout.count("already locked") == 2  # rocm-6.2 and demo: no git source
+    # PyTorch's resolution (its ~40 submodules' commits) can only be recorded where its
+    # repository is reachable: said, not failed (docs/sharing.md)
+    for name in ("mi300x.toml", "mi250x.toml"):
+        assert f"legacy/{name}: not locked yet: lock.source" in proc.stdout, proc.stdout
 
 
 @pytest.mark.slow

@@ -1,0 +1,176 @@
+"""Substitution from the lock alone (issue 34, point 1): a teammate with the recipe, its lock file
+and a cache gets the wheel without any clone or mirror of the source (real git repositories with
+nested submodules, a real file:// cache, real keys).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import DATA, rf
+
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com",
+    "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com",
+    "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_SYSTEM": "/dev/null", "PATH": "/usr/bin:/bin",
+}  # fmt: skip
+
+RECIPE = """\
+schema = 1
+
+[package]
+name = "tiny"
+version = "0.1"
+
+[source]
+git = "{top}"
+ref = "main"
+submodules = true
+allow-local-submodules = true
+
+[build]
+steps = ["python mkwheel.py $OUT tiny 0.1"]
+
+[check]
+import = "tiny"
+"""
+
+
+def git(cwd: Path, *args: str, date: int = 1700000000) -> str:
+    env = {**GIT_ENV, "GIT_AUTHOR_DATE": f"{date} +0000", "GIT_COMMITTER_DATE": f"{date} +0000"}
+    out = subprocess.run(
+        ["git", "-c", "protocol.file.allow=always", "-c", "init.defaultBranch=main", *args],
+        cwd=cwd, env=env, check=True, capture_output=True, text=True,
+    )  # fmt: skip
+    return out.stdout.strip()
+
+
+def repo(path: Path, files: dict[str, str], date: int, subs: dict[str, str] = {}) -> str:  # noqa: B006
+    path.mkdir(parents=True)
+    git(path, "init", "-q")
+    for rel, text in files.items():
+        (path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (path / rel).write_text(text)
+    for where, url in subs.items():
+        git(path, "submodule", "add", "-q", url, where)
+    git(path, "add", "-A")
+    git(path, "commit", "-q", "-m", "c", date=date)
+    return git(path, "rev-parse", "HEAD")
+
+
+@pytest.fixture
+def upstream(tmp_path: Path) -> dict[str, Any]:
+    """top -> third_party/mid -> deps/leaf, and the recipe and its lock in a checkout of ours."""
+    up = tmp_path / "upstream"
+    leaf = repo(up / "leaf", {"leaf.h": "#define LEAF 1\n"}, 1600000000)
+    mid = repo(up / "mid", {"mid.c": "int mid;\n"}, 1650000000, {"deps/leaf": "../leaf"})
+    top = repo(
+        up / "top",
+        {"mkwheel.py": (DATA / "mkwheel.py").read_text(), "tiny/__init__.py": "VALUE = 42\n"},
+        1700000123,
+        {"third_party/mid": "../mid"},
+    )
+    recipes = tmp_path / "ours"
+    recipes.mkdir()
+    recipe = recipes / "tiny.toml"
+    recipe.write_text(RECIPE.format(top=up / "top"))
+    env = {"XDG_CONFIG_HOME": str(tmp_path / "config-a")}
+    gen = rf("key", "generate", "--json", "--name", "builder-a", env=env)
+    assert gen.returncode == 0, gen.stderr
+    locked = rf("lock", recipe, "--store", tmp_path / "store-a", env=env)
+    assert locked.returncode == 0, locked.stderr
+    return {"up": up, "recipe": recipe, "env": env, "commits": (top, mid, leaf),
+            "public": json.loads(gen.stdout)["public_key"]}  # fmt: skip
+
+
+def test_lock_records_what_the_hash_needs(upstream: dict[str, Any]) -> None:
+    top, mid, leaf = upstream["commits"]
+    lock = tomllib.loads(upstream["recipe"].with_suffix(".lock").read_text())
+    assert lock["source"] == {
+        "commit": top, "submodules": True, "epoch": 1700000123,
+        "modules": [["third_party/mid", mid], ["third_party/mid/deps/leaf", leaf]],
+    }  # fmt: skip
+    again = rf("lock", upstream["recipe"], "--check", "--store", upstream["up"] / "s")
+    assert again.returncode == 0 and "already locked" in again.stdout + again.stderr, again
+
+
+def test_a_teammate_without_the_sources_substitutes(upstream: dict[str, Any],
+                                                    tmp_path: Path) -> None:  # fmt: skip
+    recipe, env_a = upstream["recipe"], upstream["env"]
+    store_a = tmp_path / "store-a"
+    built = rf("realize", recipe, "--store", store_a, "--json", env=env_a)
+    assert built.returncode == 0, built.stderr
+    (report,) = json.loads(built.stdout)
+    cache = f"file://{tmp_path / 'cache'}"
+    pushed = rf("push", cache, "--store", store_a, env=env_a)
+    assert pushed.returncode == 0, pushed.stderr
+    # The teammate has the recipe and its lock; every repository, clone and mirror is gone.
+    mine = tmp_path / "teammate"
+    mine.mkdir()
+    for name in ("tiny.toml", "tiny.lock"):
+        shutil.copy(recipe.parent / name, mine / name)
+    wheel = Path(report["wheels"][0]).read_bytes()
+    shutil.rmtree(upstream["up"])
+    shutil.rmtree(store_a)
+    env_b = {"XDG_CONFIG_HOME": str(tmp_path / "config-b"),
+             "ROCMFORGE_TRUSTED_KEYS": upstream["public"]}  # fmt: skip
+    store_b = tmp_path / "store-b"
+    plan = rf("plan", mine / "tiny.toml", "--store", store_b, "--json", env=env_b)
+    assert plan.returncode == 0, plan.stderr
+    planned = json.loads(plan.stdout)
+    assert planned["hash"] == report["hash"] and not planned.get("provisional"), planned
+    got = rf("realize", mine / "tiny.toml", "--store", store_b, "--cache", cache, "--json",
+             env=env_b)  # fmt: skip
+    assert got.returncode == 0, got.stderr
+    (sub,) = json.loads(got.stdout)
+    assert sub["hash"] == report["hash"] and sub["substituted"] == cache, got.stderr
+    assert Path(sub["wheels"][0]).read_bytes() == wheel
+    mirrors = store_b / "sources" / "git"
+    assert not mirrors.exists() or not any(mirrors.iterdir()), list(mirrors.iterdir())
+    # A build needs the source: without the cache it is fetched, and that fails here, saying so.
+    other = tmp_path / "store-c"
+    failed = rf("realize", mine / "tiny.toml", "--store", other, env=env_b)
+    assert failed.returncode != 0 and "Traceback" not in failed.stderr
+    assert "upstream/top" in failed.stderr, failed.stderr
+
+
+def test_a_lock_that_lies_is_refused_when_the_source_is_fetched(
+    upstream: dict[str, Any], tmp_path: Path
+) -> None:
+    recipe = upstream["recipe"]
+    lock = recipe.with_suffix(".lock")
+    _, mid, _ = upstream["commits"]
+    honest = rf("plan", recipe, "--store", tmp_path / "s1", "--json")
+    lock.write_text(lock.read_text().replace(mid, "0" * 40))
+    # the lock is believed for the hash (nothing fetched) ...
+    plan = rf("plan", recipe, "--store", tmp_path / "s2", "--json")
+    assert plan.returncode == 0, plan.stderr
+    assert json.loads(plan.stdout)["hash"] != json.loads(honest.stdout)["hash"]
+    # ... and the build, which fetches the tree, refuses it
+    built = rf("realize", recipe, "--store", tmp_path / "s3")
+    assert built.returncode != 0 and "Traceback" not in built.stderr
+    assert "disagrees with the repository" in built.stderr and "third_party/mid" in built.stderr
+    assert "rocmforge lock" in built.stderr, built.stderr
+
+
+def test_lock_check_names_a_missing_or_stale_source_record(upstream: dict[str, Any]) -> None:
+    recipe, lock = upstream["recipe"], upstream["recipe"].with_suffix(".lock")
+    store = upstream["up"] / "s"
+    text = lock.read_text()
+    top = upstream["commits"][0]
+    lock.write_text(text.replace(f'commit = "{top}"', f'commit = "{"1" * 40}"'))
+    stale = rf("lock", recipe, "--check", "--store", store)
+    assert stale.returncode == 1 and "lock.source" in stale.stdout, stale
+    assert "recorded for another commit" in stale.stdout
+    lock.unlink()  # a lock made before the record existed: provisional, not a failure
+    missing = rf("lock", recipe, "--check", "--store", store)
+    assert missing.returncode == 0, missing
+    assert "not locked yet: lock.source" in missing.stdout + missing.stderr, missing
+    relock = rf("lock", recipe, "--store", store)
+    assert relock.returncode == 0 and tomllib.loads(lock.read_text())["source"]["commit"] == top
