@@ -230,15 +230,23 @@ def coverage(statement: Any) -> Coverage:
         raise ValueError(f"the signed statement is malformed ({exc!r})") from None
 
 
+#: What a refusal adds when the statement predates :data:`ENTRY_FILES`.
+OLD_STATEMENT = (
+    "; it is an older statement without a file list, which covers only its wheels, its "
+    "byproducts and derivation.json"
+)
+
+
 def file_set_problem(cov: Coverage, present: Mapping[str, str | None]) -> str | None:
     """Return why the files ``present`` (name -> sha256, None when not known) are not exactly
     the set ``cov`` covers (None: they are): a file it does not cover, one it names that is
     absent (a changed name is both), or a digest other than the signed one. provenance.json,
     its envelope and meta.json are not part of the set."""
     names = {n for n in present if n not in UNLISTED}
+    old = "" if cov.complete else OLD_STATEMENT
     extra = sorted(names - set(cov.files))
     if extra:
-        return f"{', '.join(extra)}: not covered by the signed statement"
+        return f"{', '.join(extra)}: not covered by the signed statement{old}"
     missing = sorted(n for n, sha in cov.files.items() if n not in names)
     if missing:
         return f"{', '.join(missing)}: named by the signed statement but absent"

@@ -141,7 +141,11 @@ def test_an_old_statement_covers_only_what_it_names(tmp_path: Path, monkeypatch)
     reporter = Warnings()
     assert substitute(store, [url], want, reporter) is None
     (said,) = reporter.said
-    assert "sitecustomize.py: not covered by the signed statement" in said, said
+    assert (
+        "sitecustomize.py: not covered by the signed statement; it is an older statement "
+        "without a file list, which covers only its wheels, its byproducts and "
+        "derivation.json)" in said
+    ), said
     open_backend(url).replace_manifest(want.hash, original.to_bytes())
     entry = substitute(store, [url], want, Warnings())
     assert entry is not None and not (entry.path / "sitecustomize.py").exists()
