@@ -33,6 +33,9 @@ ACTIVE_STATES = frozenset(
     }
 )  # fmt: skip
 
+#: The default ``scratch-max-size``: entries a job's gc leaves in its node's scratch store.
+DEFAULT_SCRATCH_MAX_SIZE = 40 << 30
+
 #: What ``OverMemoryKill`` (jobacct_gather/linux) writes into a job's output when it kills it.
 MEMORY_KILL_TEXT = "exceeded memory limit"
 
@@ -49,6 +52,8 @@ class SlurmOptions:
 
     ``time`` is the default time limit in seconds (a recipe's ``[build] resources`` time wins);
     ``scratch_store`` the store a job builds into on its node (None: ``$TMPDIR`` per user);
+    ``scratch_max_size`` the bytes of entries each job leaves in it after its push (gc keeps
+    the job's entry and its closure, then the most recently used; ``scratch-max-size``);
     ``rocmforge`` the command that runs rocmforge on a compute node; ``poll`` the longest wait
     between two polls (the wait starts at 0.2 s and grows with the run's age: short graphs are
     seen at once, long ones cost slurmctld one ``squeue`` per ``poll`` seconds per submitter).
@@ -61,6 +66,7 @@ class SlurmOptions:
     time: float | None = None
     sbatch_args: tuple[str, ...] = ()
     scratch_store: str | None = None
+    scratch_max_size: int = DEFAULT_SCRATCH_MAX_SIZE
     retries: int = 0
     detach: bool = False
     poll: float = 5.0
@@ -68,7 +74,7 @@ class SlurmOptions:
 
     #: the keys :meth:`from_mapping` accepts (a config file's ``[slurm]`` table, CLI flags)
     KEYS = ("job-dir", "partition", "account", "qos", "time", "sbatch-args", "scratch-store",
-            "retries", "detach", "poll", "rocmforge")  # fmt: skip
+            "scratch-max-size", "retries", "detach", "poll", "rocmforge")  # fmt: skip
 
     @classmethod
     def from_mapping(cls, table: Mapping[str, Any], *, where: str = "[slurm]") -> SlurmOptions:
@@ -103,6 +109,19 @@ class SlurmOptions:
         args = t.get("sbatch-args", ())
         if isinstance(args, str) or not all(isinstance(a, str) for a in args):
             raise UsageError(f"{where}: sbatch-args must be a list of strings")
+        max_size = DEFAULT_SCRATCH_MAX_SIZE
+        if "scratch-max-size" in t:
+            from rocmforge.store.gc import parse_size
+
+            raw = t["scratch-max-size"]
+            try:
+                if isinstance(raw, bool) or not isinstance(raw, (int, str)):
+                    raise ValueError(f"expected a size such as '40G', not {raw!r}")
+                max_size = raw if isinstance(raw, int) else parse_size(raw)
+                if max_size < 0:
+                    raise ValueError(f"a size is not negative, not {raw!r}")
+            except ValueError as exc:
+                raise UsageError(f"{where}: scratch-max-size: {exc}") from None
         command = t.get("rocmforge", ())
         if isinstance(command, str):
             import shlex
@@ -116,6 +135,7 @@ class SlurmOptions:
             time=limit,
             sbatch_args=tuple(args),
             scratch_store=text("scratch-store"),
+            scratch_max_size=max_size,
             retries=retries,
             detach=bool(t.get("detach", False)),
             poll=float(t.get("poll", 5.0)),

@@ -29,11 +29,13 @@ from typing import Any
 
 from rocmforge.errors import BuildError, Diagnosis, RocmforgeError, UsageError
 from rocmforge.executor import slurm
+from rocmforge.executor.nodejob import REBUILD_EXIT
 from rocmforge.executor.slurm import JobInfo, JobRequest, Outcome, SlurmOptions
 from rocmforge.plan.graph import Graph, plan_graph
 from rocmforge.sources.requirements import Fetcher
 from rocmforge.store import layout
 from rocmforge.store.store import Store
+from rocmforge.trust.signing import TRUSTED_KEYS_ENV, PublicKey
 from rocmforge.util.fsutil import json_bytes, write_atomic
 
 #: Lines of a failed job's log shown with its failure.
@@ -176,10 +178,20 @@ def _default_command() -> tuple[str, ...]:
 
 
 def job_script(
-    node: _Node, *, opts: SlurmOptions, cache: str, realize_args: Sequence[str]
+    node: _Node,
+    *,
+    opts: SlurmOptions,
+    cache: str,
+    realize_args: Sequence[str],
+    trusted: Mapping[str, PublicKey] | None = None,
 ) -> str:
     """The batch script of ``node``: realize exactly its recipe on the compute node, check the
-    node computed the same input hash, push exactly that hash to the cache."""
+    node computed the same input hash, make sure the entry is signed by a key the submitter
+    trusts (``trusted``: exported to the job, which substitutes and checks with them; ``rocmforge
+    farm trust`` signs a copy an earlier job left in the scratch store, or removes it to be
+    rebuilt, or stops the job before a push the submitter would refuse), push exactly that hash
+    to the cache, then gc the scratch store to ``opts.scratch_max_size`` keeping the entry's
+    closure (a failed gc only warns: the push is done)."""
     rf = " ".join(shlex.quote(a) for a in (opts.rocmforge or _default_command()))
     store = (
         shlex.quote(opts.scratch_store)
@@ -189,22 +201,40 @@ def job_script(
     q = shlex.quote
     entry = f"{layout.ENTRIES}/{layout.entry_name(node.hash, node.name, node.version)}"
     extra = " ".join(q(a) for a in realize_args)
+    keys = ""
+    if trusted is not None:
+        texts = " ".join(sorted({k.text() for k in trusted.values()}))
+        keys = f"export {TRUSTED_KEYS_ENV}={q(texts)}  # the submitter's trusted keys\n"
+    realize = (
+        f'{rf} realize {q(str(node.file))} --store "$store" --cache {q(cache)} -v {extra} '
+        ">/dev/null || exit $?"
+    )
     return f"""#!/bin/bash
 # rocmforge job: {node.name} {node.version} {node.hash}
 # recipe {node.file}; written by `rocmforge realize --executor slurm`
 set -uo pipefail
 store={store}
-phase() {{ echo "{PHASE_MARK}$1 $(date +%s.%N)"; }}
+{keys}phase() {{ echo "{PHASE_MARK}$1 $(date +%s.%N)"; }}
 phase start
 echo "rocmforge: job ${{SLURM_JOB_ID:-?}} on $(hostname): {node.name} {node.version} {node.hash} into $store"
-{rf} realize {q(str(node.file))} --store "$store" --cache {q(cache)} -v {extra} >/dev/null || exit $?
+{realize}
 phase built
 if [ ! -d "$store/{entry}" ]; then
   echo "rocmforge: this node hashed {q(str(node.file))} differently from the submitter (expected {node.hash}): its toolchain or sources differ; compare 'rocmforge plan --json' on both" >&2
   exit 3
 fi
+{rf} farm trust {node.hash} --store "$store"; rc=$?
+if [ "$rc" -eq {REBUILD_EXIT} ]; then
+  {realize}
+  {rf} farm trust {node.hash} --store "$store" --rebuilt || exit $?
+elif [ "$rc" -ne 0 ]; then
+  exit "$rc"
+fi
 {rf} push {q(cache)} {node.hash} --store "$store" || exit $?
 phase pushed
+{rf} gc --store "$store" --max-size {opts.scratch_max_size} --keep {node.hash} \
+  || echo "rocmforge: warning: gc of the scratch store $store failed (the push is done)" >&2
+phase gc
 """  # noqa: E501
 
 
@@ -241,11 +271,14 @@ def submit_graph(
     cache: str,
     opts: SlurmOptions,
     realize_args: Sequence[str] = (),
+    trusted: Mapping[str, PublicKey] | None = None,
     on_update: Callable[[Sequence[NodeStatus], Sequence[NodeStatus]], None] | None = None,
 ) -> ClusterReport:
     """Queue every node of ``graph``'s targets that neither ``store`` nor ``cache`` has, watch the
     jobs to their end, and report. ``realize_args`` are passed to each job's realize: the
-    option arguments a local child gets too (:func:`rocmforge.pipeline.graph.child_command`).
+    option arguments a local child gets too (:func:`rocmforge.pipeline.graph.child_command`);
+    ``trusted`` the submitter's trusted keys, which each job substitutes with and which what it
+    pushes must be signed by (:func:`job_script`).
 
     ``on_update(all, changed)`` is called after each poll (``changed``: nodes whose state or
     detail moved). SIGINT or SIGTERM cancels every job this run submitted or attached to (unless
@@ -276,7 +309,7 @@ def submit_graph(
         nodes[f] = n
     for sub in (layout.JOBDIR_JOBS, layout.JOBDIR_LOGS, layout.JOBDIR_SCRIPTS):
         os.makedirs(opts.job_dir / sub, exist_ok=True)
-    run = _Run(graph, nodes, opts=opts, cache=cache, realize_args=realize_args)
+    run = _Run(graph, nodes, opts=opts, cache=cache, realize_args=realize_args, trusted=trusted)
     interrupted: list[int] = []
 
     def on_term(signum: int, frame: Any) -> None:
@@ -317,8 +350,10 @@ class _Run:
         opts: SlurmOptions,
         cache: str,
         realize_args: Sequence[str],
+        trusted: Mapping[str, PublicKey] | None = None,
     ) -> None:
         self.graph = graph
+        self.trusted = trusted
         self.nodes = nodes
         self.opts = opts
         self.cache = cache
@@ -343,7 +378,8 @@ class _Run:
         script = job_dir / layout.JOBDIR_SCRIPTS / f"{n.hash}{layout.JOB_SCRIPT_SUFFIX}"
         entry = layout.entry_name(n.hash, n.name, n.version)
         log = job_dir / layout.JOBDIR_LOGS / f"{entry}{layout.JOB_LOG_SUFFIX}"
-        text = job_script(n, opts=self.opts, cache=self.cache, realize_args=self.realize_args)
+        text = job_script(n, opts=self.opts, cache=self.cache, realize_args=self.realize_args,
+                          trusted=self.trusted)  # fmt: skip
         write_atomic(script, text.encode(), mode=0o755)
         after = tuple(
             d.job_id

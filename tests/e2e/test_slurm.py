@@ -403,8 +403,14 @@ def test_slurm_options_and_job_ends_are_named() -> None:
                  "--partition=mi300x", "--account=proj1", "--qos=high", "--time=90",
                  "--cpus-per-task=4", "--mem=2048M", "--gres=gpu:1"):  # fmt: skip
         assert want in argv
+    assert opts.scratch_max_size == 40 << 30  # the default: a few tens of GB
+    assert SlurmOptions.from_mapping({"job-dir": "/j", "scratch-max-size": "2G"}).scratch_max_size \
+        == 2 << 30
+    with pytest.raises(UsageError, match=r"^\[slurm\]: scratch-max-size: invalid size 'lots'"):
+        SlurmOptions.from_mapping({"job-dir": "/j", "scratch-max-size": "lots"})
     for bad in ({"partition": "x"}, {"job-dir": "/j", "retries": -1}, {"job-dir": "/j", "nope": 1},
-                {"job-dir": "/j", "time": "soon"}):  # fmt: skip
+                {"job-dir": "/j", "time": "soon"}, {"job-dir": "/j", "scratch-max-size": -1},
+                {"job-dir": "/j", "scratch-max-size": True}):  # fmt: skip
         with pytest.raises(UsageError):
             SlurmOptions.from_mapping(bad)
     # The state table of ../shared/DIST.md (no slurmdbd): each end named.
@@ -485,3 +491,69 @@ def test_a_stack_matrix_table_realizes_each_recipe_per_cell(tmp_path: Path) -> N
     )
     bad = rf("realize", root / "bad.toml", "--store", tmp_path / "store")
     assert bad.returncode == 2 and "stack.matrix.ARCH" in bad.stderr, bad.stderr
+
+
+def _fresh_key(config: Path, *extra: str) -> str:
+    """Generate a new signing key in ``config`` (replacing the one there); its public key."""
+    gen = rf("key", "generate", "--force", "--json", "--name", "farm", *extra,
+             env={"XDG_CONFIG_HOME": str(config), "ROCMFORGE_TRUSTED_KEYS": ""})  # fmt: skip
+    assert gen.returncode == 0, gen.stderr
+    return str(json.loads(gen.stdout)["public_key"])
+
+
+@pytest.mark.slow
+def test_three_farm_runs_with_three_fresh_trusted_keys_in_a_row(
+    slurm: dict[str, str], tmp_path: Path
+) -> None:
+    """Issue 34: each run a new key (same name), trusted alone, a fresh cache and store; the
+    node's scratch store keeps the entries the first run built under the first key."""
+    root = tmp_path / "recipes"
+    root.mkdir()
+    recipe(root, "bar_a", [])
+    recipe(root, "bar_b", ["bar_a.toml"])
+    top = recipe(root, "bar_c", ["bar_b.toml"])
+    config = tmp_path / "config"
+    for run in range(3):
+        env = {**slurm, "XDG_CONFIG_HOME": str(config),
+               "ROCMFORGE_TRUSTED_KEYS": _fresh_key(config)}  # fmt: skip
+        proc = rf("realize", top, "--store", tmp_path / f"store{run}", "--executor", "slurm",
+                  "--cache", f"file://{tmp_path}/cache{run}", "--job-dir", tmp_path / "jobs",
+                  "--scratch-store", tmp_path / "scratch", "--json", env=env,
+                  timeout=300)  # fmt: skip
+        assert proc.returncode == 0, f"run {run + 1}: {proc.stderr}"
+        assert "refused" not in proc.stderr, proc.stderr
+        names = sorted(r["name"] for r in json.loads(proc.stdout))
+        assert names == ["bar_c"], proc.stdout
+        if run:  # found in the scratch store and signed there by the node's (the new) key
+            logs = (tmp_path / "jobs" / "logs").glob("*.log")
+            assert any("signed with farm" in p.read_text() for p in logs)
+
+
+def _entries_size(store: Path) -> int:
+    """The bytes of every file under ``store``'s entries (what scratch-max-size bounds)."""
+    return sum(f.stat().st_size for f in (store / "entries").rglob("*") if f.is_file())
+
+
+@pytest.mark.slow
+def test_scratch_store_stays_under_its_limit_over_five_farm_runs(
+    slurm: dict[str, str], tmp_path: Path
+) -> None:
+    """Each job gc's its node's scratch store after its push to scratch-max-size (its own entry
+    kept): five runs of five recipes (about 210 KiB an entry) under a 500 KiB limit."""
+    root = tmp_path / "recipes"
+    root.mkdir()
+    limit = 500 << 10
+    scratch = tmp_path / "scratch"
+    sizes = []
+    for run in range(5):
+        r = recipe(root, f"part{run}", [])
+        proc = rf("realize", r, *_args(tmp_path), "--scratch-max-size", "500K", env=slurm,
+                  timeout=300)  # fmt: skip
+        assert proc.returncode == 0, f"run {run + 1}: {proc.stderr}"
+        sizes.append(_entries_size(scratch))
+        names = sorted(p.name.split("-", 1)[1] for p in (scratch / "entries").iterdir())
+        assert f"part{run}-1.0" in names, names  # the job's own entry is kept
+        assert sizes[-1] <= limit, (run, sizes, names)
+    assert len(list((tmp_path / "cache" / "entries").iterdir())) == 5  # all were pushed
+    logs = "".join(p.read_text() for p in (tmp_path / "jobs" / "logs").glob("*.log"))
+    assert "deleted " in logs and "rocmforge: phase gc " in logs

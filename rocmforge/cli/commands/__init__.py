@@ -32,6 +32,7 @@ COMMANDS: dict[str, str] = {
     "key": "generate or show the ed25519 key that signs provenance",
     "export": "write a closure's wheels as a simple index, find-links dir and constraints.txt",
     "sign": "add the signing key's signature to store entries (nothing rebuilt)",
+    "farm": "(a Slurm job, on its node) sign a scratch entry for the submitter, or say why not",
     "push": "upload store entries to a binary cache, signing them (only what it lacks)",
     "cache": "list or prune a binary cache (file://DIR, oci://HOST/REPO)",
     "test": "run GPU acceptance checks on built wheels (their closure) or an environment's torch",

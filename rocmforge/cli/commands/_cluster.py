@@ -57,6 +57,11 @@ def add_cluster_options(p: argparse.ArgumentParser) -> None:
         "$ROCMFORGE_SCRATCH_STORE, else $TMPDIR/rocmforge-store-UID)",
     )  # fmt: skip
     g.add_argument(
+        "--scratch-max-size", metavar="SIZE",
+        help="after its push each job gc's its scratch store to SIZE of entries, its own and "
+        "their closure kept (default 40G; 500M, 20G)",
+    )  # fmt: skip
+    g.add_argument(
         "--retries", type=count, default=0, metavar="N",
         help="resubmit a job up to N times after a node failure (NODE_FAIL)",
     )  # fmt: skip
@@ -76,6 +81,7 @@ def slurm_table(args: argparse.Namespace) -> dict[str, Any]:
         "time": args.time,
         "sbatch-args": list(args.sbatch_arg) or None,
         "scratch-store": args.scratch_store,
+        "scratch-max-size": args.scratch_max_size,
         "retries": args.retries or None,
         "detach": args.detach or None,
     }
@@ -212,7 +218,7 @@ def run_slurm(
     job_options = replace(options, require_substitute=False)
     fetcher = PipFetcher()
     report = submit_graph(
-        graph, store=store, fetcher=fetcher, cache=caches[0], opts=opts,
+        graph, store=store, fetcher=fetcher, cache=caches[0], opts=opts, trusted=options.trusted,
         realize_args=child_command(job_options), on_update=StatusPrinter(options.heartbeat),
     )  # fmt: skip
     if report.submitted or report.attached:

@@ -1,0 +1,123 @@
+"""The node side of a Slurm job: push only what the submitter will accept.
+
+A job realizes into a scratch store kept on its node between jobs
+(:func:`rocmforge.executor.submit.job_script`), so it may find its entry there already, built
+or substituted by an earlier job under a key the submitter no longer trusts (a rotation, another
+person using the farm). Pushing that copy would be refused by the submitter's substitution
+(issue 34: ``refused bar_a 0.1 (...): signature invalid``). :func:`settle_trust` checks the
+entry against the keys the submitter trusts (the job script exports them as
+``$ROCMFORGE_TRUSTED_KEYS``) before the push:
+
+- signed by a trusted key: pushed as it is;
+- otherwise, when this node's signing key is one the submitter trusts: signed with it in place
+  (:func:`rocmforge.trust.resign.sign_entries`, nothing rebuilt), then pushed;
+- when signing it is not possible (its statement does not describe it): removed from the scratch
+  store so that the job builds it again (signed by the node's key at build time);
+- when this node has no key, or its key is not trusted: no push at all, and the error says which
+  key to trust or give the node (a rebuild there could only produce what would be refused).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from rocmforge.errors import RocmforgeError
+from rocmforge.store.entry import Entry
+from rocmforge.store.store import Store
+from rocmforge.trust.signing import PublicKey, SecretKey, check_entry, describe_trusted
+
+#: The exit code of ``rocmforge farm-trust`` when it removed the entry: the job rebuilds it.
+REBUILD_EXIT = 10
+
+
+class UntrustedEntry(RocmforgeError):
+    """The scratch entry is signed by no key the submitter trusts and cannot be (exit 1)."""
+
+    exit_code = 1
+    about_recipe = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TrustFix:
+    """What :func:`settle_trust` did: ``trusted`` (already signed by a trusted key),
+    ``signed`` (signed now with the node's key) or ``rebuild`` (removed: build it again);
+    ``message`` is the line the job's log gets."""
+
+    status: str
+    message: str
+
+
+def _trusts(trusted: Mapping[str, PublicKey], key: SecretKey) -> bool:
+    return any(k.fingerprint == key.public.fingerprint for k in trusted.values())
+
+
+def _remove(store: Store, entry: Entry) -> None:
+    """Delete ``entry`` from ``store`` the way gc does (index row, then the directory)."""
+    from rocmforge.store.gc import Decision, GcPlan, delete, gather_entries
+
+    with store.exclusive_lock():
+        infos, _ = gather_entries(store)
+        doomed = [Decision(entry=e, reasons=("untrusted",)) for e in infos if e.hash == entry.hash]
+        size = sum(e.size for e in infos)
+        freed = sum(d.entry.size for d in doomed)
+        delete(store, GcPlan(delete=tuple(doomed), keep=(), size_before=size,
+                             size_after=size - freed))  # fmt: skip
+
+
+def settle_trust(
+    store: Store,
+    entry: Entry,
+    *,
+    trusted: Mapping[str, PublicKey],
+    key: SecretKey | None,
+    rebuilt: bool = False,
+) -> TrustFix:
+    """Make ``entry`` of the scratch ``store`` signed by a key of ``trusted`` (see the module).
+
+    ``key`` is this node's signing key (None: it has none); ``rebuilt`` says the job has built
+    the entry again already (it is then never removed a second time). Raises
+    :class:`UntrustedEntry` when the entry must not be pushed.
+    """
+    from rocmforge.trust.resign import sign_entries
+
+    head = f"{entry.name} {entry.version} ({entry.hash})"
+    check = check_entry(entry.path, trusted)
+    if check.status == "valid":
+        return TrustFix(status="trusted", message=f"{head}: signed by {check.keyid}, trusted")
+    why = check.detail or check.status
+    if check.status == "unsigned":
+        why = "unsigned"
+    trusted_text = describe_trusted(trusted)
+    if key is None:
+        raise UntrustedEntry(
+            f"{head} in the scratch store {store.root}: {why}; this node has no signing key, so "
+            f"the submitter (trusted: {trusted_text}) would refuse it: not pushed; give the node "
+            "a key the submitter trusts ($ROCMFORGE_SIGNING_KEY, rocmforge key generate)"
+        )
+    if not _trusts(trusted, key):
+        raise UntrustedEntry(
+            f"{head} in the scratch store {store.root}: {why}; this node's key "
+            f"{key.public.describe()} is not trusted by the submitter either (trusted: "
+            f"{trusted_text}): not pushed; trust {key.public.text()} on the submitting side"
+        )
+    [result] = sign_entries(store, [entry], key)
+    if result.status in ("signed", "already"):
+        again = store.lookup(entry.hash, entry.name, entry.version) or entry
+        if check_entry(again.path, trusted).status == "valid":
+            return TrustFix(
+                status="signed",
+                message=f"{head}: {why}: signed with {key.public.describe()}, trusted",
+            )
+    detail = result.detail or "its signature does not verify"
+    if rebuilt:
+        raise UntrustedEntry(
+            f"{head}: rebuilt in the scratch store {store.root}, but it cannot be signed with "
+            f"{key.public.describe()} ({detail}): not pushed"
+        )
+    _remove(store, entry)
+    return TrustFix(
+        status="rebuild",
+        message=f"{head}: {why}, and signing it failed ({detail}): removed from the scratch "
+        f"store {store.root}, building it again",
+    )
