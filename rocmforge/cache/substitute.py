@@ -103,12 +103,12 @@ def _check_signed(
     its envelope downloaded into ``dest``: before any other blob is read.
 
     The manifest's files must be exactly the set the statement covers
-    (:func:`rocmforge.trust.provenance.coverage`), each with the signed sha256: a file the
+    (:func:`rocmforge.store.coverage.coverage`), each with the signed sha256: a file the
     statement does not name (a ``sitecustomize.py`` appended to the manifest), one it names
     that the manifest leaves out, or a renamed one is refused. Return the (valid) signature
     check and the signed statement.
     """
-    from rocmforge.trust.provenance import coverage, file_set_problem  # a hit only
+    from rocmforge.store.coverage import coverage, file_set_problem  # a hit only
 
     names = {f.name for f in manifest.files}
     if layout.PROVENANCE_DSSE not in names:

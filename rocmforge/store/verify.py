@@ -119,8 +119,8 @@ class _Checker:
     def _covered(self, entry: Entry) -> None:
         """Report the entry's files its provenance.json does not cover (``uncovered``: one a
         cache added, recorded in meta.json all the same) and those it names that are gone
-        (see :func:`rocmforge.trust.provenance.coverage`); an entry without one is skipped."""
-        from rocmforge.trust.provenance import UNLISTED, coverage
+        (see :func:`rocmforge.store.coverage.coverage`); an entry without one is skipped."""
+        from rocmforge.store.coverage import UNLISTED, coverage
         from rocmforge.util.fsutil import loads_untrusted
 
         path = entry.path / layout.PROVENANCE

@@ -426,8 +426,8 @@ def test_verify_reports_a_file_no_statement_covers(tmp_path: Path, monkeypatch) 
     from test_cache_faults import Warnings
 
     from rocmforge.cache.substitute import substitute
+    from rocmforge.store import coverage
     from rocmforge.store.store import open_store
-    from rocmforge.trust import provenance
 
     url = f"file://{tmp_path / 'cache'}"
     want, public = _signed_synthetic_entry(url, tmp_path, 4096)
@@ -437,7 +437,7 @@ def test_verify_reports_a_file_no_statement_covers(tmp_path: Path, monkeypatch) 
     ok = rf("verify", "--store", tmp_path / "store")
     assert ok.returncode == 0, ok.stderr
     with monkeypatch.context() as m:
-        m.setattr(provenance, "file_set_problem", lambda *a: None)  # the old substitution
+        m.setattr(coverage, "file_set_problem", lambda *a: None)  # the old substitution
         entry = substitute(store, [url], want, Warnings())
     assert entry is not None and (entry.path / "sitecustomize.py").exists()
     proc = rf("verify", "--store", tmp_path / "store", "--json")
