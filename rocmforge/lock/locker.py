@@ -120,11 +120,21 @@ def source_url(value: str, base: Path) -> str:
 
 
 def insert_after(table: Any, after: str, key: str, value: Any) -> None:
-    """Insert ``key`` right after ``after`` in a tomlkit table (appending if that fails)."""
-    try:
-        table.value._insert_after(after, key, value)
-    except (AttributeError, KeyError, ValueError):
+    """Insert ``key`` right after ``after`` in a tomlkit table, keeping comments in place
+    (appended when ``after`` is not in it).
+
+    tomlkit has no public insert: its container's ``_insert_at``, which tomlkit's own ``append``
+    uses, is (0.15 dropped the ``_insert_after`` lock used before, and ``rev`` went to the end).
+    """
+    container = getattr(table, "value", None)
+    index = None
+    for i, (k, _) in enumerate(getattr(container, "body", None) or ()):
+        if k is not None and getattr(k, "key", None) == after:
+            index = i
+    if index is None:
         table[key] = value
+    else:
+        container._insert_at(index + 1, key, value)  # type: ignore[union-attr]
 
 
 def write_recipe(path: Path, text: str) -> None:
