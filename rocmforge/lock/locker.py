@@ -131,8 +131,8 @@ def insert_after(table: Any, after: str, key: str, value: Any) -> None:
     for i, (k, _) in enumerate(getattr(container, "body", None) or ()):
         if k is not None and getattr(k, "key", None) == after:
             index = i
-    if index is None:
-        table[key] = value
+    if index is None or index + 1 >= len(container.body):  # type: ignore[union-attr]
+        table[key] = value  # (_insert_at refuses the end)
     else:
         container._insert_at(index + 1, key, value)  # type: ignore[union-attr]
 

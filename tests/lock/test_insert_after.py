@@ -39,3 +39,10 @@ def test_missing_anchor_appends() -> None:
     doc = tomlkit.parse(RECIPE)
     insert_after(doc["source"], "url", "sha256", "f" * 64)
     assert list(tomlkit.parse(tomlkit.dumps(doc))["source"])[-1] == "sha256"
+
+
+def test_after_the_last_key() -> None:
+    doc = tomlkit.parse('[requirements]\nbuild = ["x==1"]   # c\n')
+    insert_after(doc["requirements"], "build", "digests", {"x==1": "sha256:0"})
+    assert list(tomlkit.parse(tomlkit.dumps(doc))["requirements"]) == ["build", "digests"]
+    assert "# c" in tomlkit.dumps(doc)
