@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import base64
 import compileall
 import contextlib
 import gc
+import hashlib
 import io
 import os
 import shutil
@@ -12,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import zipfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -178,6 +181,29 @@ def rf_in(
     return subprocess.CompletedProcess(
         ["rocmforge", *argv], code, stdout=out.getvalue(), stderr=err.getvalue()
     )
+
+
+def tiny_wheel(directory: Path, name: str, version: str, body: str) -> Path:
+    """Write a valid pure wheel ``name`` whose module holds ``body`` into ``directory``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{name}-{version}-py3-none-any.whl"
+    di = f"{name}-{version}.dist-info"
+    files = {
+        f"{name}/__init__.py": body.encode(),
+        f"{di}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
+        f"{di}/WHEEL": b"Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = []
+    for arcname, data in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        record.append(f"{arcname},sha256={digest},{len(data)}")
+    files[f"{di}/RECORD"] = ("\n".join([*record, f"{di}/RECORD,,"]) + "\n").encode()
+    tmp = path.with_suffix(".tmp")
+    with zipfile.ZipFile(tmp, "w") as z:
+        for arcname, data in files.items():
+            z.writestr(arcname, data)
+    os.replace(tmp, path)
+    return path
 
 
 def cxx_many(tmp: Path, tus: int) -> tuple[Path, Path]:

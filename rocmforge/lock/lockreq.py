@@ -267,7 +267,9 @@ def lock_requirements(
     )
     require_any_python(owner, wanted.python, resolved)
     packages = tuple(
-        LockedPackage(name=r.name, version=r.version, wheel=r.wheel.name, sha256=r.sha256)
+        LockedPackage(
+            name=r.name, version=r.version, wheel=r.wheel.name, sha256=r.sha256, blake3=r.blake3
+        )
         for r in resolved
     )
     kept = read_source_lock(own_path)  # the [source] table lock_source wrote stays

@@ -158,12 +158,16 @@ def resolve(
     else:
         source = identify_source(spec, cache=store.sources_dir)
     try:
+        reqs = recipe.requirements
+        locked = {pin: (wheel, b3, reqs.digests.get(pin, "").removeprefix("sha256:"))
+                  for pin, (wheel, b3) in reqs.locked_wheels.items()}  # fmt: skip
         requirements = resolve_requirements(
-            recipe.requirements.build,
+            reqs.build,
             python_version=toolchain.python_version,
             wheel_dir=store.sources_dir / layout.SOURCES_WHEELS,
             cache_dir=store.cache_dir,
             fetcher=None if notes else fetcher,
+            locked=locked,
         )
     except RequirementError as exc:
         if not provisional:

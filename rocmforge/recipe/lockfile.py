@@ -54,6 +54,8 @@ class LockedPackage:
     version: str
     wheel: str
     sha256: str
+    #: the wheel's blake3 (hex), what the derivation names; locks made before it lack it
+    blake3: str | None = None
 
     @property
     def pin(self) -> str:
@@ -223,7 +225,10 @@ def read_lock(path: Path) -> LockFile:
             raise _bad(path, f"{key}.{missing[0]}", "missing or not a string")
         if not _SHA256.match(str(fields["sha256"])):
             raise _bad(path, f"{key}.sha256", "must be 64 lowercase hex digits")
-        packages.append(LockedPackage(**{k: str(v) for k, v in fields.items()}))
+        b3 = item.get("blake3")
+        if b3 is not None and not (isinstance(b3, str) and _SHA256.match(b3)):
+            raise _bad(path, f"{key}.blake3", "must be 64 lowercase hex digits")
+        packages.append(LockedPackage(**{k: str(v) for k, v in fields.items()}, blake3=b3))
     resolver = data.get("resolver", "")
     return LockFile(
         path=path,
@@ -299,6 +304,7 @@ def render_lock(recipe_name: str, lock: LockFile) -> str:
             f"version = {_q(p.version)}",
             f"wheel = {_q(p.wheel)}",
             f"sha256 = {_q(p.sha256)}",
+            *([f"blake3 = {_q(p.blake3)}"] if p.blake3 else []),
         ]
     if lock.source is not None:
         lines += _render_source(lock.source)
@@ -398,6 +404,7 @@ def apply_lock(recipe: Recipe) -> Recipe:
         build=tuple(p.pin for p in lock.packages),
         digests={p.pin: f"sha256:{p.sha256}" for p in lock.packages},
         lock=lock.path,
+        locked_wheels={p.pin: (p.wheel, p.blake3) for p in lock.packages if p.blake3},
     )
     return dataclasses.replace(recipe, requirements=locked)
 

@@ -110,6 +110,9 @@ class RequirementsSpec:
     #: requirements ``lock`` reads at the pinned commit and resolves with ``build``.
     build_file: str | None = None
     lock: Path | None = None
+    #: pin -> ``(wheel file name, blake3 hex)`` from the lock file (:func:`apply_lock`): what
+    #: the derivation names of a wheel, so a locked recipe is hashed before it is fetched
+    locked_wheels: Mapping[str, tuple[str, str]] = field(default_factory=dict)
 
     @property
     def needs_lock(self) -> bool:

@@ -13,7 +13,7 @@ import shlex
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -105,10 +105,14 @@ def resolve_requirements(
     wheel_dir: Path,
     cache_dir: Path,
     fetcher: Fetcher | None,
+    locked: Mapping[str, tuple[str, str, str]] | None = None,
 ) -> tuple[ResolvedRequirement, ...]:
     """Resolve every pin to a wheel in ``wheel_dir``, fetching only what is missing.
 
     With ``fetcher=None`` a missing wheel raises instead of fetching (used by ``plan``).
+    ``locked`` (pin -> wheel file name, blake3, sha256: a lock file's record) answers for a
+    wheel not fetched yet, so a locked recipe is hashed without downloading; the build fetches
+    it then and :func:`check_wheels` holds it to that blake3.
     """
     cache = StatCache(cache_dir / "wheels.json")
     out: list[ResolvedRequirement] = []
@@ -116,6 +120,9 @@ def resolve_requirements(
         pin = RequirementPin.parse(text)
         key = f"{pin.name}=={pin.version}|py{python_version}"
         hit = cache.get(key)
+        known = (locked or {}).get(f"{pin.name}=={pin.version}")
+        if hit is None and known is not None:
+            hit = {"wheel": str(wheel_dir / known[0]), "blake3": known[1], "sha256": known[2]}
         if hit is None:
             if fetcher is None:
                 raise RequirementError(f"{pin.name}=={pin.version} has not been fetched yet")
@@ -171,7 +178,9 @@ def check_wheels(
         pin = RequirementPin.parse(f"{q.name}=={q.version}")
         got = fetcher.fetch(pin, python_version=python_version, dest=q.wheel.parent)
         if got != q.wheel or file_blake3(got) != q.blake3:
+            again = "fetched again" if digest is not None else "fetched"
             raise RequirementError(
-                f"{q.name}=={q.version}: the wheel fetched again ({got.name}) does not have the "
-                f"digest recorded when it was first fetched ({q.blake3[:16]}..)"
+                f"{q.name}=={q.version}: the wheel {again} ({got.name}) does not have the "
+                f"recorded blake3 {q.blake3[:16]}.. (the lock file's, or the first fetch's); "
+                "if the lock is wrong, run rocmforge lock again"
             )

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import json
 import marshal
 import os
@@ -12,7 +10,6 @@ import subprocess
 import sys
 import tarfile
 import time
-import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -29,6 +26,7 @@ from conftest import (
     purge_test_packages,
     rewrite,
     rf,
+    tiny_wheel,
 )
 from privroot import isolated
 
@@ -211,29 +209,6 @@ def plan_hash(recipe: Path, store: Path, env: dict[str, str] | None = None) -> s
 def with_source_lines(recipe: Path, lines: str) -> None:
     text = recipe.read_text()
     recipe.write_text(text.replace("[source]\n", f"[source]\n{lines}\n", 1))
-
-
-def tiny_wheel(directory: Path, name: str, version: str, body: str) -> Path:
-    """Write a valid pure wheel ``name`` whose module holds ``body`` into ``directory``."""
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / f"{name}-{version}-py3-none-any.whl"
-    di = f"{name}-{version}.dist-info"
-    files = {
-        f"{name}/__init__.py": body.encode(),
-        f"{di}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
-        f"{di}/WHEEL": b"Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-    }
-    record = []
-    for arcname, data in files.items():
-        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-        record.append(f"{arcname},sha256={digest},{len(data)}")
-    files[f"{di}/RECORD"] = ("\n".join([*record, f"{di}/RECORD,,"]) + "\n").encode()
-    tmp = path.with_suffix(".tmp")
-    with zipfile.ZipFile(tmp, "w") as z:
-        for arcname, data in files.items():
-            z.writestr(arcname, data)
-    os.replace(tmp, path)
-    return path
 
 
 def fake_cc(path: Path, build: str) -> Path:
