@@ -191,13 +191,18 @@ def memo_state(item: dict[str, object] | None, store: Path, want: str) -> str:
     assert isinstance(result, dict)
     moved = []
     for guard, sig, follow in item["guards"]:  # type: ignore[attr-defined]
-        if memo._sig(guard, follow=bool(follow)) != sig:
-            moved.append(guard)
+        now = memo._sig(guard, follow=bool(follow))
+        if now != sig:  # which of (mode, size, mtime, ctime, inode) changed, or gone/new
+            names = ("mode", "size", "mtime", "ctime", "ino")
+            what = ("appeared" if sig is None else "gone" if now is None else
+                    "+".join(n for n, a, b in zip(names, sig, now, strict=True) if a != b))
+            moved.append(f"{guard} ({what})")
     trees = [t[0] for t in item.get("trees", []) if not memo._trees_hold([t])]  # type: ignore[attr-defined]
     wheels = memo._entry_wheels(os.path.abspath(store), result) if result else None
-    return (f"record for {result.get('hash')} (want {want}), sandbox {result.get('sandbox')}, "
-            f"moved guards: {moved}, trees that moved: {trees}, "
-            f"wheels as published: {wheels is not None}")
+    # Short enough to survive a CI log's excerpt: the first few of each, and how many.
+    return (f"record for {str(result.get('hash'))[:12]} (want {want[:12]}), sandbox "
+            f"{result.get('sandbox')}, {len(moved)} moved guards {moved[:4]}, {len(trees)} "
+            f"trees that moved {trees[:2]}, wheels as published: {wheels is not None}")
 
 
 def plan_hash(recipe: Path, store: Path, env: dict[str, str] | None = None) -> str:
