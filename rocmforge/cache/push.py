@@ -510,3 +510,77 @@ def unsigned_warning(pushed: Iterable[PushedEntry], *, has_key: bool) -> str | N
         "trusts, so it refuses them and builds them instead (--require-substitute: exit 1); "
         "sign them (rocmforge sign) and push again: the cache's unsigned copies are replaced"
     )
+
+
+def sign_cached(
+    backend: Backend, hash: str, provenance_sha256: str, key: SecretKey
+) -> tuple[Signer, ...]:
+    """Sign the cache's copy of ``hash`` with ``key`` when its provenance.json has the sha256
+    ``provenance_sha256`` (what a Slurm job on a node without a key recorded in the job
+    directory, :func:`rocmforge.executor.nodejob.settle_trust`): the signed statement lists
+    every file of the entry with its digest, so the manifest must name exactly those files
+    (:func:`rocmforge.store.coverage.file_set_problem`) and the statement this input hash.
+
+    The envelope the cache has (if it signs that statement) keeps its signatures. Return who
+    signs the cache's copy afterwards; :class:`CacheError` names what does not match.
+    """
+    from rocmforge.cache.substitute import MAX_STATEMENT
+    from rocmforge.store.coverage import coverage, file_set_problem
+
+    def refuse(why: str) -> CacheError:
+        return CacheError(f"{backend.url}: {hash}: not signed by {key.public.describe()}: {why}")
+
+    raw = backend.get_manifest(hash)
+    if raw is None:
+        raise refuse("the cache has no manifest for it")
+    try:
+        remote = parse_manifest(raw)
+    except ManifestProblem as exc:
+        raise refuse(f"its manifest is bad ({exc})") from None
+    names = {f.name: f for f in remote.files}
+    ref = names.get(layout.PROVENANCE)
+    if ref is None or ref.sha256 != provenance_sha256:
+        raise refuse("its provenance.json is not the one the job recorded")
+    payload = _read_blob(backend, ref, MAX_STATEMENT)
+    if payload is None:
+        raise refuse("its provenance.json blob is missing or damaged")
+    try:
+        statement = loads_untrusted(payload)
+        signed_hash = statement["predicate"]["buildDefinition"]["internalParameters"]["inputHash"]
+        cov = coverage(statement)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise refuse(f"its statement is malformed ({exc})") from None
+    if signed_hash != hash:
+        raise refuse(f"its statement is for input hash {signed_hash}")
+    why = file_set_problem(cov, {f.name: f.sha256 for f in remote.files})
+    if why is not None or not cov.complete:
+        raise refuse(f"its files differ from its statement ({why or 'an older statement'})")
+    envelope: dict[str, Any] | None = None
+    there = names.get(layout.PROVENANCE_DSSE)
+    if there is not None:
+        old = _read_blob(backend, there, MAX_ENVELOPE)
+        try:
+            loaded = loads_untrusted(old) if old is not None else None
+        except ValueError:
+            loaded = None
+        if isinstance(loaded, dict) and _signs(loaded, payload):
+            envelope = loaded
+    merged = add_signature(envelope, payload, key)
+    scratch = _Scratch()
+    try:
+        new_ref, path = _write_envelope(merged, scratch)
+        _send(backend, [(new_ref, path)])
+        files = _with_envelope(remote.files, new_ref)
+        backend.replace_manifest(hash, Manifest(remote.hash, remote.name, remote.version, files,
+                                                remote.meta, remote.accepted).to_bytes())
+    finally:
+        scratch.close()
+    return envelope_signers(merged)
+
+
+def _signs(envelope: dict[str, Any], payload: bytes) -> bool:
+    """Whether ``envelope`` signs exactly ``payload`` (a malformed one does not)."""
+    try:
+        return envelope_payload(envelope) == payload
+    except (EnvelopeMismatch, ValueError, KeyError, TypeError):
+        return False

@@ -13,14 +13,21 @@ entry against the keys the submitter trusts (the job script exports them as
   (:func:`rocmforge.trust.resign.sign_entries`, nothing rebuilt), then pushed;
 - when signing it is not possible (its statement does not describe it): removed from the scratch
   store so that the job builds it again (signed by the node's key at build time);
-- when this node has no key, or its key is not trusted: no push at all, and the error says which
-  key to trust or give the node (a rebuild there could only produce what would be refused).
+- when this node has no key: a copy an earlier job left is removed and built again (unsigned);
+  what this job built is pushed unsigned and, given ``record``, the sha256 of its provenance.json
+  is written there (the job directory, which the submitter reads): the submitter checks the
+  pushed copy against that digest and signs it with its own key
+  (:func:`rocmforge.cache.push.sign_cached`), so what it then substitutes is signed by a key it
+  trusts; without ``record``, no push;
+- when this node's key is not trusted: no push at all, and the error says which key to trust
+  (a rebuild there could only produce what would be refused).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from rocmforge.errors import RocmforgeError
 from rocmforge.store.entry import Entry
@@ -41,7 +48,8 @@ class UntrustedEntry(RocmforgeError):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TrustFix:
     """What :func:`settle_trust` did: ``trusted`` (already signed by a trusted key),
-    ``signed`` (signed now with the node's key) or ``rebuild`` (removed: build it again);
+    ``signed`` (signed now with the node's key), ``rebuild`` (removed: build it again) or
+    ``recorded`` (built here unsigned, its provenance digest recorded for the submitter);
     ``message`` is the line the job's log gets."""
 
     status: str
@@ -65,6 +73,20 @@ def _remove(store: Store, entry: Entry) -> None:
                              size_after=size - freed))  # fmt: skip
 
 
+def _write_record(record: Path, entry: Entry) -> None:
+    """Write the sha256 of ``entry``'s provenance.json (which lists every file's digest) to
+    ``record`` for the submitter (:func:`rocmforge.executor.submit.unsigned_record_path`)."""
+    import hashlib
+
+    from rocmforge.store import layout
+    from rocmforge.util.fsutil import json_bytes, write_atomic
+
+    payload = (entry.path / layout.PROVENANCE).read_bytes()
+    doc = {"hash": entry.hash, "name": entry.name, "version": entry.version,
+           "provenance_sha256": hashlib.sha256(payload).hexdigest()}  # fmt: skip
+    write_atomic(record, json_bytes(doc))
+
+
 def settle_trust(
     store: Store,
     entry: Entry,
@@ -72,11 +94,13 @@ def settle_trust(
     trusted: Mapping[str, PublicKey],
     key: SecretKey | None,
     rebuilt: bool = False,
+    record: Path | None = None,
 ) -> TrustFix:
     """Make ``entry`` of the scratch ``store`` signed by a key of ``trusted`` (see the module).
 
     ``key`` is this node's signing key (None: it has none); ``rebuilt`` says the job has built
-    the entry again already (it is then never removed a second time). Raises
+    the entry again already, or made it in this job (it is then never removed); ``record`` the
+    file a keyless node writes the entry's provenance digest to for the submitter. Raises
     :class:`UntrustedEntry` when the entry must not be pushed.
     """
     from rocmforge.trust.resign import sign_entries
@@ -90,10 +114,24 @@ def settle_trust(
         why = "unsigned"
     trusted_text = describe_trusted(trusted)
     if key is None:
-        raise UntrustedEntry(
-            f"{head} in the scratch store {store.root}: {why}; this node has no signing key, so "
-            f"the submitter (trusted: {trusted_text}) would refuse it: not pushed; give the node "
-            "a key the submitter trusts ($ROCMFORGE_SIGNING_KEY, rocmforge key generate)"
+        if record is None:
+            raise UntrustedEntry(
+                f"{head} in the scratch store {store.root}: {why}; this node has no signing key, "
+                f"so the submitter (trusted: {trusted_text}) would refuse it: not pushed; give the "
+                "node a key the submitter trusts ($ROCMFORGE_SIGNING_KEY, rocmforge key generate)"
+            )
+        if not rebuilt:  # an earlier job's copy: what it is built from is not this job's word
+            _remove(store, entry)
+            return TrustFix(
+                status="rebuild",
+                message=f"{head}: {why}, and this node has no signing key: removed from the "
+                f"scratch store {store.root}, building it again (the submitter signs it)",
+            )
+        _write_record(record, entry)
+        return TrustFix(
+            status="recorded",
+            message=f"{head}: built here unsigned (this node has no signing key): its "
+            f"provenance digest is in {record}, the submitter signs the pushed copy",
         )
     if not _trusts(trusted, key):
         raise UntrustedEntry(

@@ -35,11 +35,13 @@ from rocmforge.plan.graph import Graph, plan_graph
 from rocmforge.sources.requirements import Fetcher
 from rocmforge.store import layout
 from rocmforge.store.store import Store
-from rocmforge.trust.signing import TRUSTED_KEYS_ENV, PublicKey
+from rocmforge.trust.signing import TRUSTED_KEYS_ENV, PublicKey, SecretKey
 from rocmforge.util.fsutil import json_bytes, write_atomic
 
 #: Lines of a failed job's log shown with its failure.
 TAIL_LINES = 20
+#: The suffix of :func:`unsigned_record_path` (beside the job logs).
+UNSIGNED_SUFFIX = ".unsigned.json"
 #: The marker the job script writes (``rocmforge: phase NAME EPOCH``) at each step.
 PHASE_MARK = "rocmforge: phase "
 
@@ -191,7 +193,16 @@ def job_script(
     farm trust`` signs a copy an earlier job left in the scratch store, or removes it to be
     rebuilt, or stops the job before a push the submitter would refuse), push exactly that hash
     to the cache, then gc the scratch store to ``opts.scratch_max_size`` keeping the entry's
-    closure (a failed gc only warns: the push is done)."""
+    closure (a failed gc only warns: the push is done).
+
+    A node without a signing key builds the entry unsigned (removing a copy an earlier job left
+    under an untrusted key) and ``farm trust --record`` writes the sha256 of its provenance.json
+    to :func:`unsigned_record_path` in the job directory: the submitter checks the pushed copy
+    against that digest and signs it with its own key (:func:`_sign_for_node`).
+
+    The whole job holds a live gc root for its hash in the scratch store (a flock-held file
+    under ``roots/live``, as a running realize holds one): another job's gc on the same node
+    never removes this job's entry between its realize and its push."""
     rf = " ".join(shlex.quote(a) for a in (opts.rocmforge or _default_command()))
     store = (
         shlex.quote(opts.scratch_store)
@@ -209,6 +220,8 @@ def job_script(
         f'{rf} realize {q(str(node.file))} --store "$store" --cache {q(cache)} -v {extra} '
         ">/dev/null || exit $?"
     )
+    record = unsigned_record_path(opts.job_dir, node.hash)
+    trust = f'{rf} farm trust {node.hash} --store "$store" --record {q(str(record))}'
     return f"""#!/bin/bash
 # rocmforge job: {node.name} {node.version} {node.hash}
 # recipe {node.file}; written by `rocmforge realize --executor slurm`
@@ -217,16 +230,19 @@ store={store}
 {keys}phase() {{ echo "{PHASE_MARK}$1 $(date +%s.%N)"; }}
 phase start
 echo "rocmforge: job ${{SLURM_JOB_ID:-?}} on $(hostname): {node.name} {node.version} {node.hash} into $store"
+{hold_root(node.hash)}
+fresh=--rebuilt  # this job's realize makes the entry: never removed for a rebuild
+[ -d "$store/{entry}" ] && fresh=
 {realize}
 phase built
 if [ ! -d "$store/{entry}" ]; then
   echo "rocmforge: this node hashed {q(str(node.file))} differently from the submitter (expected {node.hash}): its toolchain or sources differ; compare 'rocmforge plan --json' on both" >&2
   exit 3
 fi
-{rf} farm trust {node.hash} --store "$store"; rc=$?
+{trust} $fresh; rc=$?
 if [ "$rc" -eq {REBUILD_EXIT} ]; then
   {realize}
-  {rf} farm trust {node.hash} --store "$store" --rebuilt || exit $?
+  {trust} --rebuilt || exit $?
 elif [ "$rc" -ne 0 ]; then
   exit "$rc"
 fi
@@ -236,6 +252,26 @@ phase pushed
   || echo "rocmforge: warning: gc of the scratch store $store failed (the push is done)" >&2
 phase gc
 """  # noqa: E501
+
+
+def unsigned_record_path(job_dir: Path, hash: str) -> Path:
+    """Where the job of ``hash`` on a node without a signing key records the sha256 of the
+    provenance.json it built and pushed unsigned (the submitter signs that copy)."""
+    return job_dir / layout.JOBDIR_LOGS / f"{hash}{UNSIGNED_SUFFIX}"
+
+
+def hold_root(hash: str) -> str:
+    """Shell lines that hold a live gc root for ``hash`` in ``$store`` until the job's shell
+    exits (killed jobs included: the flock goes with the process). The file is flocked before
+    it is renamed into ``roots/live``, so a gc never sees it unheld (and removes it as stale).
+    Without flock(1) the job warns and runs unprotected."""
+    roots = f'"$store/{layout.ROOTS}"'
+    live = f'"$store/{layout.ROOTS}/{layout.ROOTS_LIVE}"'
+    name = "$$-slurm-job-${SLURM_JOB_ID:-0}"
+    return f"""mkdir -p {live}
+printf 'root %s\\n' {hash} >{roots}/.job-$$ && exec 9<{roots}/.job-$$ \\
+  && flock -x 9 && mv {roots}/.job-$$ {live}/{name} \\
+  || echo "rocmforge: warning: no gc root for {hash} in $store (flock missing?): a gc of another job may remove it before its push" >&2"""  # noqa: E501
 
 
 def _phases(log: Path) -> dict[str, float]:
@@ -272,6 +308,7 @@ def submit_graph(
     opts: SlurmOptions,
     realize_args: Sequence[str] = (),
     trusted: Mapping[str, PublicKey] | None = None,
+    key: SecretKey | None = None,
     on_update: Callable[[Sequence[NodeStatus], Sequence[NodeStatus]], None] | None = None,
 ) -> ClusterReport:
     """Queue every node of ``graph``'s targets that neither ``store`` nor ``cache`` has, watch the
@@ -309,7 +346,8 @@ def submit_graph(
         nodes[f] = n
     for sub in (layout.JOBDIR_JOBS, layout.JOBDIR_LOGS, layout.JOBDIR_SCRIPTS):
         os.makedirs(opts.job_dir / sub, exist_ok=True)
-    run = _Run(graph, nodes, opts=opts, cache=cache, realize_args=realize_args, trusted=trusted)
+    run = _Run(graph, nodes, opts=opts, cache=cache, realize_args=realize_args, trusted=trusted,
+               key=key)  # fmt: skip
     interrupted: list[int] = []
 
     def on_term(signum: int, frame: Any) -> None:
@@ -351,9 +389,11 @@ class _Run:
         cache: str,
         realize_args: Sequence[str],
         trusted: Mapping[str, PublicKey] | None = None,
+        key: SecretKey | None = None,
     ) -> None:
         self.graph = graph
         self.trusted = trusted
+        self.key = key
         self.nodes = nodes
         self.opts = opts
         self.cache = cache
@@ -387,6 +427,8 @@ class _Run:
             if d.job_id and d.state in ("pending", "running")
         )
         res = self.graph.recipes[n.file].build.resources
+        with contextlib.suppress(FileNotFoundError):  # an earlier run's: not this job's word
+            os.unlink(unsigned_record_path(job_dir, n.hash))
         if log.exists():  # the log of an earlier attempt: keep it beside the new one
             os.replace(log, log.with_name(log.name + ".prev"))
         job = JobRequest(
@@ -445,8 +487,11 @@ class _Run:
         n.phases.update(_phases(n.log) if n.log else {})
         n.phases["seen"] = time.time()
         if end.ok:
-            n.state, n.detail, n.kind = "done", _took(n.phases), "done"
-            return
+            problem = self._sign_for_node(n)
+            if problem is None:
+                n.state, n.detail, n.kind = "done", _took(n.phases), "done"
+                return
+            end = Outcome(kind="unsigned", message=problem)
         if end.kind == "node-fail" and n.attempt <= self.opts.retries:
             self._retry(n, end)
             return
@@ -464,6 +509,38 @@ class _Run:
                 self.errors.pop(f, None)
                 self._submit(d)
                 d.detail = f"resubmitted after {end.kind}" if f == n.file else "resubmitted"
+
+    def _sign_for_node(self, n: _Node) -> str | None:
+        """Sign the cache's copy of ``n`` with the submitter's key when its job ran on a node
+        without one (the job recorded its provenance digest: :func:`unsigned_record_path`);
+        return why that failed (None: done, or nothing to sign)."""
+        from rocmforge.cache.backend import CacheError
+        from rocmforge.cache.push import sign_cached
+        from rocmforge.cache.urls import open_backend
+
+        record = unsigned_record_path(self.opts.job_dir, n.hash)
+        try:
+            doc = json.loads(record.read_text())
+            digest = str(doc["provenance_sha256"])
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            return f"built on a node without a signing key, but its record {record} is bad ({exc})"
+        if self.key is None:
+            return (
+                "built and pushed unsigned on a node without a signing key, and this machine "
+                "has no signing key to sign it: give the nodes a key the submitter trusts "
+                "($ROCMFORGE_SIGNING_KEY) or generate one here (rocmforge key generate) and "
+                "trust it"
+            )
+        try:
+            signers = sign_cached(open_backend(self.cache), n.hash, digest, self.key)
+        except CacheError as exc:
+            return f"built on a node without a signing key; {exc}"
+        print(f"rocmforge: {n.name} {n.version}: built on a node without a signing key, "
+              f"signed in {self.cache} by {self.key.public.describe()} "
+              f"({len(signers)} signature(s))", file=sys.stderr)  # fmt: skip
+        return None
 
     def _fail(self, n: _Node, end: Outcome, tail: list[str], text: str) -> None:
         from rocmforge.build.diagnose import diagnose_lines

@@ -557,3 +557,82 @@ def test_scratch_store_stays_under_its_limit_over_five_farm_runs(
     assert len(list((tmp_path / "cache" / "entries").iterdir())) == 5  # all were pushed
     logs = "".join(p.read_text() for p in (tmp_path / "jobs" / "logs").glob("*.log"))
     assert "deleted " in logs and "rocmforge: phase gc " in logs
+
+
+def _key(config: Path) -> dict[str, str]:
+    """Generate a new signing key named farm in ``config``; its ``key generate --json``."""
+    gen = rf("key", "generate", "--force", "--json", "--name", "farm",
+             env={"XDG_CONFIG_HOME": str(config), "ROCMFORGE_TRUSTED_KEYS": ""})  # fmt: skip
+    assert gen.returncode == 0, gen.stderr
+    return dict(json.loads(gen.stdout))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("node_key", [True, False], ids=["node-signs", "keyless-node-rebuilds"])
+def test_a_scratch_entry_under_an_untrusted_key_is_signed_or_rebuilt(
+    slurm: dict[str, str], tmp_path: Path, node_key: bool
+) -> None:
+    """Issue 34 point 4: the node's scratch store holds the entry, signed by a key (named farm)
+    the submitter no longer trusts. A node with a trusted key signs it there; a node with no key
+    removes it, builds it again unsigned and records its provenance digest in the job directory,
+    and the submitter signs the pushed copy with its own key. Either way the submitter
+    substitutes it (nothing refused) and the cache's copy is signed by the trusted key."""
+    root = tmp_path / "recipes"
+    root.mkdir()
+    top = recipe(root, "solo", [])
+    old, new = _key(tmp_path / "old"), _key(tmp_path / "new")
+    seed = rf("realize", top, "--store", tmp_path / "scratch",
+              env={**slurm, "XDG_CONFIG_HOME": str(tmp_path / "old"),
+                   "ROCMFORGE_TRUSTED_KEYS": old["public_key"]})  # fmt: skip
+    assert seed.returncode == 0, seed.stderr
+    env = {**slurm, "XDG_CONFIG_HOME": str(tmp_path / "new"),
+           "ROCMFORGE_TRUSTED_KEYS": new["public_key"]}  # fmt: skip
+    # sbatch's --export=ALL,VAR= : the job runs with signing off, the submitter keeps its key.
+    extra = [] if node_key else ["--sbatch-arg=--export=ALL,ROCMFORGE_SIGNING_KEY="]
+    proc = rf("realize", top, *_args(tmp_path), "--json", *extra, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "refused" not in proc.stderr, proc.stderr
+    [report] = json.loads(proc.stdout)
+    assert report["substituted"] == f"file://{tmp_path}/cache", report
+    logs = "".join(p.read_text() for p in (tmp_path / "jobs" / "logs").glob("*.log"))
+    if node_key:
+        assert "signed with farm" in logs and "building it again" not in logs, logs
+    else:
+        assert "this node has no signing key: removed from the scratch store" in logs, logs
+        assert "the submitter signs the pushed copy" in logs, logs
+        assert "built on a node without a signing key, signed in" in proc.stderr, proc.stderr
+    ls = rf("cache", "ls", f"file://{tmp_path}/cache", "--json", env=env)
+    assert ls.returncode == 0, ls.stderr
+    [entry] = json.loads(ls.stdout)["entries"]
+    fingerprints = {s["fingerprint"] for s in entry["signers"]}
+    assert new["fingerprint"] in fingerprints, entry
+    # Signed in place keeps the old signature beside the new; a rebuild has only the new one.
+    assert (old["fingerprint"] in fingerprints) == node_key, entry
+
+
+def test_a_job_holds_a_gc_root_for_its_entry_until_it_ends(tmp_path: Path) -> None:
+    """Two jobs share a node's scratch store: one job's gc after its push must not remove the
+    entry of another job between that job's realize and its push. The job script's root lines
+    (real bash, flock(1)) hold a live root there; gc --max-size 0 keeps the entry while the job
+    runs and removes it once the job has ended (killed, here)."""
+    from rocmforge.executor.submit import hold_root
+
+    root = tmp_path / "recipes"
+    root.mkdir()
+    store = tmp_path / "scratch"
+    built = rf("realize", recipe(root, "held", []), "--store", store, "--json")
+    assert built.returncode == 0, built.stderr
+    hash = json.loads(built.stdout)[0]["hash"]
+    job = subprocess.Popen(["bash", "-c", f"store={store}\n{hold_root(hash)}\necho held\n"
+                            "exec sleep 60"], stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert job.stdout is not None and job.stdout.readline() == "held\n"
+        gc = rf("gc", "--store", store, "--max-size", "0")
+        assert gc.returncode == 0, gc.stderr
+        assert len(list((store / "entries").iterdir())) == 1, gc.stdout
+    finally:
+        job.kill()
+        job.wait()
+    gc = rf("gc", "--store", store, "--max-size", "0")
+    assert gc.returncode == 0, gc.stderr
+    assert list((store / "entries").iterdir()) == [], gc.stdout

@@ -205,6 +205,7 @@ def run_slurm(
     from rocmforge.plan.graph import Graph
     from rocmforge.sources.requirements import PipFetcher
     from rocmforge.store.roots import TempRoots
+    from rocmforge.trust.signing import store_signing_key
 
     caches = options.caches
     if not caches:
@@ -219,6 +220,7 @@ def run_slurm(
     fetcher = PipFetcher()
     report = submit_graph(
         graph, store=store, fetcher=fetcher, cache=caches[0], opts=opts, trusted=options.trusted,
+        key=store_signing_key(store.root),
         realize_args=child_command(job_options), on_update=StatusPrinter(options.heartbeat),
     )  # fmt: skip
     if report.submitted or report.attached:

@@ -3,13 +3,15 @@
 The job realizes into a scratch store kept on its node, where an earlier job may have left the
 entry signed by a key the submitter no longer trusts. ``farm trust`` makes it signed by one the
 submitter trusts (``$ROCMFORGE_TRUSTED_KEYS``, exported by the job script) with this node's
-signing key, or removes it so the job builds it again (exit 10), or says why it must not be
-pushed (exit 1). See :mod:`rocmforge.executor.nodejob` and docs/cluster.md.
+signing key, or removes it so the job builds it again (exit 10), or, on a node without a key,
+records the digest of what the job built for the submitter to sign (``--record``), or says why
+it must not be pushed (exit 1). See :mod:`rocmforge.executor.nodejob` and docs/cluster.md.
 """
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 from rocmforge.cli.commands import COMMANDS
@@ -31,6 +33,11 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--rebuilt", action="store_true", help="the job built it again already: never remove it"
     )
+    p.add_argument(
+        "--record", metavar="FILE", type=Path,
+        help="on a node without a signing key: write the built entry's provenance digest to "
+        "FILE (in the job directory) for the submitter to sign the pushed copy",
+    )  # fmt: skip
     add_store_option(p)
     p.set_defaults(func=run)
 
@@ -45,6 +52,6 @@ def run(args: argparse.Namespace) -> int:
     store = open_store(args)
     entry = store.resolve(args.hash)
     fix = settle_trust(store, entry, trusted=trusted_keys(), key=store_signing_key(store.root),
-                       rebuilt=args.rebuilt)  # fmt: skip
+                       rebuilt=args.rebuilt, record=args.record)  # fmt: skip
     print(f"rocmforge: {fix.message}", file=sys.stderr)
     return REBUILD_EXIT if fix.status == "rebuild" else 0
