@@ -26,13 +26,16 @@ def register(sub: Any) -> None:
         description="Run by a Slurm job of realize --executor slurm on its node (docs/cluster.md): "
         "trust HASH makes the scratch store's entry signed by a key the submitter trusts "
         "($ROCMFORGE_TRUSTED_KEYS) with this node's signing key; exit 10: removed, build it "
-        "again; exit 1: not to be pushed (the message says which key to trust).",
+        "again (also on a node without a key); with --record on a node without a key, the "
+        "digest of what this job built is recorded for the submitter to sign; exit 1: not to "
+        "be pushed (the message says which key to trust).",
     )
     p.add_argument("action", choices=("trust",), help="trust: settle the entry's signature")
     p.add_argument("hash", metavar="HASH", help="the input hash the job built")
     p.add_argument(
-        "--rebuilt", action="store_true", help="the job built it again already: never remove it"
-    )
+        "--rebuilt", action="store_true",
+        help="this job built the entry (again, or first): never remove it",
+    )  # fmt: skip
     p.add_argument(
         "--record", metavar="FILE", type=Path,
         help="on a node without a signing key: write the built entry's provenance digest to "
