@@ -5,8 +5,11 @@
 #   scripts/host-digest.sh check FILE      # take it again; exit 1 naming each path that changed
 # The digest is a listing (type, mode, owner, size, mtime, link target of every file and
 # directory under /usr/include, /usr/local and /opt: a changed mtime or size is a change, no
-# file is read) plus the same listing of /var/lib/dpkg and the rpm databases, and the sha256 of
-# dpkg's status file and of the rpm database files (small).
+# file is read), the same listing of every directory under /usr (a file added or removed
+# anywhere there changes its directory: headless Chromium made /usr/lib/chromium/extensions,
+# which moved the system manifest's hash under later tests; __pycache__ left out, Python
+# writes those), plus the same listing of /var/lib/dpkg and the rpm databases, and the sha256
+# of dpkg's status file and of the rpm database files (small).
 set -euo pipefail
 
 TREES=(/usr/include /usr/local /opt)
@@ -19,6 +22,8 @@ digest() {
   done
   # path<TAB>what: one line per path, sorted, so two digests compare path by path
   find "${existing[@]}" -xdev -printf '%p\t%y %m %U:%G %s %T@ %l\n' 2>/dev/null || true
+  find /usr -xdev -type d -name __pycache__ -prune -o -type d \
+    -printf '%p\t%y %m %U:%G %s %T@ %l\n' 2>/dev/null || true
   for d in "${DATABASES[@]}"; do
     [[ -d "$d" ]] || continue
     find "$d" -xdev -type f \( -name status -o -path '*rpm/*' \) -print0 2>/dev/null \

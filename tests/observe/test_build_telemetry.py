@@ -14,13 +14,13 @@ import json
 import os
 import re
 import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 import zstandard
 from conftest import TINY_RECIPE, cxx_many, rf
+from privroot import private_root
 
 pytestmark = [
     pytest.mark.slow,
@@ -217,8 +217,12 @@ def _render(page: Path, shot: Path) -> str:
              "--host-resolver-rules=MAP * ~NOTFOUND", "--enable-logging=stderr", "--v=0",
              "--window-size=1200,900", f"--screenshot={shot}"]  # fmt: skip
     env = {**os.environ, "HOME": str(home)}
-    proc = subprocess.run([_chromium(), *flags, page.as_uri()], capture_output=True, text=True,
-                          timeout=120, env=env, check=False)  # fmt: skip
+    # Chromium run as root makes <its install dir>/extensions (/usr/lib/chromium/extensions),
+    # which changed the host and the system manifest's hash under every later test: /usr is a
+    # private overlay for it (tests/privroot.py).
+    with private_root(("/usr",)) as root:
+        proc = root.run([_chromium(), *flags, page.as_uri()], capture_output=True, text=True,
+                        timeout=120, env=env, check=False)  # fmt: skip
     assert proc.returncode == 0 and shot.is_file(), proc.stderr[-2000:]
     return proc.stderr
 
