@@ -17,11 +17,14 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Protocol
+from typing import Any, BinaryIO, Protocol, TypeVar, cast
 
 from rocmforge.cache.transfer import copy_file, write_all
 from rocmforge.errors import DiskFullError, RocmforgeError
+from rocmforge.util import deadline
 from rocmforge.util.fsutil import open_regular, read_bounded
+
+T = TypeVar("T")
 
 BLOBS = "blobs"
 ENTRIES = "entries"
@@ -31,6 +34,28 @@ MANIFEST_SUFFIX = ".json"
 TMP_GRACE = 3600.0
 #: The largest manifest a ``file://`` cache is read for (one lists a few dozen files).
 MAX_MANIFEST = 64 << 20
+#: Seconds a cache may take to answer one read (a ``file://`` open, stat, listing or read of
+#: at most 1 MiB; an ``oci://`` connect, send or receive) before the command gives up on it,
+#: naming the cache; ``$ROCMFORGE_CACHE_TIMEOUT`` overrides it.
+DEFAULT_TIMEOUT = 30.0
+TIMEOUT_ENV = "ROCMFORGE_CACHE_TIMEOUT"
+
+
+def cache_timeout() -> float:
+    """The per-read deadline of a cache: ``$ROCMFORGE_CACHE_TIMEOUT`` seconds, else
+    :data:`DEFAULT_TIMEOUT`; a value that is not a positive number is a usage error."""
+    raw = os.environ.get(TIMEOUT_ENV, "").strip()
+    if not raw:
+        return DEFAULT_TIMEOUT
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value > 0 or value == float("inf"):
+        from rocmforge.errors import UsageError
+
+        raise UsageError(f"${TIMEOUT_ENV}: expected seconds (a positive number), not {raw!r}")
+    return value
 
 
 class CacheError(RocmforgeError):
@@ -133,9 +158,25 @@ def _check_digest(sha256: str) -> None:
 class FileCache:
     """A cache in a shared directory (NFS, Lustre, a mounted bucket): ``file://DIR``."""
 
-    def __init__(self, root: Path, url: str) -> None:
+    def __init__(self, root: Path, url: str, *, timeout: float | None = None) -> None:
         self.root = root
         self.url = url
+        #: the deadline of each read (:func:`cache_timeout`): a hung mount is named, not waited on
+        self.timeout = cache_timeout() if timeout is None else timeout
+
+    def _stalled(self, what: str, path: Path) -> CacheError:
+        return CacheError(
+            f"{self.url}: no answer within {self.timeout:g} s {what} {path}: the cache's "
+            "filesystem does not respond (a hung NFS or FUSE mount?); the read was abandoned "
+            f"(${TIMEOUT_ENV}=SECONDS waits longer)"
+        )
+
+    def _read(self, fn: Callable[[], T], what: str, path: Path) -> T:
+        """``fn()`` (a read of the cache's filesystem) within :attr:`timeout`."""
+        try:
+            return deadline.call(fn, self.timeout, what=what)
+        except deadline.Stalled:
+            raise self._stalled(what, path) from None
 
     def _manifest_path(self, hash: str) -> Path:
         if not hash or any(c not in "0123456789abcdef" for c in hash):
@@ -207,7 +248,9 @@ class FileCache:
         """Return the manifest for ``hash`` or None."""
         path = self._manifest_path(hash)
         try:
-            return read_bounded(path, MAX_MANIFEST, what="a manifest")
+            return self._read(
+                lambda: read_bounded(path, MAX_MANIFEST, what="a manifest"), "reading", path
+            )
         except FileNotFoundError:
             return None
         except ValueError as exc:  # a FIFO or a device in its place: never opened blocking
@@ -243,7 +286,8 @@ class FileCache:
 
     def has_blob(self, sha256: str) -> bool:
         """Return whether blob ``sha256`` is present."""
-        return self._blob_path(sha256).is_file()
+        path = self._blob_path(sha256)
+        return self._read(path.is_file, "looking up", path)
 
     def put_blob(self, sha256: str, path: Path) -> bool:
         """Copy ``path`` into the cache as blob ``sha256`` unless present (in the kernel:
@@ -257,27 +301,34 @@ class FileCache:
         """Open blob ``sha256``."""
         path = self._blob_path(sha256)
         try:
-            return open_regular(path)
+            f = self._read(lambda: open_regular(path), "opening", path)
         except OSError as exc:
             why = exc.strerror or str(exc)
             raise CacheError(f"{self.url}: cannot read blob {sha256}: {why}") from None
+        return cast(BinaryIO, _CacheReader(f, self, path))
 
     def manifests(self) -> Iterator[ManifestInfo]:
         """List the manifests in ``entries/``."""
         d = self.root / ENTRIES
+
+        def listing() -> list[ManifestInfo]:
+            out = []
+            for n in sorted(os.listdir(d)):
+                if n.endswith(MANIFEST_SUFFIX) and not n.startswith("."):
+                    try:
+                        st = os.stat(d / n)
+                    except FileNotFoundError:
+                        continue
+                    out.append(ManifestInfo(n[: -len(MANIFEST_SUFFIX)], st.st_size, st.st_mtime))
+            return out
+
         try:
-            names = sorted(os.listdir(d))
+            infos = self._read(listing, "listing", d)
         except FileNotFoundError:
             return
         except OSError as exc:
             raise CacheError(f"{self.url}: cannot list {d}: {exc}") from None
-        for n in names:
-            if n.endswith(MANIFEST_SUFFIX) and not n.startswith("."):
-                try:
-                    st = os.stat(d / n)
-                except FileNotFoundError:
-                    continue
-                yield ManifestInfo(n[: -len(MANIFEST_SUFFIX)], st.st_size, st.st_mtime)
+        yield from infos
 
     def delete_manifest(self, hash: str) -> None:
         """Unlink ``entries/<hash>.json``."""
@@ -316,6 +367,23 @@ class FileCache:
             count += 1
             size += st.st_size
         return count, size
+
+
+class _CacheReader(deadline.DeadlineReader):
+    """A blob of a ``file://`` cache: each read within the cache's timeout, else a
+    :class:`CacheError` naming the cache and the blob."""
+
+    def __init__(self, raw: BinaryIO, cache: FileCache, path: Path) -> None:
+        super().__init__(raw, cache.timeout, what=f"reading {path}")
+        self._cache = cache
+        self._path = path
+
+    def readinto(self, buf: Any) -> int:
+        """Read into ``buf``; :class:`CacheError` when the filesystem does not answer."""
+        try:
+            return super().readinto(buf)
+        except deadline.Stalled:
+            raise self._cache._stalled("reading", self._path) from None
 
 
 def now() -> float:

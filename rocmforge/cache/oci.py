@@ -34,7 +34,12 @@ from email.message import Message
 from pathlib import Path
 from typing import Any, BinaryIO, cast
 
-from rocmforge.cache.backend import CacheError, ManifestInfo
+from rocmforge.cache.backend import (
+    TIMEOUT_ENV,
+    CacheError,
+    ManifestInfo,
+    cache_timeout,
+)
 from rocmforge.util.fsutil import loads_untrusted
 
 ARTIFACT_TYPE = "application/vnd.rocmforge.entry.v1+json"
@@ -53,7 +58,6 @@ TITLE = "org.opencontainers.image.title"
 CREATED = "org.opencontainers.image.created"
 _PREFIX = "dev.rocmforge."
 _LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
-_TIMEOUT = 30.0
 
 
 def _credentials(host: str) -> tuple[str, str] | None:
@@ -109,8 +113,12 @@ class _Body(io.RawIOBase):
         return True
 
     def readinto(self, buf: Any) -> int:
-        """Read into ``buf`` (a short read only at the end)."""
-        return self._resp.readinto(buf)
+        """Read into ``buf`` (a short read only at the end); a registry that stops sending
+        for the timeout, or breaks off, is a :class:`CacheError` naming it."""
+        try:
+            return self._resp.readinto(buf)
+        except (OSError, http.client.HTTPException) as exc:
+            raise self._owner._no_answer(exc) from None
 
     def close(self) -> None:
         """Close the body; a body not read to its end closes the connection too."""
@@ -151,6 +159,17 @@ class OciCache:
         self._auth: str | None = None
         self._creds = _credentials(host)
         self._conn: http.client.HTTPConnection | None = None
+        #: seconds each connect, send and receive may take (:func:`cache_timeout`)
+        self.timeout = cache_timeout()
+
+    def _no_answer(self, exc: BaseException) -> CacheError:
+        """The error for a request the registry did not answer in time, or broke off."""
+        if isinstance(exc, TimeoutError):
+            return CacheError(
+                f"{self.url}: the registry did not answer within {self.timeout:g} s (a hung "
+                f"registry or network?); ${TIMEOUT_ENV}=SECONDS waits longer"
+            )
+        return CacheError(f"{self.url}: cannot reach the registry: {exc}")
 
     # -- HTTP -------------------------------------------------------------------------------
     def _connect(self, scheme: str, netloc: str) -> http.client.HTTPConnection:
@@ -161,8 +180,8 @@ class OciCache:
             proxy = urllib.request.getproxies().get(scheme)
         if proxy is None:
             if scheme == "https":
-                return http.client.HTTPSConnection(netloc, timeout=_TIMEOUT)
-            return http.client.HTTPConnection(netloc, timeout=_TIMEOUT)
+                return http.client.HTTPSConnection(netloc, timeout=self.timeout)
+            return http.client.HTTPConnection(netloc, timeout=self.timeout)
         p = urllib.parse.urlsplit(proxy if "://" in proxy else f"http://{proxy}")
         headers = {}
         if p.username:
@@ -171,11 +190,11 @@ class OciCache:
         proxy_netloc = f"{p.hostname}:{p.port or 80}"
         if scheme == "https":
             conn: http.client.HTTPConnection = http.client.HTTPSConnection(
-                proxy_netloc, timeout=_TIMEOUT
+                proxy_netloc, timeout=self.timeout
             )
             conn.set_tunnel(netloc, headers=headers)
         else:
-            conn = http.client.HTTPConnection(proxy_netloc, timeout=_TIMEOUT)
+            conn = http.client.HTTPConnection(proxy_netloc, timeout=self.timeout)
             conn.set_tunnel(netloc, headers=headers)
         return conn
 
@@ -262,7 +281,7 @@ class OciCache:
                 body = resp.read()
             except (OSError, http.client.HTTPException) as exc:
                 self._drop()
-                raise CacheError(f"{self.url}: cannot reach the registry: {exc}") from None
+                raise self._no_answer(exc) from None
             if status in (301, 302, 303, 307, 308) and method in ("GET", "HEAD"):
                 location = resp.headers.get("Location")
                 if location:
@@ -306,7 +325,7 @@ class OciCache:
         if basic:
             req.add_header("Authorization", basic)
         try:
-            with self._opener.open(req, timeout=_TIMEOUT) as resp:
+            with self._opener.open(req, timeout=self.timeout) as resp:
                 doc = loads_untrusted(resp.read())
         except (urllib.error.URLError, OSError, ValueError) as err:
             raise CacheError(f"{self.url}: cannot get a token from {realm}: {err}") from None
