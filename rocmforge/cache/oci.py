@@ -37,6 +37,7 @@ from typing import Any, BinaryIO, cast
 from rocmforge.cache.backend import (
     TIMEOUT_ENV,
     CacheError,
+    CacheFullError,
     ManifestInfo,
     cache_timeout,
 )
@@ -295,12 +296,28 @@ class OciCache:
                 return None
             if status not in ok:
                 text = body[:300].decode("utf-8", "replace").strip()
+                if method in ("POST", "PUT", "PATCH") and _full(status, body):
+                    raise self._full_error(method, url, status, body)
                 raise CacheError(
                     f"{self.url}: {method} {urllib.parse.urlsplit(url).path}: HTTP {status}"
                     + (f" ({text})" if text else "")
                 )
             return _Reply(resp, body)
         raise CacheError(f"{self.url}: {method} {url}: too many redirects")
+
+    def _full_error(self, method: str, url: str, status: int, body: bytes) -> CacheFullError:
+        """The error for an upload the registry refused for lack of space: the registry is
+        named, never the store, with what frees it."""
+        said = "no space left on device" if _FULL_TEXT in body[:4096].lower() else "full"
+        path = urllib.parse.urlsplit(url).path
+        return CacheFullError(
+            f"the cache {self.url} is full: the registry answered {method} {path} with HTTP "
+            f"{status} ({said}) "
+            "(the store is not what is full); free space in the registry's storage: "
+            f"`rocmforge cache gc {self.url} --keep-last N` (or --older-than) removes old entries, "
+            "then the registry's garbage collection frees their blobs (docker-registry "
+            "garbage-collect CONFIG, the registry stopped), or push to a larger one"
+        )
 
     def _authenticate(self, headers: Message) -> bool:
         challenge = headers.get("WWW-Authenticate", "")
@@ -556,6 +573,20 @@ class OciCache:
             except ValueError:
                 mtime = 0.0
             yield ManifestInfo(tag, size, mtime)
+
+
+#: What a registry's storage driver says when its disk is full (distribution: HTTP 500,
+#: ``{"errors":[{"code":"UNKNOWN",...,"detail":"write .../data: no space left on device"}]}``).
+_FULL_TEXT = b"no space left on device"
+
+
+def _full(status: int, body: bytes) -> bool:
+    """Whether an upload's answer says the registry's storage is full: 507 Insufficient
+    Storage, or an error naming ENOSPC or a quota (the body is read in part, lower-cased)."""
+    text = body[:4096].lower()
+    return status == 507 or (
+        status >= 400 and (_FULL_TEXT in text or b"disk quota exceeded" in text)
+    )
 
 
 def _files(doc: Mapping[str, Any]) -> list[dict[str, Any]]:

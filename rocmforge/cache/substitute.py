@@ -38,7 +38,7 @@ from rocmforge.store.accepted import run_files, write_run
 from rocmforge.store.entry import Entry, input_hash, read_derivation
 from rocmforge.store.store import Store
 from rocmforge.trust.signing import PublicKey, SignatureCheck, trusted_keys, verify_envelope
-from rocmforge.util.fsutil import loads_untrusted
+from rocmforge.util.fsutil import disk_full_error, loads_untrusted
 from rocmforge.util.hashing import file_digests
 from rocmforge.util.progress import Reporter
 
@@ -281,6 +281,12 @@ def _try(
             check, statement = _check_signed(manifest, dest, want, trusted)
             blake3s = _download(backend, rest, dest)
         except (OSError, http.client.HTTPException) as exc:  # cut short, disk full: no entry
+            if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                # The store's disk, not the cache (its reads never fill a disk): gc frees it.
+                raise disk_full_error(
+                    exc, store=store.root, what=f"substituting {want.name} {want.version} "
+                    f"({want.hash}) from {backend.url}",
+                ) from None  # fmt: skip
             raise CacheError(f"cannot download {want.hash}: {_reason(exc)}") from None
         deps = _check(manifest, dest, want, statement, blake3s)
         # Its closure first, as Nix substitutes a path's references before the path: an entry
