@@ -93,8 +93,9 @@ class Released:
 
 
 #: torch release -> the torchvision / torchaudio released with it. Torch's tree does not name them
-#: (only ROCm's fork has ``related_commits``), so this table is kept here. torchvision's minor is
-#: torch's + 15 with the same patch; torchaudio follows torch up to 2.11, whose stable-ABI build
+#: (only ROCm's fork has ``related_commits``), so this table is kept here. Up to torch 2.14,
+#: torchvision's minor is torch's + 15 with the same patch (torch 2.15.0 came with torchvision
+#: 0.29.2, a stable-ABI build); torchaudio follows torch up to 2.11, whose stable-ABI build
 #: supports every later torch (no torchaudio 2.12+ exists).
 RELEASED_WITH: dict[str, Released] = {
     "2.5.0": Released(torchvision="0.20.0", torchaudio="2.5.0", source="torchaudio compat matrix"),
@@ -111,6 +112,9 @@ RELEASED_WITH: dict[str, Released] = {
     "2.12.1": Released(torchvision="0.27.1", torchaudio="2.11.0", source="spack; audio 2.11+"),
     "2.14.0": Released(torchvision="0.29.0", torchaudio="2.11.1", source="vision v0.29.0 notes"),
     "2.14.1": Released(torchvision="0.29.1", torchaudio="2.11.1", source="vision v0.29.1 notes"),
+    # no torchvision 0.30: 0.29.2 (a stable-ABI py3-none wheel, torch>=2.14.0) was uploaded to
+    # PyPI with torch 2.15.0 on 2026-10-28; torchaudio 2.11.1 is still the newest
+    "2.15.0": Released(torchvision="0.29.2", torchaudio="2.11.1", source="PyPI, 2026-10-28"),
 }
 
 #: The release tag of each companion version, as the upstream repositories name them.

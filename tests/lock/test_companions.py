@@ -194,11 +194,16 @@ def test_a_torch_without_known_companions_is_bad_input(
     assert "Traceback" not in r.stderr
 
 
-def test_the_table_pairs_torch_2_14_with_its_releases() -> None:
+def test_the_table_pairs_torch_2_14_and_2_15_with_their_releases() -> None:
     assert RELEASED_WITH["2.14.1"].torchvision == "0.29.1"
     assert RELEASED_WITH["2.14.1"].torchaudio == "2.11.1"
-    for torch, rel in RELEASED_WITH.items():  # torchvision's minor is torch's + 15
-        assert int(rel.torchvision.split(".")[1]) == int(torch.split(".")[1]) + 15, torch
+    # torch 2.15.0 has no torchvision 0.30: 0.29.2, a stable-ABI wheel (torch>=2.14.0), was
+    # uploaded to PyPI with it on 2026-10-28
+    assert RELEASED_WITH["2.15.0"].torchvision == "0.29.2"
+    assert RELEASED_WITH["2.15.0"].torchaudio == "2.11.1"
+    for torch, rel in RELEASED_WITH.items():  # up to 2.14, torchvision's minor is torch's + 15
+        if int(torch.split(".")[1]) <= 14:
+            assert int(rel.torchvision.split(".")[1]) == int(torch.split(".")[1]) + 15, torch
 
 
 @pytest.mark.slow
