@@ -276,7 +276,8 @@ def test_pytorch_recipes_use_cmake_launchers() -> None:
     from rocmforge.recipe.lints import lint_recipe
     from rocmforge.recipe.load import load_recipe
 
-    for name in ("mi300x.toml", "mi250x.toml", "legacy/mi300x.toml", "legacy/mi250x.toml"):
+    for name in ("mi300x.toml", "torch-2.14/mi300x.toml", "torch-2.14/mi250x.toml",
+                 "legacy/mi300x.toml", "legacy/mi250x.toml"):
         recipe = load_recipe(REPO / "recipes" / name)
         assert recipe.build.compiler_cache == "cmake-launcher"
         assert "CCACHE_DIR" not in recipe.build.passthrough  # the cache is rocmforge's

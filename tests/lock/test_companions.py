@@ -247,11 +247,12 @@ def test_a_torch_recipe_disagreeing_with_its_tree_is_bad_input(
 def test_the_shipped_triton_recipe_is_pinned_with_its_inputs_kept(
     stack: dict[str, object], tmp_path: Path
 ) -> None:
-    """recipes/triton-mi300x.toml itself (inputs, offline switches, comments), pointed at the
-    local triton repository: lock --companions moves its rev to torch's pin and keeps the rest."""
+    """recipes/torch-2.14/triton-mi300x.toml itself (inputs, offline switches, comments), pointed
+    at the local triton repository: lock --companions moves its rev to torch's pin and keeps the
+    rest."""
     d = stack["dir"]
     assert isinstance(d, Path)
-    shipped = (REPO / "recipes" / "triton-mi300x.toml").read_text()
+    shipped = (REPO / "recipes" / "torch-2.14" / "triton-mi300x.toml").read_text()
     triton_repo = stack["torch"].parent / "triton"  # type: ignore[union-attr]
     text = shipped.replace("https://github.com/ROCm/triton.git", str(triton_repo))
     (d / "triton.toml").write_text(text)

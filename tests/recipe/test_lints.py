@@ -487,7 +487,7 @@ def _shipped() -> list[Path]:
     there: alone they lack [package] and [source])."""
     import tomllib
 
-    paths = sorted((REPO / "recipes").glob("*.toml"))
+    paths = sorted([*(REPO / "recipes").glob("*.toml"), *(REPO / "recipes").glob("torch-*/*.toml")])
     bases = set()
     for p in paths:
         base = tomllib.loads(p.read_text()).get("extends")

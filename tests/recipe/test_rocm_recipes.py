@@ -1,6 +1,7 @@
 """The shipped ROCm recipes: they load, ``plan`` works on any machine (provisional, never cloning
 PyTorch), and ``realize`` stops before any fetch: the 2.5.1 ones (recipes/legacy/) where ROCm 6.2
-is not installed, the current ones (torch 2.14.1 on ROCm SDK wheels) while the SDK is not locked."""
+is not installed, the SDK-wheel ones (the torch 2.15.0 flagship on ROCm 10.0, the pinned 2.14.1 set
+on ROCm 7.14 in recipes/torch-2.14/) while the SDK is not locked."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from rocmforge.recipe.load import load_recipe
 
 RECIPES = REPO / "recipes" / "legacy"
 CURRENT = REPO / "recipes"
+TORCH_214 = REPO / "recipes" / "torch-2.14"
 
 
 @pytest.mark.parametrize(("name", "arch"), [("mi300x", "gfx942"), ("mi250x", "gfx90a")])
@@ -44,8 +46,8 @@ def test_base_is_not_a_buildable_recipe() -> None:
 
 
 @pytest.mark.parametrize(("name", "arch"), [("mi300x", "gfx942"), ("mi250x", "gfx90a")])
-def test_current_torch_recipes(tmp_path: Path, name: str, arch: str) -> None:
-    r = load_recipe(CURRENT / f"{name}.toml")
+def test_torch_214_recipes(tmp_path: Path, name: str, arch: str) -> None:
+    r = load_recipe(TORCH_214 / f"{name}.toml")
     tc = r.toolchain
     assert (tc.kind, tc.sdk_version, tc.families) == ("rocm-sdk", "7.14.0", (arch,))
     assert r.source.rev == "5c4886908584029761b579af026dcfb627c84070" and r.source.submodules
@@ -71,24 +73,59 @@ def test_current_torch_recipes(tmp_path: Path, name: str, arch: str) -> None:
     assert "scikit-build-core>=1.0" in read_lock(r.requirements.lock).inputs.source_requires
     assert any(p.startswith("scikit-build-core==") for p in r.requirements.build)
     store = tmp_path / "store"
-    proc = rf_in("plan", CURRENT / f"{name}.toml", "--store", store, "--json")
+    proc = rf_in("plan", TORCH_214 / f"{name}.toml", "--store", store, "--json")
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     assert any("ROCm SDK 7.14.0 is not locked" in n for n in data["provisional"])
-    done = rf_in("realize", CURRENT / f"{name}.toml", "--store", store)
+    done = rf_in("realize", TORCH_214 / f"{name}.toml", "--store", store)
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     assert "not locked" in done.stderr and "rocmforge lock" in done.stderr
     assert not list(store.rglob("*.git"))  # neither plan nor a stopped realize cloned PyTorch
 
 
+def test_flagship_is_torch_215_on_rocm_10(tmp_path: Path) -> None:
+    """recipes/mi300x.toml: torch v2.15.0 (the PyPI wheel's git_version) on the ROCm 10.0 SDK,
+    requiring the triton 3.9.0 PyPI's torch 2.15.0 requires; the AOTriton inputs are URLs
+    without sha256 (torch 2.15's aotriton.cmake was not read where the recipe was written), so
+    plan is provisional and realize stops before any fetch; the stack builds torchvision 0.29.2
+    and torchaudio 2.11.1 against it."""
+    from rocmforge.recipe.stack import load_stack
+
+    r = load_recipe(CURRENT / "mi300x.toml")
+    tc = r.toolchain
+    assert (tc.kind, tc.sdk_version, tc.families) == ("rocm-sdk", "10.0.0", ("gfx942",))
+    assert r.source.rev == "d0f2af8b66b20da4baa50644c0cd3f887a2eae2e" and r.source.submodules
+    assert r.package.version == r.env["PYTORCH_BUILD_VERSION"] == "2.15.0+rocm10.0"
+    extra = "rocm[libraries]==10.0.0|triton==3.9.0"
+    assert r.env["PYTORCH_EXTRA_INSTALL_REQUIREMENTS"] == extra
+    assert "triton==3.9.0" in r.check.requirements and not r.requirements.recipes
+    assert r.env["USE_FLASH_ATTENTION"] == r.env["USE_MEM_EFF_ATTENTION"] == "1"
+    assert {i.env for i in r.inputs.values()} == {"AOTRITON_RUNTIME", "AOTRITON_IMAGES_GFX942"}
+    assert all(i.url and i.sha256 is None for i in r.inputs.values())  # lock derives them
+    assert r.requirements.build_file == "requirements-build.txt"
+    assert r.requirements.lock is not None and r.requirements.lock.name == "rocm-10.lock"
+    stack = load_stack(CURRENT / "mi300x-stack.toml")
+    versions = {load_recipe(p).package.name: load_recipe(p).package.version for p in stack.recipes}
+    assert versions == {"torch": "2.15.0+rocm10.0", "torchvision": "0.29.2+rocm10.0",
+                        "torchaudio": "2.11.1+rocm10.0"}  # fmt: skip
+    store = tmp_path / "store"
+    proc = rf_in("plan", CURRENT / "mi300x.toml", "--store", store, "--json")
+    assert proc.returncode == 0, proc.stderr
+    notes = json.loads(proc.stdout)["provisional"]
+    assert any("ROCm SDK 10.0.0 is not locked" in n for n in notes), notes
+    done = rf_in("realize", CURRENT / "mi300x.toml", "--store", store)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert not list(store.rglob("*.git"))
+
+
 def test_triton_recipe_downloads_nothing(tmp_path: Path) -> None:
-    """Triton 3.8.0 of the MI300X stack: pinned to a full commit, everything its build would
-    download (LLVM, nlohmann json) declared as url + sha256 inputs under the variables Triton's
-    build_helpers.py reads, offline mode on, lint-clean; torch is built against it; plan works
-    here without cloning or downloading anything."""
+    """Triton 3.8.0 of the 2.14.1 MI300X stack (recipes/torch-2.14/): pinned to a full commit,
+    everything its build would download (LLVM, nlohmann json) declared as url + sha256 inputs
+    under the variables Triton's build_helpers.py reads, offline mode on, lint-clean; torch is
+    built against it; plan works here without cloning or downloading anything."""
     from rocmforge.recipe.lints import lint_recipe
 
-    r = load_recipe(CURRENT / "triton-mi300x.toml")
+    r = load_recipe(TORCH_214 / "triton-mi300x.toml")
     assert (r.package.name, r.package.version) == ("triton", "3.8.0+rocm7.14")
     assert r.source.git == "https://github.com/ROCm/triton.git"
     assert r.source.rev == "669b31acc1dd1b3fd93286afd5db67f65d9f7557"
@@ -100,10 +137,10 @@ def test_triton_recipe_downloads_nothing(tmp_path: Path) -> None:
     assert "llvm-46111560-" in (r.inputs["llvm"].url or "")  # release/3.8.x's LLVM (4611156032)
     assert set(r.requirements.digests) == set(r.requirements.build)
     assert lint_recipe(r) == ()
-    torch = load_recipe(CURRENT / "mi300x.toml")
+    torch = load_recipe(TORCH_214 / "mi300x.toml")
     assert [p.name for p in torch.requirements.recipes] == ["triton-mi300x.toml"]
     store = tmp_path / "store"
-    proc = rf_in("plan", CURRENT / "triton-mi300x.toml", "--store", store, "--json")
+    proc = rf_in("plan", TORCH_214 / "triton-mi300x.toml", "--store", store, "--json")
     assert proc.returncode == 0, proc.stderr
     notes = json.loads(proc.stdout)["provisional"]
     assert any("669b31acc1dd" in n and "not fetched" in n for n in notes), notes
