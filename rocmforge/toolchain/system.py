@@ -27,7 +27,7 @@ from rocmforge.util.statcache import StatCache
 
 _PY_PROBE = (
     "import sys, sysconfig, platform;"
-    "print(sys.executable); print(sys.base_prefix);"
+    "print(getattr(sys, '_base_executable', '') or sys.executable); print(sys.base_prefix);"
     "print(platform.python_version()); print(sys.implementation.name);"
     "print(sysconfig.get_config_var('SOABI') or '');"
     "print(sysconfig.get_platform());"
@@ -93,6 +93,9 @@ def probe_system(spec: ToolchainSpec) -> dict[str, Any]:
         raise ToolchainError(
             f"toolchain.python: declared {spec.python!r} but {pycmd} is Python {version}"
         )
+    # A venv's python (a symlink, or a copy with --copies) stands for its base interpreter, the
+    # one the probe prints: a copy under the venv is not in the sandbox, and build venvs are
+    # made from the base anyway.
     real_exe = Path(exe).resolve()
     return {
         "kind": "system",

@@ -1,5 +1,6 @@
-"""The README's quick start, run as written: its recipe and its three commands, on a copy of
-the demo project."""
+"""The README's install and quick start, run as written: ``pip install .`` in a fresh clone of
+this repository (into a new venv, offline), then the quick start's recipe and three commands
+with that rocmforge, on a copy of the demo project."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import venv
 from pathlib import Path
 
 import pytest
-from conftest import REPO, pip_args
+from conftest import REPO, WHEELHOUSE, pip_args
 
 
 def _quick_start() -> tuple[str, list[str]]:
@@ -24,6 +25,31 @@ def _quick_start() -> tuple[str, list[str]]:
     assert toml and sh, "the quick start has a recipe and a shell block"
     commands = [ln.split("  #", 1)[0].strip() for ln in sh.group(1).splitlines() if ln.strip()]
     return toml.group(1), commands
+
+
+def _installed_from_a_fresh_clone(tmp_path: Path) -> Path:
+    """``git clone`` this repository and run the README's ``pip install .`` in it, in a new
+    venv (offline: the dependencies from scripts/test.sh's wheelhouse); return its bin/."""
+    from test_pythons import deps_dir
+
+    if not (REPO / ".git").exists():
+        pytest.skip("not a git checkout: nothing to clone")
+    clone, tool = tmp_path / "clone", tmp_path / "rocmforge-venv"
+    subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
+    venv.create(tool, with_pip=True)
+    here = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    if not deps_dir(here).is_dir():
+        pytest.skip(f"no {deps_dir(here)}: run scripts/test.sh (it fetches rocmforge's deps)")
+    readme = (clone / "README.md").read_text()
+    install = next(ln.split("#", 1)[0].strip() for ln in readme.splitlines()
+                   if ln.startswith("pip install ."))  # fmt: skip
+    assert install == "pip install .", install
+    offline = f"--no-index --find-links {deps_dir(here)} --find-links {WHEELHOUSE}"
+    proc = subprocess.run(f"{tool}/bin/{install} -q {offline}", shell=True, cwd=clone,
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert (tool / "bin" / "rocmforge").is_file()
+    return tool / "bin"
 
 
 @pytest.mark.slow
@@ -38,7 +64,7 @@ def test_the_readme_quick_start_builds_and_installs_an_own_package(tmp_path: Pat
     )
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=True)
-    path = f"{Path(sys.executable).parent}:{os.environ['PATH']}"  # rocmforge, as installed
+    path = f"{_installed_from_a_fresh_clone(tmp_path)}:{os.environ['PATH']}"
     env = {**os.environ, "PATH": path, "ROCMFORGE_PIP_ARGS": pip_args(),
            "XDG_DATA_HOME": str(tmp_path / "xdg")}  # fmt: skip
     env.pop("ROCMFORGE_STORE", None)

@@ -38,10 +38,11 @@ def deps_dir(short: str) -> Path:
 
 
 def prefetch() -> None:
-    """Download rocmforge's dependencies (binary wheels, this venv's versions) for every other
-    supported Python found here, so the tests below install offline (scripts/test.sh)."""
+    """Download rocmforge's dependencies (binary wheels, this venv's versions) for every
+    supported Python found here, so the tests below install offline (scripts/test.sh); the
+    suite's own Python's are for tests/e2e/test_readme.py (``pip install .`` of a fresh clone)."""
     pins = [f"{d}=={metadata.version(d)}" for d in DEPS]
-    for short in OTHERS:
+    for short in SUPPORTED:
         if find_python(short) is None:
             continue
         subprocess.run(
