@@ -32,7 +32,8 @@ SEVERITY = {VERIFIED: 0, CLAIMED: 1, DIVERGED: 2, UNKNOWN: 3, TAMPERED: 4}
 HEADLINE = {
     VERIFIED: "VERIFIED: byte-identical to a wheel rocmforge built in this store",
     CLAIMED: "CLAIMED (UNVERIFIED): not in this store; the facts below are the wheel's own claim",
-    TAMPERED: "TAMPERED: the wheel does not match its own stamp or RECORD",
+    TAMPERED: "TAMPERED: the wheel, or the store entry it came from, was changed after it was "
+    "made (see below)",
     DIVERGED: "DIVERGED: stamp and RECORD intact, but this store built the same input hash "
     "into other bytes",
     UNKNOWN: "UNKNOWN: no rocmforge stamp; nothing is known about how it was built",

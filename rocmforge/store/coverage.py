@@ -109,3 +109,17 @@ def file_set_problem(cov: Coverage, present: Mapping[str, str | None]) -> str | 
         if want is not None and got is not None and want != got:
             return f"{name}: its digest is not the one the signed statement names"
     return None
+
+
+def uncovered_files(entry_dir: Path, statement: Any) -> tuple[list[str], list[str]]:
+    """The files of the published entry ``entry_dir`` that ``statement`` (its provenance, read)
+    does not cover, and those it names that are gone, both sorted (``verify`` reports them as
+    ``uncovered`` and ``missing``; ``audit`` as problems). A statement that is not a readable
+    one covers nothing: every file is uncovered. :class:`OSError` if the entry cannot be
+    listed."""
+    present = set(os.listdir(entry_dir)) - UNLISTED
+    try:
+        covered = set(coverage(statement).files)
+    except ValueError:
+        covered = set()
+    return sorted(present - covered), sorted(covered - present)

@@ -218,6 +218,18 @@ def _no_config(starts: list[str]) -> bool:
     return configpaths.find_project_config([*starts, os.getcwd()]) is None
 
 
+def _files_as_listed(entry: str, statement: dict[str, object]) -> bool:
+    """Whether the files of ``entry`` are exactly those its statement's ``entryFiles`` lists
+    (False for an older statement without the list: the full command reads it)."""
+    try:
+        listed = statement["predicate"]["buildDefinition"]["internalParameters"]["entryFiles"]  # type: ignore[index]
+        names = {str(f["name"]) for f in listed}
+        present = set(os.listdir(entry))
+    except (KeyError, TypeError, OSError):
+        return False
+    return names == present - {layout.PROVENANCE, layout.PROVENANCE_DSSE, layout.META}
+
+
 def _verified(root: str, db: sqlite3.Connection, wheel: str) -> dict[str, object] | None:
     """The JSON report (``AuditReport.to_json``) of ``wheel`` if its blake3 is in the index and
     its entry needs nothing the read path leaves to the full command (a signature, the entries
@@ -259,6 +271,8 @@ def _verified(root: str, db: sqlite3.Connection, wheel: str) -> dict[str, object
     raw_meta = _json_file(os.path.join(entry, layout.META))
     if not isinstance(derivation, dict) or not isinstance(statement, (dict, type(None))):
         return None
+    if statement is not None and not _files_as_listed(entry, statement):
+        return None  # a file no statement covers, or one gone: the full command names it
     recipes = derivation.get("recipes")
     if isinstance(recipes, list) and any(isinstance(r, dict) for r in recipes):
         return None  # the entries it was built against: Store.resolve and load judge them

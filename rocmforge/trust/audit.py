@@ -259,6 +259,8 @@ def audit_wheel(
         if signature is not None and signature.status == "invalid":
             # A trusted key's signature that fails means the entry's provenance was altered.
             problems.append(f"provenance signature by {signature.keyid}: {signature.detail}")
+        if statement is not None:
+            problems += _coverage_problems(row.path, statement, signature)
         return AuditReport(
             wheel=wheel,
             status=TAMPERED if problems else VERIFIED,
@@ -279,6 +281,34 @@ def audit_wheel(
             accepted=accepted_facts(store, row.hash, sha, trusted) if store else (),
         )
     return _audit_unverified(wheel, store=store, b3=b3, size=size)
+
+
+def _coverage_problems(
+    entry_dir: Path, statement: Mapping[str, Any], signature: SignatureCheck | None
+) -> list[str]:
+    """The entry's files its provenance statement does not cover (a file a cache added, such as
+    a ``sitecustomize.py``) and those it names that are gone: a valid signature vouches for
+    the statement, never for a file the statement does not name."""
+    from rocmforge.store.coverage import OLD_STATEMENT, coverage, uncovered_files
+
+    try:
+        extra, gone = uncovered_files(entry_dir, statement)
+    except OSError as exc:
+        return [f"cannot list the store entry {entry_dir}: {exc.strerror or exc}"]
+    try:
+        old = "" if coverage(statement).complete else OLD_STATEMENT
+    except ValueError:
+        old = ""
+    signed = signature is not None and signature.status == "valid"
+    vouch = " (the valid signature covers the statement only)" if signed else ""
+    out = [
+        f"{name}: in the store entry, but no provenance statement covers it{vouch}{old}: added "
+        "after the build (by a cache?); `rocmforge verify --repair` moves it aside"
+        for name in extra
+    ]
+    out += [f"{name}: named by the provenance statement, but gone from the store entry"
+            for name in gone]  # fmt: skip
+    return out
 
 
 def accepted_facts(
