@@ -15,10 +15,11 @@ The cost is a thread hand-off per call, some 10-30 us: nothing beside a 1 MiB re
 from __future__ import annotations
 
 import io
-import queue
-import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
+
+# threading and queue (~4 ms) are imported on first use: a command that only opens a cache
+# backend (a lookup that misses nothing) must not pay for them.
 
 T = TypeVar("T")
 
@@ -30,6 +31,8 @@ class Stalled(TimeoutError):
 def call(fn: Callable[[], T], timeout: float, *, what: str = "the call") -> T:
     """Return ``fn()`` run in a daemon thread, or raise what it raised; :class:`Stalled` when
     it has not returned after ``timeout`` seconds (the thread is left to finish on its own)."""
+    import threading
+
     box: list[tuple[bool, Any]] = []
     done = threading.Event()
 
@@ -60,13 +63,15 @@ class DeadlineReader(io.RawIOBase):
     abandoned read returns)."""
 
     def __init__(self, raw: Any, timeout: float, *, what: str = "a read") -> None:
+        import queue
+
         super().__init__()
         self._raw = raw
         self._timeout = timeout
         self._what = what
         self._requests: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._answers: queue.SimpleQueue[tuple[bool, Any]] = queue.SimpleQueue()
-        self._worker: threading.Thread | None = None
+        self._worker: Any = None  # the threading.Thread, started by the first read
         self._stalled = False
 
     def readable(self) -> bool:
@@ -88,10 +93,14 @@ class DeadlineReader(io.RawIOBase):
         if self._stalled:
             raise Stalled(f"{self._what}: an earlier read never returned")
         if self._worker is None:
+            import threading
+
             self._worker = threading.Thread(
                 target=self._work, name="rocmforge-reader", daemon=True
             )
             self._worker.start()
+        import queue
+
         self._requests.put(buf)
         try:
             ok, value = self._answers.get(timeout=self._timeout)
