@@ -170,7 +170,8 @@ def _used(path: Path) -> int:
 
 @pytest.mark.slow
 def test_full_local_disk_during_import(small_disk: Path, tmp_path: Path, monkeypatch) -> None:
-    from rocmforge.cache.substitute import SubstituteError, substitute
+    from rocmforge.cache.substitute import substitute
+    from rocmforge.errors import DiskFullError
     from rocmforge.store.store import open_store
 
     url = f"file://{tmp_path / 'cache'}"
@@ -179,16 +180,19 @@ def test_full_local_disk_during_import(small_disk: Path, tmp_path: Path, monkeyp
     store = open_store(small_disk / "store")
     before = _used(small_disk)
     reporter = Warnings()
-    assert substitute(store, [url], want, reporter) is None  # the caller builds instead
-    (said,) = reporter.said
-    assert said.startswith(f"cache {url}: cannot download {want.hash}: the local disk is full")
-    assert said.endswith("; building instead")
-    assert not list((small_disk / "store" / "entries").iterdir())
-    assert not _leftovers(small_disk / "store")
-    assert _used(small_disk) - before < 1 << 20  # the partial download is gone
-    with pytest.raises(SubstituteError, match="the local disk is full"):
-        substitute(store, [url], want, Warnings(), require=True)
-    assert not list((small_disk / "store" / "entries").iterdir())
+    # The store's disk, named with its gc: not a warning blamed on the cache followed by a
+    # build that would fill the same disk (issue 34 point 5).
+    for require in (False, True):
+        with pytest.raises(DiskFullError) as caught:
+            substitute(store, [url], want, reporter, require=require)
+        text = str(caught.value)
+        assert f"no space left on device: writing under the store {store.root}" in text, text
+        assert f"substituting syn 1.0 ({want.hash}) from {url}" in text, text
+        assert f"`rocmforge gc` removes unrooted entries in {store.root}" in text, text
+        assert not reporter.said, reporter.said
+        assert not list((small_disk / "store" / "entries").iterdir())
+        assert not _leftovers(small_disk / "store")
+        assert _used(small_disk) - before < 1 << 20  # the partial download is gone
 
 
 def test_truncated_blob_in_a_file_cache(tmp_path: Path, monkeypatch) -> None:
