@@ -152,8 +152,13 @@ def lock_recipe(
     fetcher: Fetcher | None,
     write: bool = True,
     upgrade: Sequence[str] | None = None,
+    inputs: bool = True,
 ) -> LockReport:
     """Resolve ``[source] ref`` and the build requirements of the recipe at ``path``.
+
+    ``inputs=False`` leaves ``[inputs]`` given by url alone to :func:`lock_inputs`, called
+    after the pins the tree decides are written (``lock`` does so: an AOTriton url that
+    torch's tree replaces is never fetched).
 
     Values are written back only where they changed (nothing is written when nothing changed,
     or when ``write`` is False). ``[source] rev`` is written into the recipe itself. Build
@@ -189,7 +194,7 @@ def lock_recipe(
         and plain.source.ref is None
         and plain.requirements.needs_lock
         and plain.toolchain.kind != "rocm-sdk"
-        and not any(i.url and i.sha256 is None for i in plain.inputs.values())
+        and not (inputs and any(i.url and i.sha256 is None for i in plain.inputs.values()))
     ):
         from rocmforge.lock.lockreq import SourceNotHere, lock_requirements
 
@@ -302,9 +307,10 @@ def lock_recipe(
                 "written by `rocmforge lock`: the rocm sdist, source of the rocm_sdk module only",
             )  # fmt: skip
 
-    input_changes, input_notes = _lock_inputs(doc, recipe, store=store, write=write)
-    changes.extend(input_changes)
-    notes.extend(input_notes)
+    if inputs:
+        input_changes, input_notes = _lock_inputs(doc, recipe, store=store, write=write)
+        changes.extend(input_changes)
+        notes.extend(input_notes)
     source_changes, source_notes = lock_source(recipe, store=store, write=write)
     changes.extend(source_changes)
     notes.extend(source_notes)
@@ -369,6 +375,30 @@ def _not_here(exc: Exception) -> str:
         "source-requires could not be compared; `rocmforge lock` reads it where the source is "
         "reachable"
     )
+
+
+def lock_inputs(path: Path, *, store: Store, write: bool) -> LockReport | None:
+    """Fill the sha256 of the recipe at ``path``'s ``[inputs]`` given by url alone (see
+    :func:`_lock_inputs`); None when it has none to fill or cannot be loaded (lock_recipe has
+    said why)."""
+    import tomlkit
+
+    from rocmforge.recipe.load import parse_recipe_text
+
+    path = Path(os.path.abspath(path))
+    text = path.read_text(encoding="utf-8")
+    try:
+        recipe = parse_recipe_text(text, file=path, locked=False)
+    except RecipeError:
+        return None
+    if not any(i.url and i.sha256 is None for i in recipe.inputs.values()):
+        return None
+    doc = tomlkit.parse(text)
+    changes, notes = _lock_inputs(doc, recipe, store=store, write=write)
+    written = bool(changes) and write
+    if written:
+        write_recipe(path, tomlkit.dumps(doc))
+    return LockReport(recipe=path, changes=tuple(changes), written=written, notes=tuple(notes))
 
 
 def _lock_inputs(

@@ -247,6 +247,31 @@ def test_aotriton_inputs_are_held_to_torchs_cmake_file(tmp_path: Path) -> None:
     assert "aotriton-0.13b-images-amd-gfx942.tar.gz" in text and DIGESTS["r714"] in text
 
 
+def test_an_unlocked_aotriton_candidate_is_replaced_from_the_tree_before_any_fetch(
+    tmp_path: Path,
+) -> None:
+    """recipes/mi300x.toml (torch 2.15) names candidate AOTriton URLs without sha256 for lock to
+    replace from torch's aotriton.cmake: lock must not fetch a candidate first (one that does
+    not exist failed the whole lock)."""
+    repo, rev = _repo(
+        tmp_path / "torch", {"cmake/External/aotriton.cmake": AOTRITON_CMAKE.format(**DIGESTS)}
+    )
+    recipe = tmp_path / "torch.toml"
+    text = TORCH.format(git=repo, rev=rev, ver="0.12b", runtime="0" * 64, images=DIGESTS["g942"])
+    text = text.replace(f'sha256 = "{"0" * 64}"\n', "").replace(
+        "https://github.com/ROCm/aotriton/releases/download/0.12b/", "http://127.0.0.1:9/gone/", 1
+    )
+    recipe.write_text(text)
+    check = rf_in("lock", "--check", recipe, "--store", tmp_path / "store")
+    assert check.returncode == 1 and "inputs.aotriton-runtime.url:" in check.stdout, check.stdout
+    w = rf_in("lock", recipe, "--store", tmp_path / "store")
+    assert w.returncode == 0, w.stdout + w.stderr
+    assert f"inputs.aotriton-runtime.sha256: (none) -> {DIGESTS['r714']}" in w.stdout, w.stdout
+    assert "127.0.0.1:9" not in recipe.read_text()
+    again = rf_in("lock", "--check", recipe, "--store", tmp_path / "store")
+    assert again.returncode == 0, again.stdout + again.stderr
+
+
 def test_an_aotriton_rocm_the_tree_does_not_list_is_said(tmp_path: Path) -> None:
     repo, rev = _repo(
         tmp_path / "torch", {"cmake/External/aotriton.cmake": AOTRITON_CMAKE.format(**DIGESTS)}

@@ -83,7 +83,7 @@ class _LazyPipFetcher:
 
 def run(args: argparse.Namespace) -> int:
     """``rocmforge lock RECIPE...``: write the resolved values back into each recipe."""
-    from rocmforge.lock.locker import lock_recipe
+    from rocmforge.lock.locker import lock_inputs, lock_recipe
     from rocmforge.plan.graph import closure_files
 
     store = open_store(args, create=True)
@@ -109,17 +109,15 @@ def run(args: argparse.Namespace) -> int:
         from rocmforge.lock.derived import lock_derived, merge
 
         closure = closure_files(recipes)  # stacks expanded, dependencies first
-        reports = [
-            merge(
-                lock_recipe(
-                    r, store=store, fetcher=_LazyPipFetcher(), write=not args.check,
-                    upgrade=upgrade,
-                ),
-                # then what the (now pinned) tree decides: Triton's LLVM, AOTriton
-                lock_derived(r, store=store, write=not args.check, fetch=not args.check),
-            )
-            for r in closure
-        ]
+        reports = []
+        for r in closure:
+            first = lock_recipe(r, store=store, fetcher=_LazyPipFetcher(),
+                                write=not args.check, upgrade=upgrade, inputs=False)  # fmt: skip
+            # then what the (now pinned) tree decides: Triton's LLVM, AOTriton; and last the
+            # url-only inputs still without a sha256 (fetched: a url the tree replaced is not)
+            derived = lock_derived(r, store=store, write=not args.check, fetch=not args.check)
+            rest = lock_inputs(r, store=store, write=not args.check)
+            reports.append(merge(merge(first, derived), rest))
     if args.json:
         emit_json([r.to_json() for r in reports])
     else:
