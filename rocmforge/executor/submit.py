@@ -218,7 +218,7 @@ def job_script(
         keys = f"export {TRUSTED_KEYS_ENV}={q(texts)}  # the submitter's trusted keys\n"
     realize = (
         f'{rf} realize {q(str(node.file))} --store "$store" --cache {q(cache)} -v {extra} '
-        ">/dev/null || exit $?"
+        ">/dev/null 9<&- || exit $?"  # 9: the job's gc root (hold_root), not a build's to keep
     )
     record = unsigned_record_path(opts.job_dir, node.hash)
     trust = f'{rf} farm trust {node.hash} --store "$store" --record {q(str(record))}'
