@@ -59,10 +59,7 @@ def hold_new(path: Path, *, exclusive_create: bool) -> int:
         fd = os.open(path, flags, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
-            try:
-                same = os.stat(path).st_ino == os.fstat(fd).st_ino
-            except FileNotFoundError:
-                same = False
+            same = _still_linked(path, fd)
         except BaseException:
             os.close(fd)
             raise
@@ -132,16 +129,22 @@ def _take(path: Path, on_busy: Callable[[], None] | None, poll: float) -> int:
                         on_busy()  # another process builds this hash: let the caller tell
                         told = now
                     time.sleep(min(_POLL, poll))
-            try:
-                same = os.stat(path).st_ino == os.fstat(fd).st_ino
-            except FileNotFoundError:
-                same = False
+            same = _still_linked(path, fd)
         except BaseException:
             os.close(fd)
             raise
         if same:
             return fd
         os.close(fd)
+
+
+def _still_linked(path: Path | str, fd: int) -> bool:
+    """Whether the locked ``fd`` is still the file at ``path`` (not removed or replaced since
+    it was opened: a lock on an unlinked file is nobody's)."""
+    try:
+        return os.stat(path).st_ino == os.fstat(fd).st_ino
+    except FileNotFoundError:
+        return False
 
 
 #: How often a busy build lock is tried again (seconds).

@@ -18,7 +18,7 @@ import os
 import struct
 import zipfile
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from rocmforge.toolchain.offload import OffloadError, elf_section, is_shared_library
@@ -184,20 +184,25 @@ def _inside(path: str, roots: Sequence[str]) -> bool:
     return any(norm == r or norm.startswith(r.rstrip("/") + "/") for r in roots)
 
 
+def _elf_libraries(zf: zipfile.ZipFile) -> Iterator[tuple[zipfile.ZipInfo, bytes]]:
+    """The shared libraries of a wheel that are ELF files of at most MAX_SCAN_BYTES, read."""
+    for info in zf.infolist():
+        if info.is_dir() or not is_shared_library(info.filename):
+            continue
+        if info.file_size > MAX_SCAN_BYTES:
+            continue
+        buf = zf.read(info)
+        if buf[:4] == b"\x7fELF":
+            yield info, buf
+
+
 def foreign_runpaths(wheel: Path, *, allowed_roots: Sequence[str]) -> dict[str, list[str]]:
     """Return ``{library in the wheel: [runpath entries outside the wheel and allowed_roots]}``."""
     roots = [os.path.normpath(r) for r in allowed_roots if r and r != "/"]
     found: dict[str, list[str]] = {}
     try:
         with zipfile.ZipFile(wheel) as zf:
-            for info in zf.infolist():
-                if info.is_dir() or not is_shared_library(info.filename):
-                    continue
-                if info.file_size > MAX_SCAN_BYTES:
-                    continue
-                buf = zf.read(info)
-                if buf[:4] != b"\x7fELF":
-                    continue
+            for info, buf in _elf_libraries(zf):
                 try:
                     bad = [p for p in elf_runpaths(buf) if not _inside(p, roots)]
                 except (OffloadError, struct.error):
@@ -228,14 +233,7 @@ def strip_wheel_runpaths(
     dropped: dict[str, list[str]] = {}
     try:
         with zipfile.ZipFile(wheel) as zf:
-            for info in zf.infolist():
-                if info.is_dir() or not is_shared_library(info.filename):
-                    continue
-                if info.file_size > MAX_SCAN_BYTES:
-                    continue
-                buf = zf.read(info)
-                if buf[:4] != b"\x7fELF":
-                    continue
+            for info, buf in _elf_libraries(zf):
                 try:
                     new, cut = drop_runpaths(buf, lambda p: os.path.normpath(p) in wanted)
                 except (OffloadError, struct.error):
