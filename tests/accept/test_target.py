@@ -60,6 +60,7 @@ def _validate(statement: dict[str, Any]) -> None:
     json_format.ParseDict(statement["predicate"], test_result_pb2.TestResult())
 
 
+@pytest.mark.slow  # a real run of seconds: the quick tier stays under a minute
 def test_a_recipes_test_script_runs_in_the_sandbox_and_the_proof_is_kept(tmp_path: Path) -> None:
     recipe = _project(tmp_path, SCRIPT_OK, 'script = "gpu_check.py"\nargs = ["--fast"]\n')
     store = tmp_path / "store"
@@ -115,6 +116,7 @@ def test_a_failing_script_fails_the_run_and_the_failure_is_kept(tmp_path: Path) 
     assert stored.result == "FAILED" and not stored.passed
 
 
+@pytest.mark.slow  # a real run of seconds: the quick tier stays under a minute
 def test_a_hanging_script_is_killed_at_its_timeout(tmp_path: Path) -> None:
     script = "import time\nprint('working', flush=True)\ntime.sleep(600)\n"
     recipe = _project(tmp_path, script, 'script = "gpu_check.py"\ntimeout = 3\n')

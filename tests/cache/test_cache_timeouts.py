@@ -72,6 +72,7 @@ def _hung(mode: str, real: Path, mnt: Path, env: dict[str, str], *args: str | Pa
     return proc, time.monotonic() - start
 
 
+@pytest.mark.slow  # a real run of seconds: the quick tier stays under a minute
 @pytest.mark.skipif(not os.path.exists("/dev/fuse"), reason="no /dev/fuse")
 @pytest.mark.parametrize("mode", ["read", "all"])
 def test_a_file_cache_on_a_hung_mount_fails_naming_the_cache(

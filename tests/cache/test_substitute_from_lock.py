@@ -15,6 +15,9 @@ from typing import Any
 import pytest
 from conftest import DATA, pip_args, rf, tiny_wheel
 
+#: real repositories, builds and substitutions of seconds each: the full suite
+pytestmark = pytest.mark.slow
+
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com",
     "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com",

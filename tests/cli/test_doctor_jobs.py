@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from conftest import rf_in
 
 from rocmforge.observe.record import StepUsage, Telemetry, write_record
@@ -15,6 +16,7 @@ def _max_jobs_lines(out: str) -> list[str]:
     return [ln for ln in out.splitlines() if "MAX_JOBS" in ln]
 
 
+@pytest.mark.slow  # a real run of seconds: the quick tier stays under a minute
 def test_without_a_previous_build_the_one_line_is_the_ram_and_cores_estimate(
     tiny_recipe: Path, tmp_path: Path
 ) -> None:
@@ -26,6 +28,7 @@ def test_without_a_previous_build_the_one_line_is_the_ram_and_cores_estimate(
     assert "afforded:" not in proc.stdout
 
 
+@pytest.mark.slow  # a real run of seconds: the quick tier stays under a minute
 def test_with_a_previous_build_the_one_line_is_its_telemetry_advice(
     tiny_recipe: Path, tmp_path: Path
 ) -> None:

@@ -7,6 +7,7 @@ import re
 import shlex
 from pathlib import Path
 
+import pytest
 from conftest import rf_in
 
 from rocmforge.cli.main import parse
@@ -36,6 +37,7 @@ def test_every_rocmforge_command_on_the_page_parses() -> None:
         parse(argv)  # a usage error exits 2: the page names an option the code does not have
 
 
+@pytest.mark.slow  # a real run of seconds: the quick tier stays under a minute
 def test_doctors_next_steps_for_the_stack_are_on_the_page(tmp_path: Path) -> None:
     proc = rf_in("doctor", "recipes/mi300x-stack.toml", "--store", tmp_path / "s",
                  cwd=REPO, env={"ROCMFORGE_SDK_ARGS": ""})  # fmt: skip

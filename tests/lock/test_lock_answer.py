@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from conftest import rf_in
 
 from rocmforge.lock.locker import LockReport
@@ -26,6 +27,7 @@ def test_pending_splits_the_notes_into_not_locked_and_not_checked() -> None:
     )
 
 
+@pytest.mark.slow  # a real run of seconds: the quick tier stays under a minute
 def test_the_flagship_stack_gets_one_consistent_answer_per_recipe(tmp_path: Path) -> None:
     stack = REPO / "recipes" / "mi300x-stack.toml"
     proc = rf_in("lock", "--check", stack, "--store", tmp_path / "store",
