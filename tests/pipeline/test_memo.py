@@ -161,7 +161,12 @@ def assert_change_is_seen(
 ) -> tuple[str, str]:
     """Realize, check the memo answers, ``change()``, realize: a new hash, built or re-resolved."""
     first = realize_env(recipe, store, env)
-    assert answered_by_memo(recipe, store, env), "the memo did not answer an unchanged recipe"
+    from rocmforge.pipeline import memo
+
+    kept = memo._load_item(str(store), str(recipe))  # before a fall-through rewrites it
+    assert answered_by_memo(recipe, store, env), (
+        "the memo did not answer an unchanged recipe: " + memo_state(kept, store, entry_hash(first))
+    )
     plan_before = plan_hash(recipe, store, env)
     assert plan_before == entry_hash(first)
     change()
