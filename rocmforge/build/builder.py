@@ -342,9 +342,7 @@ def _run_steps(
             env.update(setup.env)
     else:  # off means off: a build that finds ccache itself (PyTorch, Meson) passes through
         env["CCACHE_DISABLE"] = "1"
-    mounts = compose_mounts(
-        mounts, [*resolved.toolchain.masks, *hidden], scratch=root / "masks"
-    )
+    mounts = compose_mounts(mounts, [*resolved.toolchain.masks, *hidden], scratch=root / "masks")
     for inp in resolved.inputs:  # read-only at /inputs/NAME, named by its variable
         at = runner.sandbox_path(Mount(host=inp.host, inside=inp.inside))
         env[inp.env] = f"{at}/{inp.subdir}" if inp.subdir else at
@@ -403,8 +401,12 @@ def _run_steps(
         log.flush()
         timings.append(StepTiming(label=label, command=command, started=started, seconds=seconds))
         stall = watch.deadline() if watch is not None and watch.stall_timeout else None
-        if result.timed_out and stall is not None and stall < deadline - 0.5 \
-                and stall <= time.monotonic():
+        if (
+            result.timed_out
+            and stall is not None
+            and stall < deadline - 0.5
+            and stall <= time.monotonic()
+        ):
             assert watch is not None
             reason = watch.note_killed()
             log.write(f"rocmforge: {reason}\n".encode())
@@ -739,7 +741,12 @@ def _build_in(
     if view is not None:  # [toolchain] packages: /usr holds only the declared packages' closure
         from rocmforge.toolchain.view import prepare_view
 
-        usr = prepare_view(view["packages"], view["links"], cache_dir=store.cache_dir)
+        usr = prepare_view(
+            view["packages"],
+            view["links"],
+            cache_dir=store.cache_dir,
+            copies=resolved.toolchain.guards,
+        )
         extra.append(Mount(host=usr, inside="/usr"))
         log.write(f"rocmforge: /usr is the view of {len(view['packages'])} packages\n".encode())
         if cache is not None:  # ccache and its libraries are not in a declared view of /usr

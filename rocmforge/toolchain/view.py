@@ -1,7 +1,7 @@
 """Declared views: a sandbox ``/usr`` holding only the declared system packages (the Nix way).
 
 With ``[toolchain] packages = [...]`` the build does not see the host's whole ``/usr``: it sees a
-farm of hardlinks to the files of
+farm of hardlinks (and copies of the toolchain's own executables) to the files of
 
 * the declared packages,
 * a base: ``build-essential`` and every ``Essential: yes`` package,
@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import stat
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -159,20 +160,38 @@ def view_digest(packages: Mapping[str, str], links: Mapping[str, str]) -> str:
     return blake3_hex(text.encode())[:32]
 
 
-def _place(src: str, dst: str) -> None:
+def _place(src: str, dst: str, copies: frozenset[tuple[int, int]]) -> None:
     if os.path.lexists(dst):
         return
-    if os.path.islink(src):
+    try:
+        st = os.lstat(src)
+    except OSError:
+        return
+    if stat.S_ISLNK(st.st_mode):
         os.makedirs(os.path.dirname(dst), exist_ok=True)
         os.symlink(os.readlink(src), dst)
-    elif os.path.isdir(src):
+    elif stat.S_ISDIR(st.st_mode):
         os.makedirs(dst, exist_ok=True)
-    elif os.path.isfile(src):
+    elif stat.S_ISREG(st.st_mode):
         os.makedirs(os.path.dirname(dst), exist_ok=True)
+        if (st.st_dev, st.st_ino) in copies:
+            shutil.copy2(src, dst)
+            return
         try:
             os.link(src, dst)
         except OSError:
             shutil.copy2(src, dst)
+
+
+def _identities(paths: Iterable[str]) -> frozenset[tuple[int, int]]:
+    found = set()
+    for path in paths:
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        found.add((st.st_dev, st.st_ino))
+    return frozenset(found)
 
 
 def prepare_view(
@@ -181,10 +200,14 @@ def prepare_view(
     *,
     cache_dir: Path,
     db: Path = DPKG_ROOT,
+    copies: Iterable[str] = (),
 ) -> Path:
     """Return the ``usr`` directory of the farm for ``packages`` (built once, then reused).
 
-    ``links`` maps loose symlinks under ``/usr`` (alternatives) to their targets.
+    ``links`` maps loose symlinks under ``/usr`` (alternatives) to their targets. The files
+    ``copies`` name (the toolchain's guards: what the realize memo checks by stat) are copied,
+    not hard-linked: a new link moves the linked file's ctime, and every memo on the machine
+    that guards the file would then miss once (and its hash be recomputed).
     """
     farm = cache_dir / layout.CACHE_VIEWS / view_digest(packages, links)
     if (farm / ".complete").exists():
@@ -192,6 +215,7 @@ def prepare_view(
     tmp = farm.with_name(f".{farm.name}.{os.getpid()}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     (tmp / "usr").mkdir(parents=True)
+    keep = _identities(copies)
     try:
         info = db / "info"
         for name in packages:
@@ -199,7 +223,7 @@ def prepare_view(
                 for raw in _read_list(listed):
                     p = _usr_path(raw)
                     if p.startswith("/usr/") and not p.startswith("/usr/local"):
-                        _place(p, str(tmp) + p)
+                        _place(p, str(tmp) + p, keep)
         for path, target in links.items():
             dst = str(tmp) + path
             if not os.path.lexists(dst):
