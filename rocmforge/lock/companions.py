@@ -119,6 +119,9 @@ RELEASED_WITH: dict[str, Released] = {
 
 #: The release tag of each companion version, as the upstream repositories name them.
 TAG = "v{version}"
+#: ``[env]`` keys that name the wheel's version (torchvision's and torchaudio's setup.py read
+#: ``BUILD_VERSION``, torch's build ``PYTORCH_BUILD_VERSION``): their public part follows a move.
+VERSION_ENV = ("BUILD_VERSION", "PYTORCH_BUILD_VERSION")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -206,8 +209,13 @@ def _torch_recipe(recipes: Sequence[Path]) -> tuple[Path, Any]:
     return found[0]
 
 
-def companion_pins(stack_file: Path, *, store: Store) -> tuple[TorchPins, dict[str, Released]]:
-    """Read the torch of ``stack_file`` and return its pins and (by role) released versions."""
+def companion_pins(
+    stack_file: Path, *, store: Store, moved: tuple[str, str] | None = None
+) -> tuple[TorchPins, dict[str, Released]]:
+    """Read the torch of ``stack_file`` and return its pins and (by role) released versions.
+
+    ``moved`` (commit, version) reads the torch tree at that commit instead of the recipe's pin
+    (``lock --check --upgrade torch==V``: the recipe is not rewritten)."""
     from rocmforge.recipe.stack import load_stack
 
     stack = load_stack(stack_file)
@@ -219,30 +227,39 @@ def companion_pins(stack_file: Path, *, store: Store) -> tuple[TorchPins, dict[s
         raise _bad(path, "source.git", "lock --companions reads torch's own tree: a git source")
     url = source_url(src.git, path.parent)
     commit = src.rev or (resolve_ref(url, src.ref) if src.ref else None)
+    declared = torch.package.version
+    if moved is not None:
+        commit, declared = moved
     if commit is None:
         raise _bad(path, "source.rev", "pin torch first (rev, or a ref `lock` resolves)")
     pins = read_torch_pins(url, commit, store.sources_dir)
-    version = pins.version or torch.package.version
+    version = pins.version or declared
     release = _release(version, path)
-    if pins.version is not None and _release(torch.package.version, path) != release:
+    if pins.version is not None and _release(declared, path) != release:
         raise _bad(
             path,
             "package.version",
-            f"{torch.package.version}, but torch's {TORCH_VERSION} at {commit[:12]} says "
-            f"{pins.version}",
+            f"{declared}, but torch's {TORCH_VERSION} at {commit[:12]} says {pins.version}",
         )
     released = RELEASED_WITH.get(release)
     return pins, ({} if released is None else {"torchvision": released, "torchaudio": released})
 
 
-def lock_companions(stack_file: Path, *, store: Store, write: bool = True) -> list[LockReport]:
+def lock_companions(
+    stack_file: Path,
+    *,
+    store: Store,
+    write: bool = True,
+    moved: tuple[str, str] | None = None,
+) -> list[LockReport]:
     """Fill the companion pins of the stack at ``stack_file`` from its torch; one report per
-    companion recipe (nothing is written when nothing changed or ``write`` is False)."""
+    companion recipe (nothing is written when nothing changed or ``write`` is False).
+    ``moved`` is as for :func:`companion_pins`."""
     from rocmforge.recipe.load import load_recipe
     from rocmforge.recipe.stack import load_stack
 
     stack_file = Path(os.path.abspath(stack_file))
-    pins, released = companion_pins(stack_file, store=store)
+    pins, released = companion_pins(stack_file, store=store, moved=moved)
     stack = load_stack(stack_file)
     assert stack is not None
     torch_file, torch = _torch_recipe(stack.recipes)
@@ -327,12 +344,76 @@ def _rewrite(path: Path, target: _Target, *, write: bool) -> LockReport:
             if public != target.version:
                 put(package, "version", target.version + local, "package")
         env = doc.get("env")
-        if isinstance(env, dict) and isinstance(env.get("BUILD_VERSION"), str):
-            public, local = _public(str(env["BUILD_VERSION"]))
-            if public != target.version:
-                put(env, "BUILD_VERSION", target.version + local, "env")
+        for key in VERSION_ENV:
+            if isinstance(env, dict) and isinstance(env.get(key), str):
+                public, local = _public(str(env[key]))
+                if public != target.version:
+                    put(env, key, target.version + local, "env")
     written = False
     if changes and write:
         write_recipe(path, tomlkit.dumps(doc))
         written = True
     return LockReport(recipe=path, changes=tuple(changes), written=written)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Move:
+    """``lock --upgrade NAME==VERSION``: one recipe moved to a release tag of its git source."""
+
+    recipe: Path
+    name: str
+    version: str
+    tag: str
+    rev: str
+    report: LockReport
+
+
+def parse_release(text: str) -> tuple[str, str] | None:
+    """``("torch", "2.15.0")`` for ``torch==2.15.0``; None for a bare NAME (or ``*``)."""
+    name, eq, version = text.partition("==")
+    if not eq:
+        return None
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name) or not re.fullmatch(
+        r"\d+(\.\d+)*", version
+    ):
+        raise UsageError(
+            f"lock --upgrade {text}: a release move is NAME==VERSION with a release version, "
+            "e.g. torch==2.15.0"
+        )
+    return name, version
+
+
+def move_release(recipes: Sequence[Path], name: str, version: str, *, write: bool) -> Move:
+    """Move the one recipe of ``recipes`` whose package is ``name`` to the release ``version``:
+    ``[source] ref`` the tag (``v2.15.0``, else ``2.15.0``) and ``rev`` its commit, the public
+    part of ``[package] version`` and of the ``[env]`` version keys. The tag must exist on the
+    recipe's git remote; nothing is written when ``write`` is False."""
+    from rocmforge.recipe.load import load_recipe
+
+    norm = re.sub(r"[-_.]+", "-", name).lower()
+    found = [
+        (p, r) for p in recipes
+        if re.sub(r"[-_.]+", "-", (r := load_recipe(p)).package.name).lower() == norm
+    ]  # fmt: skip
+    if len(found) != 1:
+        raise UsageError(
+            f"lock --upgrade {name}=={version}: the targets hold {len(found)} recipes of "
+            f"package {name!r}, not one"
+        )
+    path, recipe = found[0]
+    if recipe.source.kind != "git" or not recipe.source.git:
+        raise _bad(path, "source.git", f"moving {name} to {version} needs a git source with tags")
+    url = source_url(recipe.source.git, path.parent)
+    for tag in (TAG.format(version=version), version):
+        try:
+            rev = resolve_ref(url, tag)
+        except SourceError as exc:
+            if "no tag or branch named" not in str(exc):
+                raise  # unreachable, ambiguous: said as it is
+            continue
+        target = _Target(rev=rev, ref=tag, version=version)
+        report = _rewrite(path, target, write=write)
+        return Move(recipe=path, name=name, version=version, tag=tag, rev=rev, report=report)
+    raise SourceError(
+        f"{path}: source.git: {url} has no release tag {TAG.format(version=version)} or {version}"
+    )

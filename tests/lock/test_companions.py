@@ -65,7 +65,9 @@ def stack(tmp_path: Path) -> dict[str, object]:
             ".ci/docker/triton_version.txt": "3.8.0\n",
         },
     )
-    vision, vision_tags = _tagged(repos, "vision", ["v0.28.0", "v0.29.0", "v0.29.1", "v0.30.0"])
+    vision, vision_tags = _tagged(
+        repos, "vision", ["v0.28.0", "v0.29.0", "v0.29.1", "v0.29.2", "v0.30.0"]
+    )
     audio, audio_tags = _tagged(repos, "audio", ["v2.11.0", "v2.11.1"])
     old = vision_tags["v0.28.0"]
     recipes = tmp_path / "recipes"
@@ -297,3 +299,77 @@ def test_a_triton_of_another_fork_than_torchs_pin_keeps_its_pin(
     assert triton_fork_note("https://github.com/ROCm/pytorch",
                             "git@github.com:ROCm/triton.git") is None  # fmt: skip
     assert github_slug("https://github.com/openai/triton") == "triton-lang/triton"
+
+
+def _release_2_15(stack: dict[str, object]) -> tuple[str, str]:
+    """Tag torch's commit v2.14.1, add torch 2.15.0 (another Triton, 3.9.0) tagged v2.15.0 and
+    give the torch recipe the flagship's version keys; return (2.15.0's commit, its triton)."""
+    torch, d = stack["torch"], stack["dir"]
+    assert isinstance(torch, Path) and isinstance(d, Path)
+    git(torch, "tag", "-a", "v2.14.1", "-m", "release 2.14.1")
+    triton, _ = _repo(torch.parent, "triton-3.9", {"VERSION": "3.9.0"})
+    new_triton = git(triton, "rev-parse", "HEAD")
+    (torch / "version.txt").write_text("2.15.0\n")
+    (torch / ".ci/docker/ci_commit_pins/triton.txt").write_text(new_triton + "\n")
+    (torch / ".ci/docker/triton_version.txt").write_text("3.9.0\n")
+    commit = commit_all(torch, "2.15.0")
+    git(torch, "tag", "-a", "v2.15.0", "-m", "release 2.15.0")
+    recipe = d / "torch.toml"
+    text = recipe.read_text().replace('version = "2.14.1"', 'version = "2.14.1+rocm10.0"')
+    recipe.write_text(text.replace("[env]\n", '[env]\nPYTORCH_BUILD_VERSION = "2.14.1+rocm10.0"\n'))
+    return commit, new_triton
+
+
+@pytest.mark.slow
+def test_upgrade_moves_a_stack_to_a_chosen_torch_release(
+    stack: dict[str, object], tmp_path: Path
+) -> None:
+    """``lock --upgrade torch==2.15.0 STACK``: torch to its tag, and the companions to the pins
+    of that tree (Triton) and the releases made with it (torchvision 0.29.2)."""
+    commit, new_triton = _release_2_15(stack)
+    d, vision = stack["dir"], stack["vision"]
+    assert isinstance(d, Path) and isinstance(vision, dict)
+    r = rf("lock", "--upgrade", "torch==2.15.0", stack["file"], "--store", tmp_path / "store")
+    assert r.returncode == 0, r.stdout + r.stderr
+    torch = (d / "torch.toml").read_text()
+    assert f'rev = "{commit}"' in torch and 'ref = "v2.15.0"' in torch
+    assert (
+        'version = "2.15.0+rocm10.0"' in torch
+        and 'PYTORCH_BUILD_VERSION = "2.15.0+rocm10.0"' in torch
+    )
+    assert "# the torch of the stack" in torch  # layout kept
+    triton = (d / "triton.toml").read_text()
+    assert f'rev = "{new_triton}"' in triton and 'version = "3.9.0+rocm7.15"' in triton
+    assert f'rev = "{vision["v0.29.2"]}"' in (d / "torchvision.toml").read_text()
+    again = rf("lock", "--companions", stack["file"], "--store", tmp_path / "store", "--check")
+    assert again.returncode == 0 and again.stdout.count("already locked") == 3, again.stdout
+
+
+def test_upgrade_check_shows_the_move_and_its_companions_and_writes_nothing(
+    stack: dict[str, object], tmp_path: Path
+) -> None:
+    commit, new_triton = _release_2_15(stack)
+    d = stack["dir"]
+    assert isinstance(d, Path)
+    before = {p.name: p.read_text() for p in d.glob("*.toml")}
+    r = rf_in("lock", "--check", "--upgrade", "torch==2.15.0", stack["file"],
+              "--store", tmp_path / "store")  # fmt: skip
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "torch.toml: would change" in r.stdout and f"-> {commit}" in r.stdout
+    assert "follow when written" in r.stdout
+    assert "triton.toml: would change" in r.stdout and f"-> {new_triton}" in r.stdout
+    assert {p.name: p.read_text() for p in d.glob("*.toml")} == before
+
+
+def test_upgrade_to_a_release_without_a_tag_is_bad_input(
+    stack: dict[str, object], tmp_path: Path
+) -> None:
+    d = stack["dir"]
+    assert isinstance(d, Path)
+    before = (d / "torch.toml").read_text()
+    r = rf_in("lock", "--upgrade", "torch==2.99.0", stack["file"], "--store", tmp_path / "store")
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "torch.toml" in r.stderr and "no release tag v2.99.0" in r.stderr
+    assert "Traceback" not in r.stderr and (d / "torch.toml").read_text() == before
+    bad = rf_in("lock", "--upgrade", "torch==latest", stack["file"], "--store", tmp_path / "store")
+    assert bad.returncode == 2 and "NAME==VERSION" in bad.stderr, bad.stderr

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +49,10 @@ def register(sub: Any) -> None:
         const="*",
         action="append",
         metavar="NAME",
-        help="re-resolve the build requirements (only NAME if given) within the specifiers",
+        help="re-resolve the build requirements (only NAME if given) within the specifiers; "
+        "NAME==VERSION moves the recipe of package NAME to that release (its tag vVERSION: "
+        "rev, ref, the version keys) and, for a stack's torch, its companions, derived pins and "
+        "build requirements with it",
     )
     add_store_option(p)
     add_json_option(p)
@@ -81,11 +85,65 @@ class _LazyPipFetcher:
         return PipFetcher().fetch(pin, python_version=python_version, dest=dest)
 
 
-def run(args: argparse.Namespace) -> int:
-    """``rocmforge lock RECIPE...``: write the resolved values back into each recipe."""
+def _lock_closure(targets: list[str], *, store: Any, write: bool, upgrade: list[str]) -> list[Any]:
+    """Lock every recipe of the targets' closure: rev and requirements, then what the pinned
+    tree decides (Triton's LLVM, AOTriton), then url-only inputs; one report per recipe."""
+    from rocmforge.lock.derived import lock_derived, merge
     from rocmforge.lock.locker import lock_inputs, lock_recipe
     from rocmforge.plan.graph import closure_files
 
+    reports = []
+    for r in closure_files(targets):  # stacks expanded, dependencies first
+        first = lock_recipe(r, store=store, fetcher=_LazyPipFetcher(),
+                            write=write, upgrade=upgrade, inputs=False)  # fmt: skip
+        # a url the tree replaced is not fetched: derived pins come before the url-only inputs
+        derived = lock_derived(r, store=store, write=write, fetch=write)
+        rest = lock_inputs(r, store=store, write=write)
+        reports.append(merge(merge(first, derived), rest))
+    return reports
+
+
+def _move(
+    targets: list[str], releases: list[tuple[str, str]], *, store: Any, write: bool
+) -> list[Any]:
+    """``--upgrade NAME==VERSION``: move each named recipe to its release; a stack's torch takes
+    its companions along (read from the new torch tree, also under ``--check``)."""
+    import dataclasses
+
+    from rocmforge.lock.companions import lock_companions, move_release
+    from rocmforge.plan.graph import closure_files
+    from rocmforge.recipe.stack import load_stack
+
+    closure = [Path(p) for p in closure_files(targets)]
+    reports: list[Any] = []
+    for name, version in releases:
+        move = move_release(closure, name, version, write=write)
+        report = move.report
+        if report.changes and not write:
+            note = (f"moving to {name} {version} (tag {move.tag}, commit {move.rev[:12]}): its "
+                    "derived pins and build requirements follow when written")  # fmt: skip
+            report = dataclasses.replace(report, notes=(*report.notes, note))
+        reports.append(report)
+        if re.sub(r"[-_.]+", "-", name).lower() != "torch":
+            continue
+        local = _local_part(move.recipe)  # a move keeps it
+        for target in targets:
+            if load_stack(Path(target)) is not None:
+                reports += lock_companions(Path(target), store=store, write=write,
+                                           moved=(move.rev, version + local))  # fmt: skip
+    return reports
+
+
+def _local_part(recipe: Path) -> str:
+    """The ``+local`` part of the recipe's ``[package] version`` (``+rocm10.0``), or ``""``."""
+    from rocmforge.recipe.load import load_recipe
+
+    _, plus, local = load_recipe(recipe).package.version.partition("+")
+    return plus + local
+
+
+def run(args: argparse.Namespace) -> int:
+    """``rocmforge lock RECIPE...``: write the resolved values back into each recipe."""
     store = open_store(args, create=True)
     upgrade = list(args.upgrade or [])
     recipes = list(args.recipes)
@@ -95,7 +153,18 @@ def run(args: argparse.Namespace) -> int:
             upgrade[i] = "*"
     if not recipes:
         raise UsageError("lock: name at least one RECIPE")
-    if args.companions:
+    from rocmforge.lock.companions import parse_release
+
+    releases = [r for r in map(parse_release, upgrade) if r is not None]
+    upgrade = [u for u in upgrade if parse_release(u) is None]
+    if releases:
+        if args.companions:
+            raise UsageError("lock: --upgrade NAME==VERSION moves the companions itself: drop "
+                             "--companions")  # fmt: skip
+        reports = _move(recipes, releases, store=store, write=not args.check)
+        if not args.check:
+            reports += _lock_closure(recipes, store=store, write=True, upgrade=upgrade)
+    elif args.companions:
         if upgrade:
             raise UsageError("lock: --companions and --upgrade do not go together")
         from rocmforge.lock.companions import lock_companions
@@ -106,18 +175,7 @@ def run(args: argparse.Namespace) -> int:
             for report in lock_companions(Path(stack), store=store, write=not args.check)
         ]
     else:
-        from rocmforge.lock.derived import lock_derived, merge
-
-        closure = closure_files(recipes)  # stacks expanded, dependencies first
-        reports = []
-        for r in closure:
-            first = lock_recipe(r, store=store, fetcher=_LazyPipFetcher(),
-                                write=not args.check, upgrade=upgrade, inputs=False)  # fmt: skip
-            # then what the (now pinned) tree decides: Triton's LLVM, AOTriton; and last the
-            # url-only inputs still without a sha256 (fetched: a url the tree replaced is not)
-            derived = lock_derived(r, store=store, write=not args.check, fetch=not args.check)
-            rest = lock_inputs(r, store=store, write=not args.check)
-            reports.append(merge(merge(first, derived), rest))
+        reports = _lock_closure(recipes, store=store, write=not args.check, upgrade=upgrade)
     if args.json:
         emit_json([r.to_json() for r in reports])
     else:
