@@ -19,6 +19,7 @@ COMMANDS: dict[str, str] = {
     "outdated": "list newer releases of a recipe's pins (git tags, Python index, ROCm SDK)",
     "audit": "tell what produced a wheel (verified / claimed / diverged / tampered / unknown)",
     "explain": "show key by key why two builds differ",
+    "bisect": "find the commit that broke or slowed a build (every step cached in the store)",
     "query": "find store entries by name, version, env flag or age",
     "list": "list store entries: hash, name, version, size, created, last used, roots",
     "show": "show everything about one store entry",
