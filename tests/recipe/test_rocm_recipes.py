@@ -54,7 +54,10 @@ def test_torch_214_recipes(tmp_path: Path, name: str, arch: str) -> None:
     assert r.package.version == r.env["PYTORCH_BUILD_VERSION"] == "2.14.1+rocm7.14"
     assert r.env["PYTORCH_ROCM_ARCH"] == arch and r.check.archs == (arch,)
     assert r.env["USE_FLASH_ATTENTION"] == r.env["USE_MEM_EFF_ATTENTION"] == "1"
-    extra = "rocm[libraries]==7.14.0" + ("|triton==3.8.0" if name == "mi300x" else "")
+    # the device wheel named (RF198): the multi-arch index's rocm sdist otherwise probes the GPU
+    extra = f"rocm[libraries,device-{arch}]==7.14.0" + (
+        "|triton==3.8.0" if name == "mi300x" else ""
+    )
     assert r.env["PYTORCH_EXTRA_INSTALL_REQUIREMENTS"] == extra
     assert {i.env for i in r.inputs.values()} == {
         "AOTRITON_RUNTIME",
@@ -96,7 +99,7 @@ def test_flagship_is_torch_215_on_rocm_10(tmp_path: Path) -> None:
     assert (tc.kind, tc.sdk_version, tc.families) == ("rocm-sdk", "10.0.0", ("gfx942",))
     assert r.source.rev == "d0f2af8b66b20da4baa50644c0cd3f887a2eae2e" and r.source.submodules
     assert r.package.version == r.env["PYTORCH_BUILD_VERSION"] == "2.15.0+rocm10.0"
-    extra = "rocm[libraries]==10.0.0|triton==3.9.0"
+    extra = "rocm[libraries,device-gfx942]==10.0.0|triton==3.9.0"
     assert r.env["PYTORCH_EXTRA_INSTALL_REQUIREMENTS"] == extra
     assert "triton==3.9.0" in r.check.requirements and not r.requirements.recipes
     assert r.env["USE_FLASH_ATTENTION"] == r.env["USE_MEM_EFF_ATTENTION"] == "1"

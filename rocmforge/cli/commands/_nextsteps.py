@@ -110,9 +110,23 @@ def time_line(recipes: Sequence[Any], cores: int | None, entries_dir: Path | Non
     return "  time:      " + "; ".join(build_time(r, cores, entries_dir) for r in recipes)
 
 
+def _sdk_requirement(recipe: Any) -> str:
+    """The ``rocm[...]==VERSION`` the recipe's wheel requires (as its ``[env]`` writes it), else
+    ``rocm[libraries,device-<gfx>...]`` for the declared version and ISAs."""
+    import re
+
+    for value in recipe.env.values():
+        m = re.search(r"(?<![\w-])rocm\[[^\]]*\]==[^|\s,;]+", value)
+        if m:
+            return m.group(0)
+    spec = recipe.toolchain
+    isas = [f for f in spec.families if re.fullmatch(r"gfx[0-9a-f]{3,4}", f)]
+    return f"rocm[{','.join(['libraries', *(f'device-{i}' for i in isas)])}]=={spec.sdk_version}"
+
+
 def sdk_index(recipes: Sequence[Any]) -> tuple[str, str, str] | None:
     """``(index URL, requirement, where the URL comes from)`` when a recipe builds on ROCm SDK
-    wheels: its wheel requires ``rocm[libraries]==VERSION``, which pip finds only on AMD's
+    wheels: its wheel requires ``rocm[libraries,...]==VERSION``, which pip finds only on AMD's
     index. The URL is the one ``lock`` uses (:func:`rocmforge.toolchain.rocmsdk.index_args`:
     the recipe's ``[toolchain] index``, or a mirror in ``ROCMFORGE_SDK_ARGS``); without any,
     rocmsdk's example index."""
@@ -124,7 +138,7 @@ def sdk_index(recipes: Sequence[Any]) -> tuple[str, str, str] | None:
             continue
         args = list(index_args(spec))
         urls = [args[i + 1] for i, a in enumerate(args[:-1]) if a == "--index-url"]
-        req = f"rocm[libraries]=={spec.sdk_version}"
+        req = _sdk_requirement(r)
         if not urls:
             return EXAMPLE_INDEX, req, "the recipe names none: AMD's index for MI300, an example"
         own = urls[-1] == spec.index
