@@ -129,6 +129,18 @@ def for_torch(release: tuple[int, ...]) -> Release | None:
     return BY_TORCH.get((release[0], release[1]))
 
 
+def newest_up_to(release: tuple[int, ...]) -> tuple[tuple[int, int], Release] | None:
+    """The newest release in :data:`BY_TORCH` pinned by a torch no newer than ``release``, with
+    that torch's major.minor; None when every known one is newer. RF162 judges the archs of a
+    torch whose own release was not read against it (AOTriton adds archs, e.g. amd-gfx950 in
+    0.13b, and has dropped none in the releases read here)."""
+    known = [k for k in BY_TORCH if k <= tuple(release[:2])]
+    if not known:
+        return None
+    key = max(known)
+    return key, BY_TORCH[key]
+
+
 def rocm_minor(version: str | None) -> str | None:
     """``"7.15"`` for ``"7.15.0"`` / ``"7.15.0a20260713"``; None for no or an unreadable version."""
     if not version:

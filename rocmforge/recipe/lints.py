@@ -802,9 +802,16 @@ def _lint_attention(recipe: Recipe, facts: LintFacts) -> Iterator[Finding]:
     if release is not None:
         yield from _aotriton_release(recipe, release, rocm, archs, assets)
     built = {_base(t) for t in archs}
-    if release is not None and release.images:
-        bad = sorted(a for a in built & KNOWN_ARCHS if release.image_for(a) is None)
-        supported = ", ".join(i.removeprefix("amd-") for i in release.images)
+    # a torch whose AOTriton was not read: the archs of the newest release read for an older one
+    judge, label = release, f" {release.version}" if release else ""
+    if release is None and have is not None:
+        older = aotriton.newest_up_to(have.release)
+        if older is not None:
+            (major, minor), judge = older
+            label = f" {judge.version} (torch {major}.{minor}'s, the newest read here)"
+    if judge is not None and judge.images:
+        bad = sorted(a for a in built & KNOWN_ARCHS if judge.image_for(a) is None)
+        supported = ", ".join(i.removeprefix("amd-") for i in judge.images)
     else:
         bad = sorted((built & KNOWN_ARCHS) - AOTRITON_ARCHS)  # unknown ones are RF104's
         supported = "gfx90a and gfx942"
@@ -812,7 +819,7 @@ def _lint_attention(recipe: Recipe, facts: LintFacts) -> Iterator[Finding]:
         yield _emit(
             "RF162",
             "env.PYTORCH_ROCM_ARCH",
-            f"AOTriton{' ' + release.version if release else ''} (flash / memory-efficient "
+            f"AOTriton{label} (flash / memory-efficient "
             f"attention) supports {supported}, not {', '.join(bad)}",
             'set USE_FLASH_ATTENTION = "0" and USE_MEM_EFF_ATTENTION = "0" for these archs',
         )
