@@ -5,7 +5,8 @@
 # what to install). The Python is the one there: the distribution's python3 when it is 3.11-3.13,
 # else python3.13, 3.12 or 3.11 on PATH; its -venv/-dev packages only where apt has them.
 # --for-tests (scripts/test.sh; --with-hip is the same) also installs what the test suite needs:
-# ccache, CMake, Ninja, a registry, Slurm, Debian's hipcc and clang-19, libyaml, Rust and crates.
+# ccache, CMake, Ninja, a registry, Slurm, Debian's hipcc and clang-19, a gfx950 clang (clang-22),
+# libyaml, Rust and crates.
 set -euo pipefail
 for_tests=0
 case "${1:-}" in --for-tests | --with-hip) for_tests=1 ;; esac
@@ -131,6 +132,14 @@ fi
 if [ $for_tests = 1 ] && command -v clang-19 >/dev/null; then
   $sudo mkdir -p /usr/local/lib/rocmforge
   $sudo bash scripts/make-device-libs.sh /usr/local/lib/rocmforge/device-libs clang-19
+fi
+# A clang that emits gfx950 (MI355X) for tests/toolchain/test_gfx950.py, which clang-19 cannot:
+# clang-22 + lld-22 from apt where it has them (Debian 13 main; Debian 12 bookworm-security,
+# ~54 MB), else Debian 13's unpacked under /usr/local/lib/rocmforge/trixie-llvm with its own
+# loader (~69 MB, sha256-checked); either way /usr/local/lib/rocmforge/clang-gfx950.
+if [ $for_tests = 1 ] && command -v apt-get >/dev/null; then
+  dpkg-query -W -f='${Status}' clang-22 2>/dev/null | grep -q "ok installed" || apt_update
+  $sudo bash scripts/gfx950-clang.sh /usr/local/lib/rocmforge
 fi
 
 if [ ! -x .venv/bin/python ]; then
