@@ -184,6 +184,10 @@ RULES: dict[str, Rule] = {
              summary="a triton build without TRITON_OFFLINE_BUILD=1 downloads what it lacks"),
         Rule(id="RF196", name="triton-deps", severity="error",
              summary="a triton build without LLVM_SYSPATH / JSON_SYSPATH given by an input"),
+        Rule(id="RF197", name="sdk-legacy-index", severity="warning",
+             summary="the SDK index is under repo.amd.com/rocm/, the legacy folder to be archived"),
+        Rule(id="RF198", name="sdk-device-extra", severity="warning",
+             summary="the wheel requires rocm[...] without a device-<gfx> extra per declared ISA"),
     )
 }  # fmt: skip
 
@@ -788,7 +792,7 @@ def _lint_attention(recipe: Recipe, facts: LintFacts) -> Iterator[Finding]:
                 f"inputs.{runtimes[0][0]}",
                 "AOTriton is declared as an input, but no step sets AOTRITON_INSTALLED_PREFIX to "
                 "it, so torch's CMake still downloads AOTriton, which fails without network",
-                'merge the inputs into one prefix and run the build with AOTRITON_INSTALLED_PREFIX'
+                "merge the inputs into one prefix and run the build with AOTRITON_INSTALLED_PREFIX"
                 '=<it> (docs/recipes.md "AOTriton")',
             )
         elif not runtimes:
@@ -842,7 +846,7 @@ def _aotriton_release(
                 f"AOTriton {asset.version}, but torch {torch} is built against AOTriton "
                 f"{release.version} (its cmake/External/aotriton.cmake); another release's API "
                 "and kernels do not match",
-                f"use the {release.version} assets (docs/recipes.md \"AOTriton\")",
+                f'use the {release.version} assets (docs/recipes.md "AOTriton")',
             )
         elif asset.rocm is not None and rocm is not None and asset.rocm != rocm:
             ok = rocm in release.runtimes
@@ -1042,6 +1046,50 @@ def _lint_triton(recipe: Recipe, facts: LintFacts) -> Iterator[Finding]:
             )
 
 
+#: AMD's legacy index folder (TheRock RFC0012: to be archived) and the stable stream's multi-arch
+#: index that replaced it (RFC0011 names the stream hosts; ultralytics/ultralytics#24137, an AMD
+#: engineer installing torch[device-gfx950] from it, 2026-09-12).
+LEGACY_INDEX = re.compile(r"^https?://repo\.amd\.com/rocm/")
+CURRENT_INDEX = "https://stable.repo.amd.com/rocm/whl-next/"
+#: ``rocm[libraries]`` and its extras in a requirement string (``|``- or space-separated).
+_ROCM_REQ = re.compile(r"(?:^|[|\s,])rocm\[([^\]]*)\]")
+
+
+def _lint_sdk_index(recipe: Recipe, facts: LintFacts) -> Iterator[Finding]:
+    """RF197/RF198: where the SDK wheels come from, and which device wheels the built wheel
+    asks for on the multi-arch index."""
+    tc = recipe.toolchain
+    if tc.kind != "rocm-sdk":
+        return
+    if tc.index and LEGACY_INDEX.match(tc.index):
+        yield _emit(
+            "RF197",
+            "toolchain.index",
+            f"{tc.index} is in repo.amd.com/rocm/, which TheRock's RFC0012 calls a legacy "
+            "folder to be archived; the locked digests stay valid, but a fresh fetch will fail "
+            "once it is gone",
+            f'index = "{CURRENT_INDEX}" (the stable stream\'s multi-arch index), then '
+            "`rocmforge lock` (it records where each wheel came from)",
+        )
+    isas = [f for f in tc.families if re.fullmatch(r"gfx[0-9a-f]{3,4}", f)]
+    for key, value in sorted(recipe.env.items()):
+        for m in _ROCM_REQ.finditer(value):
+            extras = {e.strip() for e in m.group(1).split(",")}
+            missing = [
+                i for i in isas if f"device-{i}" not in extras and "device-all" not in extras
+            ]
+            if missing:
+                want = ",".join([*sorted(extras), *(f"device-{i}" for i in missing)])
+                yield _emit(
+                    "RF198",
+                    f"env.{key}",
+                    f"rocm[{m.group(1)}] names no device wheel for {', '.join(missing)}: on the "
+                    "multi-arch index the rocm sdist then picks device wheels by probing the "
+                    "installing machine's GPU (none on a login node: the kernels are missing)",
+                    f"require rocm[{want}]",
+                )
+
+
 LINTS: tuple[Callable[[Recipe, LintFacts], Iterator[Finding]], ...] = (
     _lint_allow,
     _lint_arch_tokens,
@@ -1060,6 +1108,7 @@ LINTS: tuple[Callable[[Recipe, LintFacts], Iterator[Finding]], ...] = (
     _lint_torch_extension,
     _lint_inputs,
     _lint_triton,
+    _lint_sdk_index,
 )
 
 

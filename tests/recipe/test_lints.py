@@ -144,6 +144,9 @@ def _torch_214(inputs: str | None = None, steps: str = MERGE) -> Callable[[str],
     )
 
 
+ROCM_TC = 'kind = "rocm"\nrocm = "6.2.4"\nroot = "/opt/rocm-6.2.4"'
+SDK_TC = 'kind = "rocm-sdk"\nversion = "10.0.0"\nfamilies = ["gfx942"]\nindex = "{index}"'
+
 CASES: dict[str, tuple[str, str, Callable[[str], str], LintFacts, str]] = {
     "unknown-allow": (
         "RF001",
@@ -302,16 +305,23 @@ CASES: dict[str, tuple[str, str, Callable[[str], str], LintFacts, str]] = {
     "aotriton-other-release": (
         "RF164",
         "error",
-        chain(_torch_214(), sub("download/0.13b/aotriton-0.13b-manylinux",
-                                "download/0.12b/aotriton-0.12b-manylinux")),
+        chain(
+            _torch_214(),
+            sub(
+                "download/0.13b/aotriton-0.13b-manylinux", "download/0.12b/aotriton-0.12b-manylinux"
+            ),
+        ),
         BIG,
         "0.12b",
     ),
     "aotriton-runtime-other-rocm": (
         "RF164",
         "error",
-        chain(_torch_214(), sub('rocm = "7.15.0"', 'rocm = "7.14.0"'),
-              sub('root = "/opt/rocm-7.15.0"', 'root = "/opt/rocm-7.14.0"')),
+        chain(
+            _torch_214(),
+            sub('rocm = "7.15.0"', 'rocm = "7.14.0"'),
+            sub('root = "/opt/rocm-7.15.0"', 'root = "/opt/rocm-7.14.0"'),
+        ),
         BIG,
         "7a139797c16b002fd5d9bcd706d36dc9819bb108877150f8186da21d0590eaa6",
     ),
@@ -369,9 +379,7 @@ CASES: dict[str, tuple[str, str, Callable[[str], str], LintFacts, str]] = {
     "extension-check-archs": (
         "RF192",
         "error",
-        chain(
-            sub('name = "torch"', 'name = "torchvision"'), env("FORCE_CUDA", "1"), drop("archs")
-        ),
+        chain(sub('name = "torch"', 'name = "torchvision"'), env("FORCE_CUDA", "1"), drop("archs")),
         BIG,
         "CPU-only",
     ),
@@ -399,6 +407,23 @@ CASES: dict[str, tuple[str, str, Callable[[str], str], LintFacts, str]] = {
         ),
         BIG,
         "JSON_SYSPATH",
+    ),
+    "sdk-legacy-index": (
+        "RF197",
+        "warning",
+        sub(ROCM_TC, SDK_TC.format(index="https://repo.amd.com/rocm/whl-multi-arch/")),
+        BIG,
+        "stable.repo.amd.com",
+    ),
+    "sdk-device-extra": (
+        "RF198",
+        "warning",
+        chain(
+            sub(ROCM_TC, SDK_TC.format(index="https://stable.repo.amd.com/rocm/whl-next/")),
+            env("PYTORCH_EXTRA_INSTALL_REQUIREMENTS", "rocm[libraries]==10.0.0"),
+        ),
+        BIG,
+        "rocm[libraries,device-gfx942]",
     ),
     "arch-not-in-torch": (
         "RF193",
@@ -801,3 +826,60 @@ def test_aotriton_assets_are_named_and_matched_like_aotriton_cmake_does() -> Non
     text = inputs_toml(rel, "7.15", ["gfx942", "gfx90a", "gfx942"])
     assert text.count("[inputs.") == 3 and rel.images["amd-gfx90a"] in text
     assert inputs_toml(rel, "6.2", ["gfx942"]).count("[inputs.") == 1  # no 6.2 runtime in 0.13b
+
+
+SDK_RECIPE = """\
+schema = 1
+
+[package]
+name = "torch"
+version = "2.15.0+rocm10.0"
+
+[source]
+path = "src"
+
+[toolchain]
+kind = "rocm-sdk"
+version = "10.0.0"
+families = ["gfx942", "gfx950"]
+index = "{index}"
+
+[env]
+PYTORCH_ROCM_ARCH = "gfx942;gfx950"
+PYTORCH_EXTRA_INSTALL_REQUIREMENTS = "{extra}|triton==3.9.0"
+"""
+
+
+@pytest.mark.parametrize(
+    ("index", "extra", "expected"),
+    [
+        (
+            "https://stable.repo.amd.com/rocm/whl-next/",
+            "rocm[libraries,device-gfx942,device-gfx950]==10.0.0",
+            set(),
+        ),
+        ("https://stable.repo.amd.com/rocm/whl-next/", "rocm[libraries,device-all]==10.0.0", set()),
+        (
+            "https://repo.amd.com/rocm/whl-multi-arch/",
+            "rocm[libraries,device-gfx942,device-gfx950]==10.0.0",
+            {"RF197"},
+        ),
+        (
+            "https://stable.repo.amd.com/rocm/whl-next/",
+            "rocm[libraries,device-gfx942]==10.0.0",
+            {"RF198"},
+        ),
+    ],
+)
+def test_sdk_index_and_device_extras(
+    tmp_path: Path, index: str, extra: str, expected: set[str]
+) -> None:
+    """RF197: the legacy repo.amd.com/rocm/ folder; RF198: a device wheel per declared ISA."""
+    path = tmp_path / "sdk.toml"
+    path.write_text(SDK_RECIPE.format(index=index, extra=extra))
+    found = {f.id for f in lint_recipe(load_recipe(path), BIG) if f.id in ("RF197", "RF198")}
+    assert found == expected
+    if "RF198" in expected:
+        (f,) = [f for f in lint_recipe(load_recipe(path), BIG) if f.id == "RF198"]
+        assert "gfx950" in f.message and "gfx942" not in f.message.split("for ")[1]
+        assert "rocm[device-gfx942,libraries,device-gfx950]" in f.fix
