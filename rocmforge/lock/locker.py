@@ -59,6 +59,8 @@ class LockReport:
         unlocked: list[str] = []
         unchecked: list[str] = []
         for note in self.notes:
+            if note.startswith("origin moved: "):  # information (sdkwheels.MOVED), not pending
+                continue
             text = note.removeprefix("provisional: ").removeprefix("not checked: ")
             key = text.split(": ", 1)[0]
             into = unlocked if ("is not locked" in note or "not pinned yet" in note) else unchecked
@@ -292,7 +294,8 @@ def lock_recipe(
         changes.extend(_lock_digests(doc, resolved, spelling))
 
     if recipe.toolchain.kind == "rocm-sdk":
-        from rocmforge.lock.sdkwheels import lock_sdk
+        from rocmforge.lock.sdkwheels import lock_origins, lock_sdk
+        from rocmforge.toolchain.rocmsdk import index_args
 
         sdk_changes, table, module, notes_sdk = lock_sdk(
             recipe, store=store, write=write, upgrade=upgrade or ()
@@ -306,6 +309,14 @@ def lock_recipe(
                 doc, "toolchain", "module", module,
                 "written by `rocmforge lock`: the rocm sdist, source of the rocm_sdk module only",
             )  # fmt: skip
+        if write and index_args(recipe.toolchain):
+            more, origins = lock_origins(recipe, table, module, store=store)
+            changes.extend(LockChange(key=k, old=o, new=n) for k, o, n in more)
+            if origins is not None:
+                _write_table(
+                    doc, "toolchain", "origins", origins,
+                    "written by `rocmforge lock`: where each pin was found (provenance)",
+                )  # fmt: skip
 
     if inputs:
         input_changes, input_notes = _lock_inputs(doc, recipe, store=store, write=write)
@@ -322,9 +333,7 @@ def lock_recipe(
     return LockReport(recipe=path, changes=tuple(changes), written=written, notes=tuple(notes))
 
 
-def lock_source(
-    recipe: Recipe, *, store: Store, write: bool
-) -> tuple[list[LockChange], list[str]]:
+def lock_source(recipe: Recipe, *, store: Store, write: bool) -> tuple[list[LockChange], list[str]]:
     """Record the resolution of ``recipe``'s git source (its ``rev``) in its lock file's
     ``[source]``: the commit time and every submodule's commit, what the input hash needs, so
     a teammate hashes (and substitutes) without cloning (:mod:`rocmforge.recipe.lockfile`).
@@ -346,8 +355,10 @@ def lock_source(
         return [], []
     old = None if current is None else current.commit
     if not write and current is None:  # locked before the record existed, or not yet
-        return [], [f"not locked yet: lock.source ({rev[:12]}: the source's resolution is not "
-                    "recorded; `rocmforge lock` writes it where the repository is reachable)"]
+        return [], [
+            f"not locked yet: lock.source ({rev[:12]}: the source's resolution is not "
+            "recorded; `rocmforge lock` writes it where the repository is reachable)"
+        ]
     if not write:
         return [LockChange(key="lock.source", old=old, new=f"{rev} (re-lock: recorded for "
                            "another commit)")], []  # fmt: skip

@@ -21,8 +21,8 @@ import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from rocmforge.errors import RequirementError, SourceError, ToolchainError
-from rocmforge.recipe.model import Recipe
+from rocmforge.errors import CheckError, RequirementError, SourceError, ToolchainError
+from rocmforge.recipe.model import Recipe, ToolchainSpec
 from rocmforge.sources.requirements import Fetcher, PipFetcher, resolve_requirements
 from rocmforge.store import layout
 from rocmforge.store.store import Store
@@ -123,7 +123,7 @@ def listing(where: str) -> list[tuple[str, str]]:
     """(file name, location) of the files a find-links directory or a PEP 503 page lists."""
     from urllib.parse import unquote, urljoin, urlsplit
 
-    path = where[len("file://"):] if where.startswith("file://") else where
+    path = where[len("file://") :] if where.startswith("file://") else where
     if "://" not in path:
         try:
             return [(n, os.path.join(path, n)) for n in sorted(os.listdir(path))]
@@ -247,11 +247,87 @@ def provisional_sdk(host: Toolchain, why: str) -> Toolchain:
     )
 
 
+def origins(files: Sequence[tuple[str, str, str]], args: Sequence[str]) -> dict[str, str]:
+    """Where each ``(pin, project, file name)`` is found with the pip options ``args``: the
+    first index (its URL, as configured) whose project page lists the file, else the first
+    find-links location that does. A file found nowhere is left out."""
+    indexes, links = index_locations(args)
+    pages: dict[str, set[str]] = {}
+
+    def names(where: str) -> set[str]:
+        if where not in pages:
+            pages[where] = {n for n, _ in listing(where)}
+        return pages[where]
+
+    found: dict[str, str] = {}
+    for pin, project, name in files:
+        for index in indexes:
+            if name in names(f"{index.rstrip('/')}/{project}/"):
+                found[pin] = index
+                break
+        else:
+            for link in links:
+                if name in names(link):
+                    found[pin] = link
+                    break
+    return found
+
+
+def _origin_changes(
+    recipe: Recipe, wheels: dict[str, str], module: dict[str, str], *, store: Store
+) -> tuple[list[Change], dict[str, str] | None]:
+    """Record in ``[toolchain] origins`` where each locked pin of ``wheels`` and ``module``
+    (pin -> digest, as now locked) was found; the changes and the new table (None: keep)."""
+    spec = recipe.toolchain
+    files = [
+        (pin, re.sub(r"[-_.]+", "-", pin.partition("==")[0]).lower(), w.name)
+        for pin in wheels
+        for w in [_wheel_file(store, pin)]
+        if w is not None
+    ]
+    files += [(pin, SELECTOR, sdist_name(pin.partition("==")[2])) for pin in module]
+    table = origins(files, index_args(spec))
+    if table == dict(spec.sdk_origins):
+        return [], None
+    changes: list[Change] = [(f"toolchain.origins.{p}", w, table.get(p))
+                             for p, w in spec.sdk_origins.items() if table.get(p) != w]  # fmt: skip
+    changes += [(f"toolchain.origins.{p}", None, w) for p, w in table.items()
+                if p not in spec.sdk_origins]  # fmt: skip
+    return changes, table
+
+
+def _wheel_file(store: Store, pin: str) -> Path | None:
+    """The store's file of the locked SDK wheel ``pin`` (fetched by lock), or None."""
+    name, _, version = pin.partition("==")
+    stem = f"{re.sub(r'[-.]+', '_', name)}-{version}-"
+    for path in sorted((store.sources_dir / layout.SOURCES_WHEELS).glob(f"{stem}*.whl")):
+        return path
+    return None
+
+
+#: The start of a note that a pin's recorded origin is no longer configured (information only).
+MOVED = "origin moved: "
+
+
+def moved_origins(spec: ToolchainSpec) -> list[str]:
+    """Notes for locked pins whose recorded origin is none of the locations configured now
+    (the index moved: the digests still decide, a re-lock records the new place)."""
+    indexes, links = index_locations(index_args(spec))
+    here = {u.rstrip("/") for u in [*indexes, *links]}
+    return [
+        f"{MOVED}toolchain.origins.{pin}: locked from {where}, which is not configured now "
+        f"({', '.join(sorted(here)) or 'no index'}); the digest still decides which file it is"
+        for pin, where in sorted(spec.sdk_origins.items())
+        if where.rstrip("/") not in here
+    ]
+
+
 def lock_sdk(
     recipe: Recipe, *, store: Store, write: bool, upgrade: Sequence[str] = ()
 ) -> tuple[list[Change], dict[str, str] | None, dict[str, str] | None, list[str]]:
     """Bring ``[toolchain] wheels`` and ``[toolchain] module`` up to date: the changes, the new
-    wheels table, the new module table (None: keep) and notes (what is provisional).
+    wheels table, the new module table (None: keep) and notes (what is provisional). The
+    origins table is :func:`lock_origins`'s.
 
     Pins already locked for the declared version are kept unless ``upgrade`` names them (or is
     ``["*"]``; the module's name is ``rocm``). With ``write=False`` (``lock --check``) nothing
@@ -281,10 +357,28 @@ def lock_sdk(
         if module is None:
             changes.append((f"toolchain.module.{SELECTOR}", None, "not locked"))
         changes += [(f"toolchain.module.{p}", spec.sdk_module[p], None) for p in stale_module]
-        return changes, None, None, []
+        return changes, None, None, moved_origins(spec)
     changes, table = _lock_wheels(recipe, pins, missing, redo, stale, store=store)
     more, module_table = _lock_module(recipe, module, redo_module, stale_module, store=store)
-    return [*changes, *more], table, module_table, []
+    return [*changes, *more], table, module_table, moved_origins(recipe.toolchain)
+
+
+def lock_origins(
+    recipe: Recipe,
+    wheels: dict[str, str] | None,
+    module: dict[str, str] | None,
+    *,
+    store: Store,
+) -> tuple[list[Change], dict[str, str] | None]:
+    """After :func:`lock_sdk` wrote ``wheels`` and ``module`` (None: the recipe's are kept),
+    record where each pin came from; the changes and the new ``[toolchain] origins`` table."""
+    spec = recipe.toolchain
+    return _origin_changes(
+        recipe,
+        dict(spec.sdk_wheels) if wheels is None else wheels,
+        dict(spec.sdk_module) if module is None else module,
+        store=store,
+    )
 
 
 def _lock_wheels(
@@ -380,6 +474,41 @@ def requires_sdk(wheel: Path) -> bool:
     return False
 
 
+def device_extras(wheel: Path) -> list[str]:
+    """The ISAs the built ``wheel`` asks the SDK's device wheels for: the ``device-<gfx>``
+    extras of its ``rocm[...]`` requirements (``rocm[libraries,device-gfx942]==10.0.0``)."""
+    from rocmforge.wheel.metadata import requires_dist
+
+    found: list[str] = []
+    for line in requires_dist(wheel):
+        m = re.match(r"\s*rocm\s*\[([^\]]*)\]", line, re.IGNORECASE)
+        for extra in m.group(1).split(",") if m else ():
+            isa = extra.strip().lower().removeprefix("device-")
+            if extra.strip().lower().startswith("device-") and isa not in found:
+                found.append(isa)
+    return found
+
+
+def check_device_extras(built: Sequence[Path], sdk: Sequence[SdkWheel]) -> None:
+    """Refuse a built wheel whose ``rocm[device-<gfx>]`` extras name an ISA the locked SDK has
+    no ``rocm-sdk-device-<gfx>`` for: installed elsewhere, pip would fetch kernels this build
+    was never checked with (``device-all`` asks for every locked one)."""
+    names = {w.name for w in sdk}
+    device = "rocm-sdk-device-"
+    have = sorted(n.removeprefix(device) for n in names if n.startswith(device))
+    if any(n.startswith("rocm-sdk-libraries-") for n in names):
+        return  # a legacy per-family SDK: the family wheel holds the device code
+    for wheel in built:
+        missing = [i for i in device_extras(wheel) if i != "all" and i not in have]
+        if missing:
+            raise CheckError(
+                f"{wheel.name}: requires rocm[device-{missing[0]}], but the locked SDK has no "
+                f"rocm-sdk-device-{missing[0]} (its device wheels: {', '.join(have) or 'none'}):"
+                f" add {missing[0]} to [toolchain] families and run `rocmforge lock`, or drop "
+                "the extra"
+            )
+
+
 def runtime_dirs(built: Sequence[Path], sdk: Sequence[SdkWheel], sources_dir: Path) -> list[Path]:
     """What the check venv gets when a built wheel requires the SDK: the top-level directories
     of the runtime wheels (all but devel: ``_rocm_sdk_core``, ``rocm_sdk_core``, their
@@ -389,6 +518,7 @@ def runtime_dirs(built: Sequence[Path], sdk: Sequence[SdkWheel], sources_dir: Pa
     installer refuses)."""
     if not sdk or not any(requires_sdk(w) for w in built):
         return []
+    check_device_extras(built, sdk)
     tree = tree_path(sources_dir, sdk)
     tops: set[str] = set()
     for w in sdk:

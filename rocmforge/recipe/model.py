@@ -85,6 +85,10 @@ class ToolchainSpec:
     #: "sha256:..."``, written by ``lock``) as the source of the ``rocm_sdk`` Python module only
     #: (what a wheel's ``_rocm_init.py`` imports); it is never built nor installed as a package.
     sdk_module: Mapping[str, str] = field(default_factory=dict)
+    #: ``[toolchain] origins``: where each locked wheel (and the ``rocm`` sdist) was found when
+    #: ``lock`` pinned it (``"rocm-sdk-core==10.0.0" = "https://.../whl-next/"``): provenance,
+    #: not an input (the digest decides which file it is; the hash never sees it).
+    sdk_origins: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -122,6 +126,7 @@ class RequirementsSpec:
             or self.build_file is not None
             or not all(is_exact_pin(s) for s in self.specifiers)
         )
+
     #: ``recipes``: other recipes (absolute once loaded) whose wheels this build needs.
     recipes: tuple[Path, ...] = ()
 
@@ -286,7 +291,7 @@ _KEYS: dict[str, tuple[str, ...]] = {
                "enclosing-ignores"),
     "toolchain": ("kind", "python", "cc", "cxx", "rocm", "root", "packages", "hip-clang",
                   "device-libs", "rust", "version", "families", "index", "wheels",
-                  "module"),
+                  "module", "origins"),
     "requirements": ("build", "digests", "build-system", "build-file", "recipes"),
     "build": ("steps", "passthrough", "timeout", "repair", "repair-policy",
               "compiler-cache", "config-settings", "reproducible", "resources"),
@@ -557,7 +562,7 @@ def _source(c: _Checker, data: Mapping[str, Any], base: Path) -> SourceSpec:
 _KINDS = ("system", "rocm", "rocm-sdk")
 #: A GPU family of AMD's per-family SDK indexes (``gfx94X-dcgpu``) or one ISA (``gfx942``).
 _FAMILY = re.compile(r"^gfx[0-9a-fA-FX]{2,4}(-[a-z]+)?$")
-_SDK_ONLY = ("version", "families", "index", "wheels", "module")
+_SDK_ONLY = ("version", "families", "index", "wheels", "module", "origins")
 
 
 def _toolchain(c: _Checker, data: Mapping[str, Any], base: Path) -> ToolchainSpec:
@@ -572,11 +577,11 @@ def _toolchain(c: _Checker, data: Mapping[str, Any], base: Path) -> ToolchainSpe
     if kind != "rocm":
         for name in ("rocm", "root", "hip-clang", "device-libs"):
             if name in t:
-                c.add(join_key("toolchain", name), "only applies to kind = \"rocm\"")
+                c.add(join_key("toolchain", name), 'only applies to kind = "rocm"')
     if kind != "rocm-sdk":
         for name in _SDK_ONLY:
             if name in t:
-                c.add(join_key("toolchain", name), "only applies to kind = \"rocm-sdk\"")
+                c.add(join_key("toolchain", name), 'only applies to kind = "rocm-sdk"')
     if device_libs is not None and hip_clang is None:
         c.add("toolchain.device-libs", "only applies with hip-clang (hipcc finds its own)")
     if rocm is not None and not _ROCM_VERSION.match(rocm):
@@ -595,11 +600,12 @@ def _toolchain(c: _Checker, data: Mapping[str, Any], base: Path) -> ToolchainSpe
         if not Path(rust).expanduser().is_absolute() and not rust.startswith("."):
             c.add(
                 "toolchain.rust",
-                f"{rust!r} is neither \"host\", \"debian\" nor a toolchain directory",
+                f'{rust!r} is neither "host", "debian" nor a toolchain directory',
             )
         rust = str(base / Path(rust).expanduser())
     sdk_version, families, index, sdk_wheels, sdk_module = _sdk(c, t) if kind == "rocm-sdk" else (
         None, (), None, {}, {})  # fmt: skip
+    sdk_origins = _origins(c, t) if kind == "rocm-sdk" else {}
     return ToolchainSpec(
         rust=rust,
         kind="rocm" if kind == "rocm" else "rocm-sdk" if kind == "rocm-sdk" else "system",
@@ -620,7 +626,27 @@ def _toolchain(c: _Checker, data: Mapping[str, Any], base: Path) -> ToolchainSpe
         index=index,
         sdk_wheels=sdk_wheels,
         sdk_module=sdk_module,
+        sdk_origins=sdk_origins,
     )
+
+
+def _origins(c: _Checker, t: Mapping[str, Any]) -> dict[str, str]:
+    """``[toolchain] origins``: pin -> the index URL or find-links location it was locked from."""
+    value = t.get("origins", {})
+    out: dict[str, str] = {}
+    if not isinstance(value, Mapping):
+        c.add("toolchain.origins", f"must be a table of pin -> location, not {_describe(value)}")
+        return out
+    for pin, where in value.items():
+        key = join_key("toolchain.origins", pin)
+        norm = normal_pin(pin)
+        if norm is None or not (norm.startswith("rocm-sdk-") or norm.startswith("rocm==")):
+            c.add(key, f"{pin!r} is not a 'rocm-sdk-NAME==version' or 'rocm==version' pin")
+        elif not isinstance(where, str) or not where:
+            c.add(key, "must be the index URL or find-links location the pin was locked from")
+        else:
+            out[norm] = where
+    return out
 
 
 def _sdk(
@@ -647,8 +673,14 @@ def _sdk(
     if index is not None and not re.match(r"^(https?|file)://", index):
         c.add("toolchain.index", f"{index!r} is not an http(s):// or file:// URL")
     wheels = _pin_table(c, t, "wheels", "rocm-sdk-", "a 'rocm-sdk-NAME==version' pin", blake3=True)
-    module = _pin_table(c, t, "module", "rocm==",
-                        "a 'rocm==version' pin (the sdist of the rocm_sdk module)", blake3=False)
+    module = _pin_table(
+        c,
+        t,
+        "module",
+        "rocm==",
+        "a 'rocm==version' pin (the sdist of the rocm_sdk module)",
+        blake3=False,
+    )
     if len(module) > 1:
         c.add("toolchain.module", "must pin one rocm sdist, not several")
     return version, tuple(families), index, wheels, module
