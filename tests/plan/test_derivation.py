@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import json
 import shutil
-import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import DATA, TINY_RECIPE, commit_all, git, pip_args, rf, rf_in
+from conftest import DATA, TINY_RECIPE, commit_all, git, pip_args, rf, rf_in, tiny_wheel
 
 
 def plan(recipe: Path, store: Path, env: dict[str, str] | None = None) -> dict:
@@ -161,23 +158,7 @@ def test_a_mirror_url_gives_the_same_hash(
 
 def _tiny_wheel(directory: Path, name: str, version: str) -> Path:
     """Write a valid pure wheel `name` (module `name` with `V = version`) into `directory`."""
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / f"{name}-{version}-py3-none-any.whl"
-    di = f"{name}-{version}.dist-info"
-    files = {
-        f"{name}/__init__.py": f"V = {version!r}\n".encode(),
-        f"{di}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
-        f"{di}/WHEEL": b"Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-    }
-    record = []
-    for arcname, data in files.items():
-        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-        record.append(f"{arcname},sha256={digest},{len(data)}")
-    files[f"{di}/RECORD"] = ("\n".join([*record, f"{di}/RECORD,,"]) + "\n").encode()
-    with zipfile.ZipFile(path, "w") as z:
-        for arcname, data in files.items():
-            z.writestr(arcname, data)
-    return path
+    return tiny_wheel(directory, name, version, f"V = {version!r}\n")
 
 
 @pytest.mark.slow
