@@ -298,10 +298,15 @@ def history(recipe: Recipe, good: str, bad: str, *, store: Store) -> History:
     url = spec.git
     mirror = ensure_mirror(url, spec.rev, store.sources_dir)
     found: dict[str, str] = {}
+    fetched = False
     for flag, rev in (("--good", good), ("--bad", bad)):
-        commit = _rev_parse(mirror, rev)
-        if commit is None:  # a newer commit or tag: fetch once, then ask again
+        # A branch or tag name is read after a fetch (the mirror's may be older than the
+        # repository's); a commit (prefix) only when the mirror lacks it.
+        named = not all(c in "0123456789abcdef" for c in rev.lower()) or len(rev) < 7
+        commit = None if named and not fetched else _rev_parse(mirror, rev)
+        if commit is None and not fetched:
             git_ok(["--git-dir", mirror, "fetch", "--quiet", "--prune", "--tags", "origin"])
+            fetched = True
             commit = _rev_parse(mirror, rev)
         if commit is None:
             raise BisectError(f"{flag} {rev}: no such commit in {url} ({recipe.file})")

@@ -392,3 +392,63 @@ def test_command_bad_at_the_good_end(
     assert "the good end must be good, and it is bad (run: exit 1)" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert len(entries(store)) == 1  # the good end alone was built
+
+
+# -- a stack: the companion rebuilt against each commit ------------------------------------------
+
+COMPANION = """\
+schema = 1
+
+[package]
+name = "comp"
+version = "0.1"
+
+[source]
+path = "{src}"
+
+[requirements]
+recipes = ["tiny.toml"]
+
+[build]
+steps = ["python freeze.py && python mkwheel.py $OUT comp 0.1"]
+
+[check]
+import = "comp"
+"""
+
+FREEZE = """\
+import tiny
+
+with open("comp/__init__.py", "w") as f:
+    f.write(f"AT_BUILD = {tiny.twice(21)}\\n")
+"""
+
+
+@pytest.mark.slow
+def test_stack_companion_is_rebuilt_against_each_commit(cc: None, tmp_path: Path) -> None:
+    from conftest import DATA
+
+    commits = make_repo(tmp_path, 6, factor_from=3)
+    make_recipe(tmp_path, commits)
+    src = tmp_path / "comp-src"
+    (src / "comp").mkdir(parents=True)
+    (src / "mkwheel.py").write_bytes((DATA / "mkwheel.py").read_bytes())
+    (src / "freeze.py").write_text(FREEZE)
+    (src / "comp" / "__init__.py").write_text("AT_BUILD = None\n")  # written again by the build
+    (tmp_path / "comp.toml").write_text(COMPANION.format(src=src))
+    stack = tmp_path / "stack.toml"
+    stack.write_text('schema = 1\n[stack]\nname = "s"\nrecipes = ["tiny.toml", "comp.toml"]\n')
+    store = tmp_path / "store"
+    # Only the companion is asked: what it froze at build time is tiny's at that commit.
+    run = "python -c 'import sys, comp; sys.exit(0 if comp.AT_BUILD == 42 else 1)'"
+    data = log_of(bisect(stack, "--good", commits[0], "--bad", commits[-1], "--run", run,
+                         "--json", store=store))  # fmt: skip
+    assert data["first_bad"]["commit"] == commits[3], data["steps"]
+    for step in data["steps"]:
+        assert len(step["entries"]) == 2, step  # tiny and comp at that commit
+        assert step["hash"] in step["entries"]
+    names = [p.name.split("-", 1)[1] for p in entries(store)]
+    assert names.count("comp-0.1") == names.count("tiny-0.1") == len(data["steps"])
+    proc = rf_in("bisect", stack, "--good", commits[0], "--bad", commits[-1], "--run", "true",
+                 "--package", "nosuch", "--store", store)  # fmt: skip
+    assert proc.returncode == 2 and "--package nosuch: no recipe" in proc.stderr
