@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rocmforge.errors import UsageError
-from rocmforge.util.fsutil import write_atomic
+from rocmforge.util.fsutil import write_if_changed
 
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._+-]")
@@ -79,11 +79,6 @@ def write_cells(
             tag = ",".join(f"{k}={_UNSAFE.sub('_', v)}" for k, v in values.items())
             file = directory / f"{recipe.stem}@{tag}.toml"
             text = cell_text(recipe, values)
-            try:
-                same = file.read_text() == text
-            except OSError:
-                same = False
-            if not same:
-                write_atomic(file, text.encode())
+            write_if_changed(file, text)
             cells.append(Cell(recipe=recipe, values=values, file=file))
     return cells

@@ -47,7 +47,7 @@ from rocmforge.sources.requirements import Fetcher
 from rocmforge.store import layout
 from rocmforge.store.roots import TempRoots
 from rocmforge.store.store import Store
-from rocmforge.util.fsutil import json_bytes, read_json_object, write_atomic
+from rocmforge.util.fsutil import json_bytes, read_json_object, write_atomic, write_if_changed
 from rocmforge.util.hashing import blake3_hex
 from rocmforge.util.progress import NullReporter, Reporter
 
@@ -408,12 +408,7 @@ def write_commit_recipes(plan: Layout, commit: str, directory: Path) -> dict[Pat
             lines += ["[requirements]", f"recipes = [{', '.join(map(_toml_string, deps))}]"]
         file = directory / f"{original.stem}@{tag}.toml"
         text = "\n".join(lines) + "\n"
-        try:
-            same = file.read_text() == text
-        except OSError:
-            same = False
-        if not same:
-            write_atomic(file, text.encode())
+        write_if_changed(file, text)
         files[original] = file
     return files
 

@@ -51,6 +51,18 @@ def write_atomic(path: Path, data: bytes, *, mode: int = 0o644, durable: bool = 
         raise
 
 
+def write_if_changed(path: Path, text: str) -> bool:
+    """Write ``text`` to ``path`` atomically unless it already holds exactly that (its mtime
+    then stays, as tools that read the file by its stat expect); True if it was written."""
+    try:
+        if path.read_text() == text:
+            return False
+    except (OSError, UnicodeDecodeError):
+        pass
+    write_atomic(path, text.encode())
+    return True
+
+
 def json_bytes(value: Any) -> bytes:
     """Return ``value`` as readable, stable JSON: sorted keys, indented, trailing newline."""
     return (json.dumps(value, indent=2, sort_keys=True) + "\n").encode()
