@@ -103,6 +103,7 @@ def test_a_recipes_test_script_runs_in_the_sandbox_and_the_proof_is_kept(tmp_pat
     assert proc.returncode == 2 and "nothing to test" in proc.stderr, proc.stderr
 
 
+@pytest.mark.slow
 def test_a_failing_script_fails_the_run_and_the_failure_is_kept(tmp_path: Path) -> None:
     script = ("import sys, tiny\nprint('tiny is', tiny.VALUE)\n"
               "print('Error: wrong value')\nsys.exit(4)\n")
@@ -160,6 +161,7 @@ def test_test_never_builds(tmp_path: Path) -> None:
     assert not list((tmp_path / "store" / layout.ENTRIES).iterdir())
 
 
+@pytest.mark.slow
 def test_signed_runs_verify_and_gc_collects_them_with_the_entry(tmp_path: Path) -> None:
     key = tmp_path / "keys" / "signing.key"
     env = {"ROCMFORGE_SIGNING_KEY": str(key), "XDG_CONFIG_HOME": str(tmp_path / "cfg")}
@@ -254,6 +256,7 @@ def test_last_known_good_fails_a_run_far_below_the_last_accepted_one(tmp_path: P
     assert other.checks[-1].status == "skipped"  # another node kind
 
 
+@pytest.mark.slow
 def test_over_layers_the_test_venv_on_an_existing_environment(tmp_path: Path) -> None:
     import subprocess
     import sys

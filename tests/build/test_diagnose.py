@@ -137,6 +137,7 @@ def _realize_failing(tmp_path: Path, tiny_src: Path, step: str, extra: str = "")
     return info.value
 
 
+@pytest.mark.slow
 def test_raised_build_error_carries_tail_and_diagnosis(tmp_path: Path, tiny_src: Path) -> None:
     step = "echo \\\"nvcc fatal   : Unknown option '--offload-arch=gfx90a'\\\"; exit 1"
     err = _realize_failing(tmp_path, tiny_src, step)

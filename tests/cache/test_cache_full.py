@@ -32,6 +32,7 @@ def small_store_disk(tmp_path: Path) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
+@pytest.mark.slow
 def test_a_full_store_during_substitution_names_the_store_and_gc(
     tiny_recipe: Path, tmp_path: Path, small_store_disk: Path
 ) -> None:

@@ -128,6 +128,7 @@ def silent_registry() -> Iterator[str]:
         srv.close()
 
 
+@pytest.mark.slow
 def test_an_oci_registry_that_never_answers_fails_naming_it(
     tiny_recipe: Path, tmp_path: Path, silent_registry: str
 ) -> None:

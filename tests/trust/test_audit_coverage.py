@@ -26,6 +26,7 @@ def _wheel(entry: Path) -> Path:
     return wheel
 
 
+@pytest.mark.slow
 def test_audit_of_a_substituted_entry_with_an_appended_file_is_tampered(
     tiny_recipe: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
